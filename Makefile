@@ -1,0 +1,38 @@
+# metricsd: `make run` and `make test` do all set-up on a fresh machine with Python >= 3.11.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: setup run test test-fast lint proto bench-store clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup  ## set up, then start the embedded default (a store fed by a simulated cluster)
+	$(BIN)/metricsd up
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: setup lint  ## set up, then run every check and test (what CI runs)
+	$(BIN)/pytest -q -p no:cacheprovider
+
+test-fast: setup  ## the fast tests only, for the edit loop
+	$(BIN)/pytest -q -m 'not slow'
+
+proto: setup  ## regenerate metricsd/proto/ from proto/metricsd.proto
+	$(BIN)/python -m metricsd.proto.generate
+
+bench-store: setup
+	$(BIN)/python perf/bench_store.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Generated gRPC code for proto/metricsd.proto. Regenerate with `make proto`; never edit by hand."""

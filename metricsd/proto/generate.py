@@ -1,0 +1,41 @@
+"""Generate metricsd/proto/metricsd_pb2*.py from proto/metricsd.proto (`make proto`).
+
+grpcio-tools writes ``import metricsd_pb2``, which only works with the folder on sys.path; the
+import is rewritten to the package path so the generated code imports as ``metricsd.proto``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = ("metricsd_pb2.py", "metricsd_pb2.pyi", "metricsd_pb2_grpc.py")
+
+
+def generate(out_dir: Path, proto_dir: Path = ROOT / "proto") -> None:
+    from grpc_tools import protoc
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rc = protoc.main(
+        [
+            "protoc",
+            f"-I{proto_dir}",
+            f"--python_out={out_dir}",
+            f"--pyi_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            str(proto_dir / "metricsd.proto"),
+        ]
+    )
+    if rc != 0:
+        raise SystemExit(f"protoc failed with exit code {rc}")
+    grpc_file = out_dir / "metricsd_pb2_grpc.py"
+    text = grpc_file.read_text()
+    text = text.replace(
+        "import metricsd_pb2 as metricsd__pb2", "from metricsd.proto import metricsd_pb2 as metricsd__pb2"
+    )
+    grpc_file.write_text(text)
+
+
+if __name__ == "__main__":
+    generate(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "metricsd" / "proto")

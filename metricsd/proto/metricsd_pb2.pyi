@@ -1,0 +1,331 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SeriesFn(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SERIES_FN_UNSPECIFIED: _ClassVar[SeriesFn]
+    SERIES_AVG: _ClassVar[SeriesFn]
+    SERIES_MIN: _ClassVar[SeriesFn]
+    SERIES_MAX: _ClassVar[SeriesFn]
+    SERIES_LAST: _ClassVar[SeriesFn]
+    SERIES_SUM: _ClassVar[SeriesFn]
+    SERIES_COUNT: _ClassVar[SeriesFn]
+    SERIES_RATE: _ClassVar[SeriesFn]
+    SERIES_INCREASE: _ClassVar[SeriesFn]
+
+class AcrossFn(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACROSS_FN_UNSPECIFIED: _ClassVar[AcrossFn]
+    ACROSS_AVG: _ClassVar[AcrossFn]
+    ACROSS_SUM: _ClassVar[AcrossFn]
+    ACROSS_MIN: _ClassVar[AcrossFn]
+    ACROSS_MAX: _ClassVar[AcrossFn]
+    ACROSS_COUNT: _ClassVar[AcrossFn]
+    ACROSS_QUANTILE: _ClassVar[AcrossFn]
+SERIES_FN_UNSPECIFIED: SeriesFn
+SERIES_AVG: SeriesFn
+SERIES_MIN: SeriesFn
+SERIES_MAX: SeriesFn
+SERIES_LAST: SeriesFn
+SERIES_SUM: SeriesFn
+SERIES_COUNT: SeriesFn
+SERIES_RATE: SeriesFn
+SERIES_INCREASE: SeriesFn
+ACROSS_FN_UNSPECIFIED: AcrossFn
+ACROSS_AVG: AcrossFn
+ACROSS_SUM: AcrossFn
+ACROSS_MIN: AcrossFn
+ACROSS_MAX: AcrossFn
+ACROSS_COUNT: AcrossFn
+ACROSS_QUANTILE: AcrossFn
+
+class Label(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class SeriesLabels(_message.Message):
+    __slots__ = ("id", "labels")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    labels: _containers.RepeatedCompositeFieldContainer[Label]
+    def __init__(self, id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ...) -> None: ...
+
+class WriteRequest(_message.Message):
+    __slots__ = ("ids", "counts", "timestamps", "values", "series")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    timestamps: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    series: _containers.RepeatedCompositeFieldContainer[SeriesLabels]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ..., timestamps: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ..., series: _Optional[_Iterable[_Union[SeriesLabels, _Mapping]]] = ...) -> None: ...
+
+class WriteResponse(_message.Message):
+    __slots__ = ("samples_written", "unknown_ids", "rejected_too_old", "rejected_duplicate")
+    SAMPLES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_IDS_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_TOO_OLD_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    samples_written: int
+    unknown_ids: _containers.RepeatedScalarFieldContainer[int]
+    rejected_too_old: int
+    rejected_duplicate: int
+    def __init__(self, samples_written: _Optional[int] = ..., unknown_ids: _Optional[_Iterable[int]] = ..., rejected_too_old: _Optional[int] = ..., rejected_duplicate: _Optional[int] = ...) -> None: ...
+
+class Matcher(_message.Message):
+    __slots__ = ("type", "name", "value")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        EQ: _ClassVar[Matcher.Type]
+        NEQ: _ClassVar[Matcher.Type]
+        RE: _ClassVar[Matcher.Type]
+        NRE: _ClassVar[Matcher.Type]
+    EQ: Matcher.Type
+    NEQ: Matcher.Type
+    RE: Matcher.Type
+    NRE: Matcher.Type
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    type: Matcher.Type
+    name: str
+    value: str
+    def __init__(self, type: _Optional[_Union[Matcher.Type, str]] = ..., name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("matchers", "start_ms", "end_ms")
+    MATCHERS_FIELD_NUMBER: _ClassVar[int]
+    START_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    matchers: _containers.RepeatedCompositeFieldContainer[Matcher]
+    start_ms: int
+    end_ms: int
+    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ...) -> None: ...
+
+class SeriesData(_message.Message):
+    __slots__ = ("id", "labels", "timestamps", "values")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    labels: _containers.RepeatedCompositeFieldContainer[Label]
+    timestamps: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ..., timestamps: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("series",)
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    series: _containers.RepeatedCompositeFieldContainer[SeriesData]
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesData, _Mapping]]] = ...) -> None: ...
+
+class AggregateQuery(_message.Message):
+    __slots__ = ("matchers", "series_fn", "window_ms")
+    MATCHERS_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FN_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    matchers: _containers.RepeatedCompositeFieldContainer[Matcher]
+    series_fn: SeriesFn
+    window_ms: int
+    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., series_fn: _Optional[_Union[SeriesFn, str]] = ..., window_ms: _Optional[int] = ...) -> None: ...
+
+class AggregateRequest(_message.Message):
+    __slots__ = ("query", "denominator", "across", "quantile", "group_by", "start_ms", "end_ms", "step_ms", "per_series")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    DENOMINATOR_FIELD_NUMBER: _ClassVar[int]
+    ACROSS_FIELD_NUMBER: _ClassVar[int]
+    QUANTILE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    START_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    STEP_MS_FIELD_NUMBER: _ClassVar[int]
+    PER_SERIES_FIELD_NUMBER: _ClassVar[int]
+    query: AggregateQuery
+    denominator: AggregateQuery
+    across: AcrossFn
+    quantile: float
+    group_by: _containers.RepeatedScalarFieldContainer[str]
+    start_ms: int
+    end_ms: int
+    step_ms: int
+    per_series: bool
+    def __init__(self, query: _Optional[_Union[AggregateQuery, _Mapping]] = ..., denominator: _Optional[_Union[AggregateQuery, _Mapping]] = ..., across: _Optional[_Union[AcrossFn, str]] = ..., quantile: _Optional[float] = ..., group_by: _Optional[_Iterable[str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., step_ms: _Optional[int] = ..., per_series: _Optional[bool] = ...) -> None: ...
+
+class Partials(_message.Message):
+    __slots__ = ("sum", "count", "min", "max")
+    SUM_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    sum: _containers.RepeatedScalarFieldContainer[float]
+    count: _containers.RepeatedScalarFieldContainer[float]
+    min: _containers.RepeatedScalarFieldContainer[float]
+    max: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, sum: _Optional[_Iterable[float]] = ..., count: _Optional[_Iterable[float]] = ..., min: _Optional[_Iterable[float]] = ..., max: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class SeriesPartials(_message.Message):
+    __slots__ = ("ids", "group", "values", "samples")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    group: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    samples: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., group: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ..., samples: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Group(_message.Message):
+    __slots__ = ("labels",)
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.RepeatedCompositeFieldContainer[Label]
+    def __init__(self, labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ...) -> None: ...
+
+class AggregateResponse(_message.Message):
+    __slots__ = ("timestamps", "groups", "numerator", "denominator", "values", "numerator_series", "denominator_series", "series_scanned", "samples_scanned")
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    NUMERATOR_FIELD_NUMBER: _ClassVar[int]
+    DENOMINATOR_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    NUMERATOR_SERIES_FIELD_NUMBER: _ClassVar[int]
+    DENOMINATOR_SERIES_FIELD_NUMBER: _ClassVar[int]
+    SERIES_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    timestamps: _containers.RepeatedScalarFieldContainer[int]
+    groups: _containers.RepeatedCompositeFieldContainer[Group]
+    numerator: Partials
+    denominator: Partials
+    values: _containers.RepeatedScalarFieldContainer[float]
+    numerator_series: SeriesPartials
+    denominator_series: SeriesPartials
+    series_scanned: int
+    samples_scanned: int
+    def __init__(self, timestamps: _Optional[_Iterable[int]] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., numerator: _Optional[_Union[Partials, _Mapping]] = ..., denominator: _Optional[_Union[Partials, _Mapping]] = ..., values: _Optional[_Iterable[float]] = ..., numerator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., denominator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., series_scanned: _Optional[int] = ..., samples_scanned: _Optional[int] = ...) -> None: ...
+
+class SeriesRollups(_message.Message):
+    __slots__ = ("id", "labels", "hours", "min", "max", "sum", "count", "last")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    HOURS_FIELD_NUMBER: _ClassVar[int]
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    SUM_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    labels: _containers.RepeatedCompositeFieldContainer[Label]
+    hours: _containers.RepeatedScalarFieldContainer[int]
+    min: _containers.RepeatedScalarFieldContainer[float]
+    max: _containers.RepeatedScalarFieldContainer[float]
+    sum: _containers.RepeatedScalarFieldContainer[float]
+    count: _containers.RepeatedScalarFieldContainer[float]
+    last: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ..., hours: _Optional[_Iterable[int]] = ..., min: _Optional[_Iterable[float]] = ..., max: _Optional[_Iterable[float]] = ..., sum: _Optional[_Iterable[float]] = ..., count: _Optional[_Iterable[float]] = ..., last: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class RollupsResponse(_message.Message):
+    __slots__ = ("series",)
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    series: _containers.RepeatedCompositeFieldContainer[SeriesRollups]
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesRollups, _Mapping]]] = ...) -> None: ...
+
+class ListSeriesRequest(_message.Message):
+    __slots__ = ("matchers", "limit")
+    MATCHERS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    matchers: _containers.RepeatedCompositeFieldContainer[Matcher]
+    limit: int
+    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListSeriesResponse(_message.Message):
+    __slots__ = ("series",)
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    series: _containers.RepeatedCompositeFieldContainer[SeriesLabels]
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesLabels, _Mapping]]] = ...) -> None: ...
+
+class LabelValuesRequest(_message.Message):
+    __slots__ = ("name", "matchers")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MATCHERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    matchers: _containers.RepeatedCompositeFieldContainer[Matcher]
+    def __init__(self, name: _Optional[str] = ..., matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ...) -> None: ...
+
+class LabelValuesResponse(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class HealthRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HealthResponse(_message.Message):
+    __slots__ = ("status", "member", "version")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        UNKNOWN: _ClassVar[HealthResponse.Status]
+        SERVING: _ClassVar[HealthResponse.Status]
+        CATCHING_UP: _ClassVar[HealthResponse.Status]
+        NOT_SERVING: _ClassVar[HealthResponse.Status]
+    UNKNOWN: HealthResponse.Status
+    SERVING: HealthResponse.Status
+    CATCHING_UP: HealthResponse.Status
+    NOT_SERVING: HealthResponse.Status
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    status: HealthResponse.Status
+    member: str
+    version: str
+    def __init__(self, status: _Optional[_Union[HealthResponse.Status, str]] = ..., member: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("series", "samples", "chunk_bytes", "chunk_samples", "bytes_per_sample", "head_samples", "pods", "rejected", "rollup_buckets")
+    class RejectedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    HEAD_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    ROLLUP_BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    series: int
+    samples: int
+    chunk_bytes: int
+    chunk_samples: int
+    bytes_per_sample: float
+    head_samples: int
+    pods: int
+    rejected: _containers.ScalarMap[str, int]
+    rollup_buckets: int
+    def __init__(self, series: _Optional[int] = ..., samples: _Optional[int] = ..., chunk_bytes: _Optional[int] = ..., chunk_samples: _Optional[int] = ..., bytes_per_sample: _Optional[float] = ..., head_samples: _Optional[int] = ..., pods: _Optional[int] = ..., rejected: _Optional[_Mapping[str, int]] = ..., rollup_buckets: _Optional[int] = ...) -> None: ...

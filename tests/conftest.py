@@ -1,0 +1,33 @@
+"""Shared fixtures: free loopback ports, the repository root, and a running `metricsd up`."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def free_ports() -> Callable[[], int]:
+    """A function returning a fresh free loopback port each call."""
+    return free_port
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return ROOT
