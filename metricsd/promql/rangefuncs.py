@@ -1,0 +1,229 @@
+"""Functions of a range vector: rate, irate, increase, delta, deriv and the ``*_over_time`` family.
+
+Each takes a :class:`RangeArg` (windows for all steps) and returns one :class:`StepSeries` per
+input series, present at the steps whose window had enough samples. rate/increase/delta follow
+Prometheus' extrapolation exactly (``extrapolatedRate`` in promql/functions.go).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from metricsd.promql.kahan import kahan_inc, kahan_mean, kahan_sum
+from metricsd.promql.selectors import RangeArg
+from metricsd.promql.values import StepSeries
+
+__all__ = ["RANGE_FUNCTIONS", "eval_range_function", "quantile"]
+
+# Below this magnitude a plain NumPy sum is as exact as Kahan's for any realistic window.
+_FAST_SUM_LIMIT = 2.0**40
+
+
+def _take(arr: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    return arr[np.clip(idx, 0, arr.size - 1)]
+
+
+def _rows(arg: RangeArg, values: np.ndarray, ok: np.ndarray, *, drop_name: bool = True) -> list[StepSeries]:
+    out = []
+    for i, (labels, _, _) in enumerate(arg.series):
+        if ok[i].any():
+            out.append(StepSeries(labels, np.where(ok[i], values[i], np.nan), ok[i], drop_name=drop_name))
+    return out
+
+
+def extrapolated_rate(arg: RangeArg, *, is_counter: bool, is_rate: bool) -> list[StepSeries]:
+    fw = arg.flat()
+    ts, vals, lo, hi = fw.ts, fw.vals, fw.lo, fw.hi
+    if ts.size == 0:
+        return []
+    n = hi - lo
+    ok = n >= 2
+    first, last = _take(vals, lo), _take(vals, hi - 1)
+    t_first, t_last = _take(ts, lo), _take(ts, hi - 1)
+    ends = arg.ends[None, :]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        result = last - first
+        if is_counter:
+            resets = np.zeros(vals.size)
+            resets[1:] = np.where(vals[1:] < vals[:-1], vals[:-1], 0.0)
+            resets[fw.offsets[:-1][fw.offsets[:-1] < vals.size]] = 0.0  # no reset across series
+            if resets.any():
+                cum = np.cumsum(resets)
+                result = result + (_take(cum, hi - 1) - _take(cum, lo))
+        sampled = (t_last - t_first) / 1000.0
+        avg = sampled / np.maximum(n - 1, 1)
+        threshold = avg * 1.1
+        d_start = (t_first - (ends - arg.range_ms)) / 1000.0
+        d_end = (ends - t_last) / 1000.0
+        d_start = np.where(d_start >= threshold, avg / 2, d_start)
+        if is_counter:
+            d_zero = np.where((result > 0) & (first >= 0), sampled * (first / result), d_start)
+            d_start = np.where(d_zero < d_start, d_zero, d_start)
+        d_end = np.where(d_end >= threshold, avg / 2, d_end)
+        factor = (sampled + d_start + d_end) / sampled
+        if is_rate:
+            factor = factor / (arg.range_ms / 1000.0)
+        result = result * factor
+    return _rows(arg, result, ok)
+
+
+def instant_rate(arg: RangeArg, *, is_rate: bool) -> list[StepSeries]:
+    fw = arg.flat()
+    ts, vals, lo, hi = fw.ts, fw.vals, fw.lo, fw.hi
+    if ts.size == 0:
+        return []
+    ok = (hi - lo) >= 2
+    last, prev = _take(vals, hi - 1), _take(vals, hi - 2)
+    dt_ms = _take(ts, hi - 1) - _take(ts, hi - 2)
+    ok &= dt_ms != 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        step = np.where(last < prev, last, last - prev) if is_rate else last - prev
+        res = step / (np.where(ok, dt_ms, 1) / 1000.0) if is_rate else step
+    return _rows(arg, res, ok)
+
+
+def _windowed(
+    arg: RangeArg, fn: Callable[[np.ndarray, np.ndarray, int], float], *, drop_name: bool = True, min_n: int = 1
+) -> list[StepSeries]:
+    """Apply ``fn(timestamps, values, step)`` to each step's window: the general, per-window path."""
+    out: list[StepSeries] = []
+    for labels, ts, vals in arg.series:
+        lo, hi = arg.windows(ts)
+        ok = (hi - lo) >= min_n
+        if not ok.any():
+            continue
+        res = np.full(ok.size, np.nan)
+        for i in np.flatnonzero(ok).tolist():
+            res[i] = fn(ts[lo[i] : hi[i]], vals[lo[i] : hi[i]], i)
+        out.append(StepSeries(labels, res, ok, drop_name=drop_name))
+    return out
+
+
+def _reduce(arg: RangeArg, ufunc: np.ufunc) -> list[StepSeries] | None:
+    """Vectorised window reduction with ``ufunc.reduceat``; None when a sum could lose precision."""
+    fw = arg.flat()
+    if fw.ts.size == 0:
+        return []
+    if ufunc is np.add and not (np.isfinite(fw.vals).all() and np.abs(fw.vals).max() < _FAST_SUM_LIMIT):
+        return None
+    lo, hi = fw.lo.ravel(), fw.hi.ravel()
+    padded = np.append(fw.vals, 0.0)
+    idx = np.empty(2 * lo.size, dtype=np.int64)
+    idx[0::2], idx[1::2] = lo, hi
+    res = ufunc.reduceat(padded, np.minimum(idx, fw.vals.size))[0::2].reshape(fw.lo.shape)
+    return _rows(arg, res, fw.hi > fw.lo)
+
+
+def _count_over_time(arg: RangeArg) -> list[StepSeries]:
+    fw = arg.flat()
+    return _rows(arg, (fw.hi - fw.lo).astype(np.float64), fw.hi > fw.lo)
+
+
+def _last_over_time(arg: RangeArg) -> list[StepSeries]:
+    fw = arg.flat()
+    if fw.ts.size == 0:
+        return []
+    return _rows(arg, _take(fw.vals, fw.hi - 1), fw.hi > fw.lo, drop_name=False)
+
+
+def _sum_over_time(arg: RangeArg) -> list[StepSeries]:
+    fast = _reduce(arg, np.add)
+    return fast if fast is not None else _windowed(arg, lambda _t, v, _i: kahan_sum(v))
+
+
+def _avg_over_time(arg: RangeArg) -> list[StepSeries]:
+    fast = _reduce(arg, np.add)
+    if fast is None:
+        return _windowed(arg, lambda _t, v, _i: kahan_mean(v))
+    for s, c in zip(fast, _count_over_time(arg), strict=True):  # the same rows, in the same order
+        s.values = s.values / np.maximum(c.values, 1)
+    return fast
+
+
+def _stdvar(values: np.ndarray) -> float:
+    count, mean, c_mean, aux, c_aux = 0.0, 0.0, 0.0, 0.0, 0.0
+    for v in values.tolist():
+        count += 1
+        delta = v - (mean + c_mean)
+        mean, c_mean = kahan_inc(delta / count, mean, c_mean)
+        aux, c_aux = kahan_inc(delta * (v - (mean + c_mean)), aux, c_aux)
+    return (aux + c_aux) / count
+
+
+def quantile(q: float, values: list[float]) -> float:
+    """Prometheus' ``quantile``: linear interpolation between the closest ranks; NaN sorts first."""
+    if not values or math.isnan(q):
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    vals = sorted(values, key=lambda v: (not math.isnan(v), v if not math.isnan(v) else 0.0))
+    n = len(vals)
+    rank = q * (n - 1)
+    lower = max(0, math.floor(rank))
+    upper = min(n - 1, lower + 1)
+    weight = rank - math.floor(rank)
+    return vals[lower] * (1 - weight) + vals[upper] * weight
+
+
+def linear_regression(ts: np.ndarray, vals: np.ndarray, intercept_ms: int) -> tuple[float, float]:
+    n = 0.0
+    sx = cx = sy = cy = sxy = cxy = sx2 = cx2 = 0.0
+    v0 = float(vals[0])
+    const_y = True
+    for t, v in zip(ts.tolist(), vals.tolist(), strict=True):
+        if const_y and n > 0 and v != v0:
+            const_y = False
+        n += 1.0
+        x = (t - intercept_ms) / 1e3
+        sx, cx = kahan_inc(x, sx, cx)
+        sy, cy = kahan_inc(v, sy, cy)
+        sxy, cxy = kahan_inc(x * v, sxy, cxy)
+        sx2, cx2 = kahan_inc(x * x, sx2, cx2)
+    if const_y:
+        if math.isinf(v0):
+            return math.nan, math.nan
+        return 0.0, v0
+    sx, sy, sxy, sx2 = sx + cx, sy + cy, sxy + cxy, sx2 + cx2
+    cov = sxy - sx * sy / n
+    var = sx2 - sx * sx / n
+    slope = cov / var if var != 0 else (math.copysign(math.inf, cov) if cov != 0 else math.nan)
+    return slope, sy / n - slope * sx / n
+
+
+def _min_max(arg: RangeArg, is_max: bool) -> list[StepSeries]:
+    fast = _reduce(arg, np.fmax if is_max else np.fmin)
+    assert fast is not None
+    return fast
+
+
+def eval_range_function(name: str, arg: RangeArg, scalar_args: list[np.ndarray]) -> list[StepSeries]:
+    """Evaluate ``name`` over ``arg``; ``scalar_args`` are the per-step values of other arguments."""
+    if name in RANGE_FUNCTIONS:
+        return RANGE_FUNCTIONS[name](arg)
+    if name == "quantile_over_time":
+        qs = scalar_args[0]
+        return _windowed(arg, lambda _t, v, i: quantile(float(qs[i]), v.tolist()))
+    raise KeyError(name)
+
+
+RANGE_FUNCTIONS: dict[str, Callable[[RangeArg], list[StepSeries]]] = {
+    "rate": lambda a: extrapolated_rate(a, is_counter=True, is_rate=True),
+    "increase": lambda a: extrapolated_rate(a, is_counter=True, is_rate=False),
+    "delta": lambda a: extrapolated_rate(a, is_counter=False, is_rate=False),
+    "irate": lambda a: instant_rate(a, is_rate=True),
+    "idelta": lambda a: instant_rate(a, is_rate=False),
+    "deriv": lambda a: _windowed(a, lambda t, v, _i: linear_regression(t, v, int(t[0]))[0], min_n=2),
+    "count_over_time": _count_over_time,
+    "last_over_time": _last_over_time,
+    "sum_over_time": _sum_over_time,
+    "avg_over_time": _avg_over_time,
+    "min_over_time": lambda a: _min_max(a, False),
+    "max_over_time": lambda a: _min_max(a, True),
+    "stdvar_over_time": lambda a: _windowed(a, lambda _t, v, _i: _stdvar(v)),
+    "stddev_over_time": lambda a: _windowed(a, lambda _t, v, _i: math.sqrt(_stdvar(v))),
+}

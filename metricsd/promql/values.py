@@ -1,0 +1,148 @@
+"""What a PromQL query returns, the error it raises, and Prometheus' JSON shape for both.
+
+Also the engine's internal per-step representation (:class:`StepSeries`): every expression is
+evaluated for all steps of a query at once, so an instant query is a range query of one step and
+NumPy does the work across steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from metricsd.model import METRIC_NAME, Labels
+
+__all__ = [
+    "Matrix",
+    "PromQLError",
+    "Result",
+    "Sample",
+    "Scalar",
+    "Series",
+    "StepSeries",
+    "String",
+    "Vector",
+    "format_float",
+    "format_labels",
+    "to_prometheus_json",
+]
+
+ErrorKind = Literal["bad_data", "execution"]
+
+# Labels that describe a metric's identity; dropped together with the name (Prometheus 3).
+NAME_LABELS = (METRIC_NAME, "__type__", "__unit__")
+
+
+class PromQLError(Exception):
+    """A query that cannot be parsed (``bad_data``, HTTP 400) or evaluated (``execution``, HTTP 422)."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: Labels
+    value: float
+
+
+@dataclass(frozen=True)
+class Series:
+    labels: Labels
+    timestamps: np.ndarray  # int64 ms
+    values: np.ndarray  # float64
+
+
+@dataclass(frozen=True)
+class Scalar:
+    time_ms: int
+    value: float
+
+
+@dataclass(frozen=True)
+class String:
+    time_ms: int
+    value: str
+
+
+@dataclass(frozen=True)
+class Vector:
+    time_ms: int
+    samples: list[Sample]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    series: list[Series]
+
+
+Result = Scalar | Vector | Matrix | String
+
+
+@dataclass
+class StepSeries:
+    """One series of an instant vector across all query steps; ``present`` says where it exists."""
+
+    labels: Labels
+    values: np.ndarray  # float64, one per step
+    present: np.ndarray  # bool, one per step
+    drop_name: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def drop_name_labels(labels: Labels) -> Labels:
+    return tuple(kv for kv in labels if kv[0] not in NAME_LABELS)
+
+
+def format_labels(labels: Labels) -> str:
+    """Prometheus' ``labels.String()``: ``{__name__="x", a="b"}``; used in error messages."""
+    inner = ", ".join(f"{k}={_go_quote(v)}" for k, v in labels)
+    return "{" + inner + "}"
+
+
+def _go_quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def format_float(v: float) -> str:
+    """Go's ``strconv.FormatFloat(v, 'f', -1, 64)``: shortest round-trip digits, no exponent."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return str(np.format_float_positional(v, trim="-"))
+
+
+def _ts(ms: int) -> float | int:
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
+
+
+def to_prometheus_json(result: Result) -> dict[str, Any]:
+    """The ``data`` member of a Prometheus query response: ``{"resultType": ..., "result": ...}``."""
+    if isinstance(result, Scalar):
+        return {"resultType": "scalar", "result": [_ts(result.time_ms), format_float(result.value)]}
+    if isinstance(result, String):
+        return {"resultType": "string", "result": [_ts(result.time_ms), result.value]}
+    if isinstance(result, Vector):
+        return {
+            "resultType": "vector",
+            "result": [
+                {"metric": dict(s.labels), "value": [_ts(result.time_ms), format_float(s.value)]}
+                for s in result.samples
+            ],
+        }
+    return {
+        "resultType": "matrix",
+        "result": [
+            {
+                "metric": dict(s.labels),
+                "values": [[_ts(int(t)), format_float(float(v))] for t, v in zip(s.timestamps, s.values, strict=True)],
+            }
+            for s in result.series
+        ],
+    }
