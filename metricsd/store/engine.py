@@ -1,0 +1,347 @@
+"""The store engine: writes, raw reads, pushed-down aggregates, retention. No I/O, no clock.
+
+Contract: not safe for concurrent use. The gRPC servicer calls it from the event loop thread
+only, and every call runs to completion without awaiting, so no lock is needed.
+
+Write policy (documented in the proto too): a batch is validated whole before anything is
+stored (all-or-nothing); then each series' samples newer than its newest sample are appended
+(the fast path), samples within ``ooo_window_ms`` of it are merged in order, older ones are
+counted as ``too_old``, and a timestamp the series already holds is counted as ``duplicate``
+(first write wins, so a retried batch is idempotent).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from metricsd.model import InvalidSeries, Labels, describe, series_id, validate_labels
+from metricsd.selector import Matcher
+from metricsd.store.chunks import ChunkList
+from metricsd.store.head import NO_TS, Head
+from metricsd.store.index import SeriesIndex
+from metricsd.store.rollup import RollupPoints, Rollups
+from metricsd.store.settings import StoreSettings
+
+__all__ = ["SeriesSamples", "Store", "WriteResult"]
+
+
+@dataclass
+class WriteResult:
+    written: int = 0
+    unknown_ids: list[int] = field(default_factory=list)
+    too_old: int = 0
+    duplicate: int = 0
+
+
+@dataclass(frozen=True)
+class SeriesSamples:
+    id: int
+    labels: Labels
+    timestamps: np.ndarray
+    values: np.ndarray
+
+
+class Store:
+    def __init__(self, settings: StoreSettings | None = None) -> None:
+        self.settings = settings or StoreSettings()
+        self.index = SeriesIndex()
+        self.head = Head(self.settings.head_capacity, self.settings.head_keep)
+        self.chunks: list[ChunkList] = []
+        self.rollups = Rollups()
+        self.rejected: Counter[str] = Counter()
+        self.max_ts = np.iinfo(np.int64).min
+        self.samples_written = 0
+        self._stamp_buf = np.zeros(64, dtype=np.int64)
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def write(
+        self,
+        ids: np.ndarray,
+        counts: np.ndarray,
+        timestamps: np.ndarray,
+        values: np.ndarray,
+        new_series: Mapping[int, Labels] | None = None,
+    ) -> WriteResult:
+        """Store a columnar batch (see proto WriteRequest). Raises InvalidSeries, storing nothing."""
+        new_series = new_series or {}
+        ids = np.asarray(ids, dtype=np.uint64)
+        counts = np.asarray(counts, dtype=np.int64)
+        timestamps = np.asarray(timestamps, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        rows = self._validate(ids, counts, timestamps, values, new_series)
+        if rows is None:
+            known = self.index.by_id
+            return WriteResult(unknown_ids=[int(i) for i in ids.tolist() if int(i) not in known
+                                            and int(i) not in new_series])
+        for i in np.flatnonzero(rows < 0).tolist():
+            sid = int(ids[i])
+            rows[i] = self._add_series(sid, new_series[sid])
+        result = WriteResult()
+        nonempty = counts > 0
+        if not bool(nonempty.all()):
+            rows, counts = rows[nonempty], counts[nonempty]
+        if len(rows) == 0:
+            return result
+        starts = np.cumsum(counts) - counts
+        first_ts = timestamps[starts]
+        fast = first_ts > self.head.last_ts[rows]
+        if bool(fast.all()):
+            self._append(rows, counts, starts, timestamps, values)
+        else:
+            f = np.flatnonzero(fast)
+            if len(f):
+                sel = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in f.tolist()])
+                self._append(rows[f], counts[f], np.cumsum(counts[f]) - counts[f], timestamps[sel], values[sel])
+            for i in np.flatnonzero(~fast).tolist():
+                s, c = int(starts[i]), int(counts[i])
+                self._merge_series(int(rows[i]), timestamps[s : s + c], values[s : s + c], result)
+        result.written = int(counts.sum()) - result.too_old - result.duplicate
+        self.samples_written += result.written
+        self.rejected["too_old"] += result.too_old
+        self.rejected["duplicate"] += result.duplicate
+        if len(timestamps):
+            self.max_ts = max(self.max_ts, int(timestamps.max()))
+        return result
+
+    def _validate(
+        self, ids: np.ndarray, counts: np.ndarray, ts: np.ndarray, vals: np.ndarray, new_series: Mapping[int, Labels]
+    ) -> np.ndarray | None:
+        """Rows per series (-1 for new ones), or None when some ids are unknown without labels."""
+        if len(ids) != len(counts):
+            raise InvalidSeries(f"batch has {len(ids)} series ids but {len(counts)} counts")
+        if len(ts) != len(vals):
+            raise InvalidSeries(f"batch has {len(ts)} timestamps but {len(vals)} values")
+        if int(counts.sum()) != len(ts):
+            raise InvalidSeries(f"counts add up to {int(counts.sum())} but the batch has {len(ts)} samples")
+        if bool((counts < 0).any()):
+            raise InvalidSeries("negative sample count")
+        limits = self.settings.limits
+        for sid, labels in new_series.items():
+            validate_labels(labels, limits, require_pod=self.settings.require_pod_labels)
+            if series_id(labels) != sid:
+                raise InvalidSeries(f"series {describe(labels)}: id {sid:#x} does not match its labels")
+        rows = self.index.rows_of(ids)
+        known = rows >= 0
+        # A series twice in one batch: stamp each known row with its position; a row written by
+        # two positions reads back the later one. New series are few: a set does.
+        stamp = self._stamp(len(self.index.labels))
+        stamp[rows[known]] = np.flatnonzero(known)
+        dup_pos = np.flatnonzero(known)[stamp[rows[known]] != np.flatnonzero(known)]
+        if len(dup_pos):
+            raise InvalidSeries(f"series {self._name(int(ids[dup_pos[0]]), new_series)} appears more than once in "
+                                "the batch")
+        if not bool(known.all()):
+            unknown = [int(i) for i in ids[~known].tolist()]
+            if len(set(unknown)) != len(unknown):
+                dup = next(i for i in unknown if unknown.count(i) > 1)
+                raise InvalidSeries(f"series {self._name(dup, new_series)} appears more than once in the batch")
+            if any(i not in new_series for i in unknown):
+                return None
+        if len(ts):
+            lo, hi = int(ts.min()), int(ts.max())
+            if lo < limits.min_timestamp_ms or hi > limits.max_timestamp_ms:
+                bad = (ts < limits.min_timestamp_ms) | (ts > limits.max_timestamp_ms)
+                i = int(np.searchsorted(np.cumsum(counts), int(np.flatnonzero(bad)[0]), side="right"))
+                raise InvalidSeries(
+                    f"series {self._name(int(ids[i]), new_series)}: timestamp {int(ts[bad][0])} ms out of range "
+                    f"[{limits.min_timestamp_ms}, {limits.max_timestamp_ms}] (milliseconds since the epoch?)"
+                )
+            step_ok = np.diff(ts) > 0
+            seg_start = np.zeros(len(ts), dtype=bool)
+            seg_start[(np.cumsum(counts) - counts)[counts > 0]] = True
+            bad_pos = np.flatnonzero(~step_ok & ~seg_start[1:])
+            if len(bad_pos):
+                i = int(np.searchsorted(np.cumsum(counts), int(bad_pos[0]) + 1, side="right"))
+                raise InvalidSeries(
+                    f"series {self._name(int(ids[i]), new_series)}: timestamps within one write must strictly increase"
+                )
+        return rows
+
+    def _stamp(self, n: int) -> np.ndarray:
+        if len(self._stamp_buf) < n:
+            self._stamp_buf = np.zeros(max(n, 2 * len(self._stamp_buf)), dtype=np.int64)
+        return self._stamp_buf
+
+    def _name(self, sid: int, new_series: Mapping[int, Labels]) -> str:
+        labels = new_series.get(sid)
+        if labels is None:
+            row = self.index.row_of(sid)
+            labels = self.index.labels[row] if row is not None else None
+        return describe(labels) if labels else f"id {sid:#x}"
+
+    def _add_series(self, sid: int, labels: Labels) -> int:
+        row = self.index.add(sid, labels)
+        self.head.ensure_rows(row + 1)
+        self.rollups.ensure_rows(row + 1)
+        self.head.reset_row(row)
+        if row == len(self.chunks):
+            self.chunks.append(ChunkList())
+        return row
+
+    def _append(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray,
+                vals: np.ndarray) -> None:
+        """Fast path: every segment is newer than its series' newest sample."""
+        if len(ts) == len(rows):
+            self.rollups.add_one_each(rows, ts, vals)
+        else:
+            self.rollups.add(np.repeat(rows, counts), ts, vals)
+        room = self.head.room(rows)
+        full = counts > room
+        for i in np.flatnonzero(full).tolist():
+            self._seal(int(rows[i]))
+        room = self.head.room(rows)
+        fits = counts <= room
+        if bool(fits.all()):
+            self.head.append_many(rows, counts, ts, vals)
+            return
+        ok = np.flatnonzero(fits)
+        if len(ok):
+            sel = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in ok.tolist()])
+            self.head.append_many(rows[ok], counts[ok], ts[sel], vals[sel])
+        for i in np.flatnonzero(~fits).tolist():
+            s, c = int(starts[i]), int(counts[i])
+            self._append_row(int(rows[i]), ts[s : s + c], vals[s : s + c])
+
+    def _append_row(self, row: int, ts: np.ndarray, vals: np.ndarray) -> None:
+        """Append a long run to one row, sealing as the head fills."""
+        pos = 0
+        while pos < len(ts):
+            room = int(self.head.room(np.array([row]))[0])
+            if room == 0:
+                self._seal(row)
+                continue
+            n = min(room, len(ts) - pos)
+            self.head.append_many(np.array([row]), np.array([n]), ts[pos : pos + n], vals[pos : pos + n])
+            pos += n
+
+    def _seal(self, row: int) -> None:
+        t, v = self.head.take_for_seal(row)
+        chunks = self.chunks[row]
+        chunks.append(t, v)
+        self._sync_chunk_max(row)
+
+    def _sync_chunk_max(self, row: int) -> None:
+        hi = self.chunks[row].max_ts()
+        self.head.chunk_max_ts[row] = NO_TS if hi is None else hi
+
+    def _merge_series(self, row: int, ts: np.ndarray, vals: np.ndarray, result: WriteResult) -> None:
+        """Rare path: samples not newer than the series' newest. Merge in order, first write wins."""
+        last = int(self.head.last_ts[row])
+        too_old = ts < last - self.settings.ooo_window_ms
+        result.too_old += int(too_old.sum())
+        ts, vals = ts[~too_old], vals[~too_old]
+        if len(ts) == 0:
+            return
+        ct, cv = self.chunks[row].truncate_from(int(ts[0]))
+        self._sync_chunk_max(row)
+        ht, hv = self.head.unsealed(row)
+        old_t = np.concatenate([ct, ht])
+        old_v = np.concatenate([cv, hv])
+        dup = np.isin(ts, old_t)
+        result.duplicate += int(dup.sum())
+        ts, vals = ts[~dup], vals[~dup]
+        self.rollups.add(np.full(len(ts), row), ts, vals)
+        all_t = np.concatenate([old_t, ts])
+        all_v = np.concatenate([old_v, vals])
+        order = np.argsort(all_t, kind="stable")
+        self.head.count[row] = 0
+        self.head.sealed[row] = 0
+        self._append_row(row, all_t[order], all_v[order])
+        self.head.last_ts[row] = max(last, int(all_t.max()) if len(all_t) else last)
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def select(self, matchers: Sequence[Matcher]) -> np.ndarray:
+        return self.index.select(matchers)
+
+    def series_samples(self, row: int, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """Samples of one series in [start_ms, end_ms], from the head alone when it covers them."""
+        ht, hv = self.head.samples(row)
+        chunks = self.chunks[row]
+        if len(chunks) == 0 or (len(ht) and int(ht[0]) <= start_ms):
+            keep = (ht >= start_ms) & (ht <= end_ms)
+            return ht[keep].copy(), hv[keep].copy()
+        ct, cv = chunks.read(start_ms, end_ms)
+        s = int(self.head.sealed[row])
+        ut, uv = ht[s:], hv[s:]
+        keep = (ut >= start_ms) & (ut <= end_ms)
+        if not bool(keep.any()):
+            return ct, cv
+        return np.concatenate([ct, ut[keep]]), np.concatenate([cv, uv[keep]])
+
+    def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesSamples]:
+        out = []
+        for row in self.index.select(matchers).tolist():
+            t, v = self.series_samples(row, start_ms, end_ms)
+            labels = self.index.labels[row]
+            assert labels is not None
+            out.append(SeriesSamples(self.index.ids[row], labels, t, v))
+        return out
+
+    def rollup_points(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[tuple[int, Labels,
+                                                                                                     RollupPoints]]:
+        out = []
+        for row in self.index.select(matchers).tolist():
+            labels = self.index.labels[row]
+            assert labels is not None
+            out.append((self.index.ids[row], labels, self.rollups.points(row, start_ms, end_ms)))
+        return out
+
+    # --- retention -------------------------------------------------------------------------
+
+    def gc(self) -> int:
+        """Drop raw chunks past retention and series left with nothing; returns series removed."""
+        if self.max_ts == np.iinfo(np.int64).min:
+            return 0
+        cutoff = self.max_ts - self.settings.retention_ms
+        removed = 0
+        for row in list(self.index.live_rows()):
+            self.chunks[row].drop_before(cutoff)
+            self._sync_chunk_max(row)
+            if len(self.chunks[row]) == 0 and int(self.head.last_ts[row]) < cutoff:
+                self.index.remove(row)
+                self.head.reset_row(row)
+                self.rollups.forget(row)
+                self.chunks[row] = ChunkList()
+                removed += 1
+        self.rollups.drop_before(self.max_ts - self.settings.rollup_retention_ms)
+        return removed
+
+    # --- introspection ---------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int | float]:
+        chunk_bytes = sum(c.nbytes for c in self.chunks)
+        chunk_samples = sum(c.samples for c in self.chunks)
+        n = self.index.n_rows
+        head_samples = int((self.head.count[:n] - self.head.sealed[:n])[self.index.alive[:n]].sum())
+        return {
+            "series": self.index.n_alive,
+            "samples": chunk_samples + head_samples,
+            "chunk_bytes": chunk_bytes,
+            "chunk_samples": chunk_samples,
+            "bytes_per_sample": chunk_bytes / chunk_samples if chunk_samples else 0.0,
+            "head_samples": head_samples,
+            "pods": len(self.index.pods),
+            "rollup_buckets": self.rollups.n_buckets(),
+        }
+
+    def _check(self) -> None:
+        """Check every invariant (slow; for tests)."""
+        self.index._check()
+        n = self.index.n_rows
+        self.head._check(n)
+        for row in self.index.live_rows():
+            c = self.chunks[row]
+            c._check()
+            hi = c.max_ts()
+            assert int(self.head.chunk_max_ts[row]) == (NO_TS if hi is None else hi)
+            s, cnt = int(self.head.sealed[row]), int(self.head.count[row])
+            if hi is not None and cnt > s:
+                assert int(self.head.ts[row, s]) > hi, f"row {row}: unsealed head overlaps chunks"
+            if s:
+                assert hi is not None and int(self.head.ts[row, s - 1]) <= hi

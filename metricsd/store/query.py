@@ -1,0 +1,184 @@
+"""Aggregates pushed down into a store: select, reduce per series, fold per group.
+
+The hot path (a short window over thousands of series) gathers only the newest columns of each
+head row into a small matrix and reduces it in one vectorised pass; only series whose window
+reaches past their head decode chunks. Group labels come from the index's label codes, so no
+Python work is done per series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from metricsd.model import Labels
+from metricsd.selector import Matcher
+from metricsd.store.aggregate import AcrossFn, Partials, finalize, group_partials, quantile_across
+from metricsd.store.engine import Store
+from metricsd.store.head import NO_TS
+from metricsd.store.window import SeriesFn, reduce_windows
+
+__all__ = ["AggregateResult", "AggregateSpec", "SideQuery", "SideResult", "eval_times", "run_aggregate"]
+
+
+class InvalidAggregate(ValueError):
+    """An aggregate request that cannot be answered as asked."""
+
+
+@dataclass(frozen=True)
+class SideQuery:
+    matchers: Sequence[Matcher]
+    fn: SeriesFn
+    window_ms: int
+
+
+@dataclass(frozen=True)
+class AggregateSpec:
+    query: SideQuery
+    across: AcrossFn
+    start_ms: int
+    end_ms: int
+    step_ms: int = 0
+    group_by: Sequence[str] = ()
+    denominator: SideQuery | None = None
+    quantile: float = 0.5
+    per_series: bool = False
+
+
+@dataclass
+class SideResult:
+    partials: Partials
+    ids: np.ndarray  # uint64 per series
+    group: np.ndarray  # group index per series
+    values: np.ndarray  # series x times
+    samples: np.ndarray  # series x times
+
+
+@dataclass
+class AggregateResult:
+    times: np.ndarray
+    groups: list[Labels]
+    values: np.ndarray  # groups x times
+    numerator: SideResult
+    denominator: SideResult | None = None
+    series_scanned: int = 0
+    samples_scanned: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def eval_times(start_ms: int, end_ms: int, step_ms: int, max_times: int) -> np.ndarray:
+    if end_ms < start_ms:
+        raise InvalidAggregate(f"end {end_ms} is before start {start_ms}")
+    if start_ms == end_ms:
+        return np.array([start_ms], dtype=np.int64)
+    if step_ms <= 0:
+        raise InvalidAggregate("a range aggregate needs step_ms > 0")
+    n = (end_ms - start_ms) // step_ms + 1
+    if n > max_times:
+        raise InvalidAggregate(f"{n} evaluation times exceed the limit of {max_times}; use a larger step")
+    return start_ms + step_ms * np.arange(n, dtype=np.int64)
+
+
+def _validate(spec: AggregateSpec) -> None:
+    for side in (spec.query, spec.denominator):
+        if side is None:
+            continue
+        if not side.matchers:
+            raise InvalidAggregate("a selector needs at least one matcher")
+        if side.window_ms <= 0:
+            raise InvalidAggregate("window_ms must be positive")
+        if side.fn not in SeriesFn.__members__.values():
+            raise InvalidAggregate("unknown per-series function")
+    if spec.across not in AcrossFn.__members__.values():
+        raise InvalidAggregate("unknown across-series function")
+    if spec.across is AcrossFn.QUANTILE and spec.denominator is not None:
+        raise InvalidAggregate("a ratio of quantiles is not supported")
+
+
+def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                                            int]:
+    """Reduce each series in ``rows`` over its window at each time: (values, samples, scanned)."""
+    head = store.head
+    lo = int(times[0]) - side.window_ms
+    hi = int(times[-1])
+    n = len(rows)
+    out_v = np.full((n, len(times)), np.nan)
+    out_s = np.zeros((n, len(times)), dtype=np.uint32)
+    if n == 0:
+        return out_v, out_s, 0
+    count = head.count[rows].astype(np.int64)
+    first_ts = head.ts[rows, 0]
+    has_chunks = head.chunk_max_ts[rows] != NO_TS
+    covered = (count > 0) & (first_ts <= lo) | ~has_chunks
+    fast = np.flatnonzero(covered)
+    scanned = 0
+    if len(fast):
+        fr = rows[fast]
+        # Gather only the newest columns of each row: enough that the oldest gathered sample is
+        # at or before what the window needs (for last, the newest sample at or before the first
+        # evaluation time; otherwise everything after the window's start).
+        need = int(times[0]) if side.fn is SeriesFn.LAST else lo
+        width = 2 if side.fn is SeriesFn.LAST else 8
+        while True:
+            start = np.maximum(count[fast] - width, 0)
+            oldest = head.ts[fr, start]
+            if width >= head.capacity or bool(np.all((start == 0) | (oldest <= need))):
+                break
+            width *= 2
+        width = min(width, head.capacity)
+        cols = start[:, None] + np.arange(width)[None, :]
+        cols_c = np.minimum(cols, head.capacity - 1)
+        ts = head.ts[fr[:, None], cols_c]
+        vals = head.vals[fr[:, None], cols_c]
+        cnt = np.minimum(count[fast] - start, width)
+        v, s = reduce_windows(ts, vals, cnt, times, side.window_ms, side.fn)
+        out_v[fast], out_s[fast] = v, s
+        scanned += int(s.sum())
+    slow = np.flatnonzero(~covered)
+    if len(slow):
+        parts = [store.series_samples(int(r), lo + 1, hi) for r in rows[slow].tolist()]
+        width = max(1, max(len(p[0]) for p in parts))
+        ts = np.zeros((len(parts), width), dtype=np.int64)
+        vals = np.zeros((len(parts), width))
+        cnt = np.zeros(len(parts), dtype=np.int64)
+        for i, (t, v) in enumerate(parts):
+            ts[i, : len(t)] = t
+            vals[i, : len(v)] = v
+            cnt[i] = len(t)
+        v, s = reduce_windows(ts, vals, cnt, times, side.window_ms, side.fn)
+        out_v[slow], out_s[slow] = v, s
+        scanned += int(s.sum())
+    return out_v, out_s, scanned
+
+
+def run_aggregate(store: Store, spec: AggregateSpec) -> AggregateResult:
+    """Answer an aggregate from one store's data. Raises InvalidAggregate for a bad request."""
+    _validate(spec)
+    times = eval_times(spec.start_ms, spec.end_ms, spec.step_ms, store.settings.max_eval_times)
+    sides = [spec.query] + ([spec.denominator] if spec.denominator is not None else [])
+    rows_per_side = [store.select(side.matchers) for side in sides]
+    # Groups over both sides together, so numerator and denominator line up.
+    all_rows = np.concatenate(rows_per_side) if len(rows_per_side) > 1 else rows_per_side[0]
+    groups, gidx_all = store.index.group_codes(all_rows, spec.group_by)
+    results: list[SideResult] = []
+    scanned = 0
+    offset = 0
+    ids_arr = store.index.id_column
+    for side, rows in zip(sides, rows_per_side, strict=True):
+        gidx = gidx_all[offset : offset + len(rows)]
+        offset += len(rows)
+        v, s, sc = series_values(store, rows, side, times)
+        scanned += sc
+        results.append(SideResult(group_partials(v, s, gidx, len(groups)), ids_arr[rows], gidx, v, s))
+    num = results[0]
+    den = results[1] if len(results) > 1 else None
+    if spec.across is AcrossFn.QUANTILE:
+        values = quantile_across(spec.quantile, num.values, num.samples, num.group, len(groups))
+    else:
+        values = finalize(spec.across, num.partials)
+        if den is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                values = values / finalize(spec.across, den.partials)
+    return AggregateResult(times, groups, values, num, den, int(sum(len(r) for r in rows_per_side)), scanned)

@@ -1,0 +1,48 @@
+"""Store settings: every default in one documented place, passed into constructors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from metricsd.model import Limits
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """How a store keeps data.
+
+    chunk_samples: samples per sealed chunk (Gorilla's 120: 20 minutes at 10 s).
+    head_keep: samples kept in the head after sealing, so that windows up to head_keep
+        samples (5 minutes at 10 s, PromQL's lookback) are answered from the head without
+        decoding a chunk. The head of a series holds between head_keep and
+        chunk_samples + head_keep samples.
+    retention_ms: raw samples older than the newest sample in the store minus this are dropped
+        (relative to the data, as Prometheus does, so replayed or historic data is not dropped
+        by the wall clock).
+    rollup_retention_ms: hourly rollups are kept this long.
+    ooo_window_ms: a sample older than its series' newest sample is accepted (merged in order)
+        when within this window, e.g. hinted hand-off or an agent's retry; older ones are
+        rejected and counted as too_old. A sample at a timestamp the series already holds is
+        dropped and counted as duplicate (first write wins, so retries are idempotent).
+    require_pod_labels: reject series without ``namespace``/``pod`` (the default). Off only for
+        stores that hold non-pod data on purpose, e.g. Prometheus' PromQL test scripts.
+    """
+
+    chunk_samples: int = 120
+    head_keep: int = 32
+    retention_ms: int = 24 * 3600 * 1000
+    rollup_retention_ms: int = 8 * 24 * 3600 * 1000
+    ooo_window_ms: int = 3600 * 1000
+    max_eval_times: int = 11_000
+    limits: Limits = field(default_factory=Limits)
+    require_pod_labels: bool = True
+
+    def __post_init__(self) -> None:
+        if self.chunk_samples < 2 or self.head_keep < 1:
+            raise ValueError("chunk_samples must be >= 2 and head_keep >= 1")
+        if self.retention_ms <= 0 or self.rollup_retention_ms <= 0 or self.ooo_window_ms < 0:
+            raise ValueError("retention and windows must be positive")
+
+    @property
+    def head_capacity(self) -> int:
+        return self.chunk_samples + self.head_keep

@@ -1,0 +1,168 @@
+"""The store against a dict-of-lists oracle under random writes, with _check() after each step."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from metricsd.model import InvalidSeries, Labels, make_labels, series_id
+from metricsd.selector import Matcher, MatchOp, matches_all, parse_selector
+from metricsd.store.engine import Store
+from metricsd.store.settings import StoreSettings
+
+
+def _labels(i: int) -> Labels:
+    return make_labels(
+        "m" if i % 4 else "n",
+        {"namespace": f"ns{i % 3}", "pod": f"pod-{i}", "workload": f"w{i % 5}", **({"node": "a"} if i % 2 else {})},
+    )
+
+
+class Oracle:
+    def __init__(self, ooo: int) -> None:
+        self.data: dict[int, dict[int, float]] = {}
+        self.newest: dict[int, int] = {}
+        self.ooo = ooo
+
+    def write(self, sid: int, ts: list[int], vals: list[float]) -> tuple[int, int]:
+        series = self.data.setdefault(sid, {})
+        too_old = dup = 0
+        newest = self.newest.get(sid)
+        for t, v in zip(ts, vals, strict=True):
+            if newest is not None and t < newest - self.ooo:
+                too_old += 1
+            elif t in series:
+                dup += 1
+            else:
+                series[t] = v
+        if ts:
+            self.newest[sid] = max(newest if newest is not None else ts[-1], ts[-1])
+        return too_old, dup
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_writes_match_the_oracle(seed: int) -> None:
+    rng = random.Random(seed)
+    settings = StoreSettings(chunk_samples=rng.choice([4, 10, 120]), head_keep=rng.choice([1, 3, 8]),
+                             ooo_window_ms=50_000)
+    store = Store(settings)
+    oracle = Oracle(settings.ooo_window_ms)
+    labels = {series_id(_labels(i)): _labels(i) for i in range(12)}
+    sids = list(labels)
+    clock = {sid: 0 for sid in sids}
+    for _step in range(120):
+        chosen = rng.sample(sids, rng.randint(1, len(sids)))
+        ids, counts, ts, vals = [], [], [], []
+        for sid in chosen:
+            n = rng.randint(0, 30)
+            base = clock[sid] + (rng.randint(-80_000, -1) if rng.random() < 0.2 else rng.randint(1, 20_000))
+            t = sorted(set(base + rng.randint(0, 10) * 1000 * k for k in range(n)))
+            clock[sid] = max(clock[sid], t[-1] if t else clock[sid])
+            ids.append(sid)
+            counts.append(len(t))
+            ts.extend(t)
+            vals.extend(float(rng.randint(0, 100)) for _ in t)
+        res = store.write(np.array(ids, dtype=np.uint64), np.array(counts), np.array(ts, dtype=np.int64),
+                          np.array(vals), {sid: labels[sid] for sid in chosen})
+        too_old = dup = 0
+        pos = 0
+        for sid, c in zip(ids, counts, strict=True):
+            a, b = oracle.write(sid, ts[pos : pos + c], vals[pos : pos + c])
+            too_old, dup, pos = too_old + a, dup + b, pos + c
+        assert (res.too_old, res.duplicate) == (too_old, dup)
+        assert res.written == sum(counts) - too_old - dup
+        store._check()
+    lo, hi = -(10**9), 10**12
+    for sid, series in oracle.data.items():
+        got = store.read([Matcher.eq("pod", dict(labels[sid])["pod"])], lo, hi)
+        assert len(got) == (1 if series else len(got))
+        if got:
+            want = sorted(series.items())
+            assert got[0].timestamps.tolist() == [t for t, _ in want]
+            assert got[0].values.tolist() == [v for _, v in want]
+            a, b = sorted(series)[len(series) // 3], sorted(series)[2 * len(series) // 3]
+            part = store.read([Matcher.eq("pod", dict(labels[sid])["pod"])], a, b)[0]
+            assert part.timestamps.tolist() == [t for t, _ in want if a <= t <= b]
+
+
+@pytest.mark.parametrize(
+    "selector",
+    ['workload="w1"', 'workload!="w1"', 'pod=~"pod-1.*"', 'pod!~"pod-1.*"', 'node=""', 'node!=""', 'node=~"a|"',
+     'workload="w1",namespace=~"ns[01]"', 'nosuch=""', 'nosuch="x"', 'workload=~".+",pod!="pod-3"'],
+)
+def test_selectors_find_what_a_scan_finds(selector: str) -> None:
+    store = Store()
+    all_labels = [_labels(i) for i in range(40)]
+    ids = np.array([series_id(lab) for lab in all_labels], dtype=np.uint64)
+    store.write(ids, np.ones(40), np.arange(40), np.zeros(40), {int(i): lab for i, lab in zip(ids, all_labels,
+                                                                                                strict=True)})
+    for metric in (None, "m"):
+        matchers = parse_selector(selector, metric)
+        got = {store.index.labels[r] for r in store.select(matchers).tolist()}
+        assert got == {lab for lab in all_labels if matches_all(matchers, lab)}
+    store._check()
+
+
+def test_gc_drops_old_chunks_and_empty_series() -> None:
+    store = Store(StoreSettings(chunk_samples=10, head_keep=2, retention_ms=100_000))
+    old, new = _labels(1), _labels(2)
+    ido, idn = series_id(old), series_id(new)
+    store.write(np.array([ido], np.uint64), np.array([50]), np.arange(50) * 1000, np.ones(50), {ido: old})
+    store.write(np.array([idn], np.uint64), np.array([300]), np.arange(300) * 1000, np.ones(300), {idn: new})
+    assert store.gc() == 1
+    assert store.read([Matcher.eq("pod", "pod-1")], 0, 10**9) == []
+    kept = store.read([Matcher.eq("pod", "pod-2")], 0, 10**9)[0].timestamps
+    assert kept.min() >= 299_000 - 100_000 - 20_000 and kept.max() == 299_000
+    store._check()
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        (make_labels("m", {"namespace": "a"}), "required label 'pod'"),
+        (make_labels("m", {"namespace": "a", "pod": "b", "bad-name": "x"}), "label name 'bad-name'"),
+        (make_labels("", {"namespace": "a", "pod": "b"}), "empty metric name"),
+        (make_labels("m", {"namespace": "a", "pod": "b", **{f"l{i}": "x" for i in range(40)}}), "more than the limit"),
+    ],
+)
+def test_a_bad_series_rejects_the_whole_batch(labels: Labels, message: str) -> None:
+    store = Store()
+    good = _labels(1)
+    ids = np.array([series_id(good), series_id(labels)], dtype=np.uint64)
+    with pytest.raises(InvalidSeries, match=message):
+        store.write(ids, np.array([1, 1]), np.array([1, 1]), np.array([1.0, 2.0]),
+                    {series_id(good): good, series_id(labels): labels})
+    assert store.stats()["series"] == 0 and store.stats()["samples"] == 0
+
+
+def test_timestamps_out_of_order_or_out_of_range_in_a_batch_are_rejected() -> None:
+    store = Store()
+    lab = _labels(1)
+    sid = series_id(lab)
+    with pytest.raises(InvalidSeries, match="strictly increase"):
+        store.write(np.array([sid], np.uint64), np.array([2]), np.array([5, 5]), np.ones(2), {sid: lab})
+    with pytest.raises(InvalidSeries, match="out of range"):
+        store.write(np.array([sid], np.uint64), np.array([1]), np.array([10**16]), np.ones(1), {sid: lab})
+    with pytest.raises(InvalidSeries, match="does not match its labels"):
+        store.write(np.array([sid + 1], np.uint64), np.array([1]), np.array([1]), np.ones(1), {sid + 1: lab})
+    assert store.stats()["series"] == 0
+
+
+def test_unknown_ids_store_nothing_and_are_reported() -> None:
+    store = Store()
+    lab = _labels(1)
+    sid = series_id(lab)
+    res = store.write(np.array([sid, 42], np.uint64), np.array([1, 1]), np.array([1, 1]), np.ones(2), {sid: lab})
+    assert res.unknown_ids == [42] and res.written == 0
+    assert store.stats()["series"] == 0
+
+
+def test_pod_index_lists_a_namespace_by_prefix() -> None:
+    store = Store()
+    labs = [_labels(i) for i in range(9)]
+    ids = np.array([series_id(lab) for lab in labs], np.uint64)
+    store.write(ids, np.ones(9), np.ones(9), np.ones(9), {int(i): lab for i, lab in zip(ids, labs, strict=True)})
+    assert list(store.index.pods_with_prefix("ns1/")) == ["ns1/pod-1", "ns1/pod-4", "ns1/pod-7"]
+    assert MatchOp.EQ.value == "="
