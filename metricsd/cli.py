@@ -1,0 +1,72 @@
+"""The ``metricsd`` command: one entry point, a subcommand per role."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from metricsd import __version__
+from metricsd.clock import SystemClock
+from metricsd.up import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, UpOptions, run_up
+
+
+def _port(text: str) -> int:
+    p = int(text)
+    if not 0 <= p <= 65535:
+        raise argparse.ArgumentTypeError(f"port {p} out of range")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="metricsd", description="In-memory time-series store for pod metrics.")
+    parser.add_argument("--version", action="version", version=f"metricsd {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="one process: a store fed by a simulated cluster (the embedded default)")
+    up.add_argument("--grpc-port", type=_port, default=DEFAULT_GRPC_PORT, help="gRPC API port on 127.0.0.1")
+    up.add_argument("--http-port", type=_port, default=DEFAULT_HTTP_PORT,
+                    help="HTTP API port on 127.0.0.1 (reserved: the HTTP API is not served by this build yet)")
+    up.add_argument("--data-dir", type=Path, default=None,
+                    help="directory for the store's files (created if missing; the write-ahead log is not written "
+                         "by this build yet, so data lives in memory only)")
+    up.add_argument("--no-simulate", action="store_true", help="do not run the simulated agent")
+    up.add_argument("--pods", type=int, default=200, help="simulated pods")
+    up.add_argument("--workloads", type=int, default=10, help="simulated workloads")
+    up.add_argument("--nodes", type=int, default=5, help="simulated nodes")
+    up.add_argument("--seed", type=int, default=0, help="simulator seed")
+
+    from metricsd.querycmd import add_arguments
+
+    q = sub.add_parser("query", help="ask an aggregate and print a table")
+    add_arguments(q)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "up":
+        opts = UpOptions(grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,
+                         simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
+                         seed=args.seed)
+        try:
+            asyncio.run(run_up(opts))
+        except OSError as e:
+            print(f"metricsd up: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            pass
+        return 0
+    if args.command == "query":
+        from metricsd.querycmd import run_query
+
+        return asyncio.run(run_query(args, SystemClock().now_ms()))
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
