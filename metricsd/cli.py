@@ -10,6 +10,7 @@ from pathlib import Path
 
 from metricsd import __version__
 from metricsd.clock import SystemClock
+from metricsd.memory import tune_malloc
 from metricsd.up import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, UpOptions, run_up
 
 
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    tune_malloc()
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "up":
         opts = UpOptions(grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,

@@ -1,0 +1,39 @@
+"""glibc malloc settings for long-running metricsd processes.
+
+A store decodes batches into NumPy arrays of a few hundred KiB. glibc serves those from mmap
+until the first is freed, then raises its mmap threshold (up to 32 MiB) and serves them from the
+heap, which fragments and does not shrink; gRPC's threads also each get their own malloc arena.
+Pinning the threshold at 128 KiB and capping arenas at 2 measured 16% less RSS for the same data
+(perf/RESULTS.md). Equivalent to MALLOC_MMAP_THRESHOLD_=131072 MALLOC_ARENA_MAX=2 in the
+environment, which this respects when set.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+
+log = logging.getLogger("metricsd.memory")
+
+
+def tune_malloc(mmap_threshold: int = 128 * 1024, arena_max: int = 2) -> bool:
+    """Apply the settings if this is glibc; returns whether they were applied. Call early."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    ok = True
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        ok = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and ok
+    if "MALLOC_ARENA_MAX" not in os.environ:
+        ok = bool(mallopt(_M_ARENA_MAX, arena_max)) and ok
+    return ok
