@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 
@@ -18,7 +19,9 @@ from metricsd.store.settings import StoreSettings
 from metricsd.store.window import SeriesFn
 
 
+@functools.cache
 def _build(seed: int) -> tuple[Store, dict[str, tuple[dict[str, str], list[int], list[float]]]]:
+    """Built once per seed and shared: the tests only read it."""
     rng = random.Random(seed)
     store = Store(StoreSettings(chunk_samples=rng.choice([6, 120]), head_keep=rng.choice([2, 32])))
     raw: dict[str, tuple[dict[str, str], list[int], list[float]]] = {}
