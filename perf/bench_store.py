@@ -198,8 +198,9 @@ def markdown(r: dict) -> str:
         f"{mem['rss_bytes_per_sample']:.2f} / {mem['rss_bytes_per_series']:,.0f} | < 6.0 (VictoriaMetrics) |",
     ]
     for k, v in lat.items():
+        target = "p99 < 10 ms" if k.endswith("_c1") else "5x faster than peers (Prometheus ~300 ms, VM ~200 ms)"
         rows.append(f"| aggregate {k.replace('_c', ', concurrency ')} over 5,000 pods, 1m window: p50 / p99 | "
-                    f"{v['p50_ms']:.2f} / {v['p99_ms']:.2f} ms | p99 < 10 ms |")
+                    f"{v['p50_ms']:.2f} / {v['p99_ms']:.2f} ms | {target} |")
     return "\n".join(rows)
 
 
