@@ -14,6 +14,7 @@ from metricsd.model import InvalidSeries, Labels
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.selector import InvalidSelector, Matcher, MatchOp
 from metricsd.store.aggregate import AcrossFn
+from metricsd.store.engine import SlotFilter
 from metricsd.store.query import AggregateResult, AggregateSpec, InvalidAggregate, SideQuery, SideResult
 from metricsd.store.window import SeriesFn
 
@@ -57,6 +58,18 @@ def matchers_to_pb(matchers: Sequence[Matcher]) -> list[pb.Matcher]:
     return [pb.Matcher(type=_OPS_BACK[m.op], name=m.name, value=m.value) for m in matchers]
 
 
+def slot_filter_from_pb(f: pb.SlotFilter) -> SlotFilter | None:
+    """None when the request does not restrict slots; raises InvalidSelector for a bad filter."""
+    if f.slot_count == 0:
+        if len(f.slots):
+            raise InvalidSelector("slot filter lists slots but has slot_count 0")
+        return None
+    bad = [s for s in f.slots if s >= f.slot_count]
+    if bad:
+        raise InvalidSelector(f"slot {bad[0]} is out of range for slot_count {f.slot_count}")
+    return SlotFilter(f.slot_count, tuple(f.slots))
+
+
 def _side_from_pb(q: pb.AggregateQuery) -> SideQuery:
     if q.series_fn not in {int(f) for f in SeriesFn}:
         raise InvalidAggregate(f"unknown or missing series_fn {q.series_fn}")
@@ -80,6 +93,7 @@ def aggregate_spec_from_pb(req: pb.AggregateRequest) -> AggregateSpec:
         end_ms=req.end_ms,
         step_ms=req.step_ms,
         per_series=req.per_series,
+        slots=slot_filter_from_pb(req.slots),
     )
 
 

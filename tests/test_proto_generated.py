@@ -1,4 +1,4 @@
-"""The generated gRPC code in metricsd/proto/ matches proto/metricsd.proto (run `make proto`)."""
+"""The generated gRPC code in metricsd/proto/ matches proto/*.proto (run `make proto`)."""
 
 from __future__ import annotations
 
@@ -12,4 +12,4 @@ def test_generated_code_is_up_to_date(tmp_path: Path) -> None:
     for name in GENERATED:
         fresh = (tmp_path / name).read_text()
         committed = (ROOT / "metricsd" / "proto" / name).read_text()
-        assert fresh == committed, f"metricsd/proto/{name} is out of date with proto/metricsd.proto: run `make proto`"
+        assert fresh == committed, f"metricsd/proto/{name} is out of date with proto/: run `make proto`"

@@ -107,15 +107,25 @@ class Matcher(_message.Message):
     value: str
     def __init__(self, type: _Optional[_Union[Matcher.Type, str]] = ..., name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
+class SlotFilter(_message.Message):
+    __slots__ = ("slot_count", "slots")
+    SLOT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    slot_count: int
+    slots: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, slot_count: _Optional[int] = ..., slots: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class ReadRequest(_message.Message):
-    __slots__ = ("matchers", "start_ms", "end_ms")
+    __slots__ = ("matchers", "start_ms", "end_ms", "slots")
     MATCHERS_FIELD_NUMBER: _ClassVar[int]
     START_MS_FIELD_NUMBER: _ClassVar[int]
     END_MS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
     matchers: _containers.RepeatedCompositeFieldContainer[Matcher]
     start_ms: int
     end_ms: int
-    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ...) -> None: ...
+    slots: SlotFilter
+    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ...) -> None: ...
 
 class SeriesData(_message.Message):
     __slots__ = ("id", "labels", "timestamps", "values")
@@ -146,7 +156,7 @@ class AggregateQuery(_message.Message):
     def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., series_fn: _Optional[_Union[SeriesFn, str]] = ..., window_ms: _Optional[int] = ...) -> None: ...
 
 class AggregateRequest(_message.Message):
-    __slots__ = ("query", "denominator", "across", "quantile", "group_by", "start_ms", "end_ms", "step_ms", "per_series")
+    __slots__ = ("query", "denominator", "across", "quantile", "group_by", "start_ms", "end_ms", "step_ms", "per_series", "slots")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     DENOMINATOR_FIELD_NUMBER: _ClassVar[int]
     ACROSS_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +166,7 @@ class AggregateRequest(_message.Message):
     END_MS_FIELD_NUMBER: _ClassVar[int]
     STEP_MS_FIELD_NUMBER: _ClassVar[int]
     PER_SERIES_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
     query: AggregateQuery
     denominator: AggregateQuery
     across: AcrossFn
@@ -165,7 +176,8 @@ class AggregateRequest(_message.Message):
     end_ms: int
     step_ms: int
     per_series: bool
-    def __init__(self, query: _Optional[_Union[AggregateQuery, _Mapping]] = ..., denominator: _Optional[_Union[AggregateQuery, _Mapping]] = ..., across: _Optional[_Union[AcrossFn, str]] = ..., quantile: _Optional[float] = ..., group_by: _Optional[_Iterable[str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., step_ms: _Optional[int] = ..., per_series: _Optional[bool] = ...) -> None: ...
+    slots: SlotFilter
+    def __init__(self, query: _Optional[_Union[AggregateQuery, _Mapping]] = ..., denominator: _Optional[_Union[AggregateQuery, _Mapping]] = ..., across: _Optional[_Union[AcrossFn, str]] = ..., quantile: _Optional[float] = ..., group_by: _Optional[_Iterable[str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., step_ms: _Optional[int] = ..., per_series: _Optional[bool] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ...) -> None: ...
 
 class Partials(_message.Message):
     __slots__ = ("sum", "count", "min", "max")
@@ -246,12 +258,14 @@ class RollupsResponse(_message.Message):
     def __init__(self, series: _Optional[_Iterable[_Union[SeriesRollups, _Mapping]]] = ...) -> None: ...
 
 class ListSeriesRequest(_message.Message):
-    __slots__ = ("matchers", "limit")
+    __slots__ = ("matchers", "limit", "slots")
     MATCHERS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
     matchers: _containers.RepeatedCompositeFieldContainer[Matcher]
     limit: int
-    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., limit: _Optional[int] = ...) -> None: ...
+    slots: SlotFilter
+    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., limit: _Optional[int] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ...) -> None: ...
 
 class ListSeriesResponse(_message.Message):
     __slots__ = ("series",)
@@ -260,12 +274,14 @@ class ListSeriesResponse(_message.Message):
     def __init__(self, series: _Optional[_Iterable[_Union[SeriesLabels, _Mapping]]] = ...) -> None: ...
 
 class LabelValuesRequest(_message.Message):
-    __slots__ = ("name", "matchers")
+    __slots__ = ("name", "matchers", "slots")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MATCHERS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     matchers: _containers.RepeatedCompositeFieldContainer[Matcher]
-    def __init__(self, name: _Optional[str] = ..., matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ...) -> None: ...
+    slots: SlotFilter
+    def __init__(self, name: _Optional[str] = ..., matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ...) -> None: ...
 
 class LabelValuesResponse(_message.Message):
     __slots__ = ("values",)

@@ -15,7 +15,14 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.selector import InvalidSelector
 from metricsd.store.engine import Store
 from metricsd.store.query import InvalidAggregate, run_aggregate
-from metricsd.wire import aggregate_result_to_pb, aggregate_spec_from_pb, labels_from_pb, labels_to_pb, matchers_from_pb
+from metricsd.wire import (
+    aggregate_result_to_pb,
+    aggregate_spec_from_pb,
+    labels_from_pb,
+    labels_to_pb,
+    matchers_from_pb,
+    slot_filter_from_pb,
+)
 
 __all__ = ["BadRequest", "StoreAPI"]
 
@@ -54,7 +61,8 @@ class StoreAPI:
 
     def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         try:
-            series = self.store.read(matchers_from_pb(request.matchers), request.start_ms, request.end_ms)
+            series = self.store.read(matchers_from_pb(request.matchers), request.start_ms, request.end_ms,
+                                     slot_filter_from_pb(request.slots))
         except _BAD_INPUT as e:
             raise BadRequest(str(e)) from e
         resp = pb.ReadResponse()
@@ -92,7 +100,7 @@ class StoreAPI:
 
     def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
         try:
-            rows = self.store.select(matchers_from_pb(request.matchers))
+            rows = self.store.select(matchers_from_pb(request.matchers), slot_filter_from_pb(request.slots))
         except _BAD_INPUT as e:
             raise BadRequest(str(e)) from e
         if request.limit:
@@ -108,7 +116,9 @@ class StoreAPI:
         if not request.name:
             raise BadRequest("label name is empty")
         try:
-            rows = self.store.select(matchers_from_pb(request.matchers)) if request.matchers else None
+            slots = slot_filter_from_pb(request.slots)
+            rows = (self.store.select(matchers_from_pb(request.matchers), slots)
+                    if request.matchers or slots is not None else None)
         except _BAD_INPUT as e:
             raise BadRequest(str(e)) from e
         return pb.LabelValuesResponse(values=self.store.index.label_values(request.name, rows))

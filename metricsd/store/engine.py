@@ -26,7 +26,7 @@ from metricsd.store.index import SeriesIndex
 from metricsd.store.rollup import RollupPoints, Rollups
 from metricsd.store.settings import StoreSettings
 
-__all__ = ["SeriesSamples", "Store", "WriteResult"]
+__all__ = ["SeriesSamples", "Store", "ValidWrite", "WriteResult"]
 
 
 @dataclass
@@ -35,6 +35,27 @@ class WriteResult:
     unknown_ids: list[int] = field(default_factory=list)
     too_old: int = 0
     duplicate: int = 0
+
+
+@dataclass(frozen=True)
+class ValidWrite:
+    """A batch validated against the store as it was; apply() it before anything else changes the store."""
+
+    ids: np.ndarray
+    counts: np.ndarray
+    timestamps: np.ndarray
+    values: np.ndarray
+    new_series: Mapping[int, Labels]
+    rows: np.ndarray  # per series: its row, or -1 for a series new to the store
+    generation: int
+
+
+@dataclass(frozen=True)
+class SlotFilter:
+    """Only series whose slot (pod hash mod slot_count) is in ``slots``; slot_count 0: all."""
+
+    slot_count: int
+    slots: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -56,6 +77,7 @@ class Store:
         self.max_ts = np.iinfo(np.int64).min
         self.samples_written = 0
         self._stamp_buf = np.zeros(64, dtype=np.int64)
+        self._generation = 0  # bumped by every change; a ValidWrite must see the one it was made at
 
     # --- writes ----------------------------------------------------------------------------
 
@@ -68,6 +90,19 @@ class Store:
         new_series: Mapping[int, Labels] | None = None,
     ) -> WriteResult:
         """Store a columnar batch (see proto WriteRequest). Raises InvalidSeries, storing nothing."""
+        batch = self.validate(ids, counts, timestamps, values, new_series)
+        return batch if isinstance(batch, WriteResult) else self.apply(batch)
+
+    def validate(
+        self,
+        ids: np.ndarray,
+        counts: np.ndarray,
+        timestamps: np.ndarray,
+        values: np.ndarray,
+        new_series: Mapping[int, Labels] | None = None,
+    ) -> ValidWrite | WriteResult:
+        """The first half of write(), storing nothing: a ValidWrite to apply(), or a WriteResult
+        naming the unknown ids. Raises InvalidSeries. A write-ahead log goes between the halves."""
         new_series = new_series or {}
         ids = np.asarray(ids, dtype=np.uint64)
         counts = np.asarray(counts, dtype=np.int64)
@@ -78,6 +113,15 @@ class Store:
             known = self.index.by_id
             return WriteResult(unknown_ids=[int(i) for i in ids.tolist() if int(i) not in known
                                             and int(i) not in new_series])
+        return ValidWrite(ids, counts, timestamps, values, new_series, rows, self._generation)
+
+    def apply(self, batch: ValidWrite) -> WriteResult:
+        """The second half of write(). Raises RuntimeError if the store changed since validate()."""
+        if batch.generation != self._generation:
+            raise RuntimeError("the store changed between validate() and apply()")
+        self._generation += 1
+        ids, counts, timestamps, values, new_series, rows = (batch.ids, batch.counts, batch.timestamps, batch.values,
+                                                             batch.new_series, batch.rows)
         for i in np.flatnonzero(rows < 0).tolist():
             sid = int(ids[i])
             rows[i] = self._add_series(sid, new_series[sid])
@@ -174,6 +218,12 @@ class Store:
             labels = self.index.labels[row] if row is not None else None
         return describe(labels) if labels else f"id {sid:#x}"
 
+    def add_series(self, sid: int, labels: Labels) -> int:
+        """Register a series with no samples and return its row (restoring a snapshot; labels are
+        not validated). Raises KeyError if the id is known."""
+        self._generation += 1
+        return self._add_series(sid, labels)
+
     def _add_series(self, sid: int, labels: Labels) -> int:
         row = self.index.add(sid, labels)
         self.head.ensure_rows(row + 1)
@@ -256,8 +306,12 @@ class Store:
 
     # --- reads -----------------------------------------------------------------------------
 
-    def select(self, matchers: Sequence[Matcher]) -> np.ndarray:
-        return self.index.select(matchers)
+    def select(self, matchers: Sequence[Matcher], slots: SlotFilter | None = None) -> np.ndarray:
+        """Rows of live series matching every matcher, restricted to some slots if given."""
+        rows = self.index.select(matchers)
+        if slots is not None and slots.slot_count:
+            rows = self.index.in_slots(rows, slots.slot_count, slots.slots)
+        return rows
 
     def series_samples(self, row: int, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
         """Samples of one series in [start_ms, end_ms], from the head alone when it covers them."""
@@ -274,9 +328,10 @@ class Store:
             return ct, cv
         return np.concatenate([ct, ut[keep]]), np.concatenate([cv, uv[keep]])
 
-    def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesSamples]:
+    def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, slots: SlotFilter | None = None
+             ) -> list[SeriesSamples]:
         out = []
-        for row in self.index.select(matchers).tolist():
+        for row in self.select(matchers, slots).tolist():
             t, v = self.series_samples(row, start_ms, end_ms)
             labels = self.index.labels[row]
             assert labels is not None
@@ -296,6 +351,7 @@ class Store:
 
     def gc(self) -> int:
         """Drop raw chunks past retention and series left with nothing; returns series removed."""
+        self._generation += 1
         if self.max_ts == np.iinfo(np.int64).min:
             return 0
         cutoff = self.max_ts - self.settings.retention_ms

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 from sortedcontainers import SortedDict
 
+from metricsd.cluster.slots import pod_hash
 from metricsd.model import Labels, pod_key
 from metricsd.selector import Matcher, MatchOp
 
@@ -80,6 +81,8 @@ class SeriesIndex:
         self.labels: list[Labels | None] = []
         self.ids: list[int] = []
         self.id_column = np.zeros(64, dtype=np.uint64)  # ids[row] as a column, for vectorised replies
+        # pod_hash(namespace/pod) per row: a slot filter of any slot count is one modulo away.
+        self.pod_hash = np.zeros(64, dtype=np.uint64)
         self.by_id: dict[int, int] = {}
         self.pods: SortedDict = SortedDict()  # pod key -> list of rows
         self.columns: dict[str, _LabelColumn] = {}
@@ -151,8 +154,10 @@ class SeriesIndex:
         if row >= len(self.alive):
             self.alive = np.concatenate([self.alive, np.zeros(len(self.alive), dtype=bool)])
             self.id_column = np.concatenate([self.id_column, np.zeros(len(self.id_column), dtype=np.uint64)])
+            self.pod_hash = np.concatenate([self.pod_hash, np.zeros(len(self.pod_hash), dtype=np.uint64)])
         self.alive[row] = True
         self.id_column[row] = sid
+        self.pod_hash[row] = pod_hash(pod_key(labels))
         self.n_alive += 1
         self.pods.setdefault(pod_key(labels), []).append(row)
         for name, value in labels:
@@ -255,6 +260,12 @@ class SeriesIndex:
             candidates = candidates[lut[col.codes[candidates] + 1]]
         return candidates
 
+    def in_slots(self, rows: np.ndarray, slot_count: int, slots: Iterable[int]) -> np.ndarray:
+        """The rows whose pod's slot (pod hash mod slot_count) is one of ``slots``."""
+        wanted = np.zeros(slot_count, dtype=bool)
+        wanted[np.fromiter(slots, dtype=np.int64)] = True
+        return rows[wanted[(self.pod_hash[rows] % np.uint64(slot_count)).astype(np.int64)]]
+
     def label_values(self, name: str, rows: np.ndarray | None = None) -> list[str]:
         col = self.columns.get(name)
         if col is None:
@@ -309,6 +320,7 @@ class SeriesIndex:
             assert labels is not None
             assert self.by_id[self.ids[r]] == r
             assert int(self.id_column[r]) == self.ids[r]
+            assert int(self.pod_hash[r]) == pod_hash(pod_key(labels))
             assert r in self.pods[pod_key(labels)]
             for name, value in labels:
                 col = self.columns[name]

@@ -16,7 +16,7 @@ import numpy as np
 from metricsd.model import Labels
 from metricsd.selector import Matcher
 from metricsd.store.aggregate import AcrossFn, Partials, finalize, group_partials, quantile_across
-from metricsd.store.engine import Store
+from metricsd.store.engine import SlotFilter, Store
 from metricsd.store.head import NO_TS
 from metricsd.store.window import SeriesFn, reduce_windows
 
@@ -45,6 +45,7 @@ class AggregateSpec:
     denominator: SideQuery | None = None
     quantile: float = 0.5
     per_series: bool = False
+    slots: SlotFilter | None = None
 
 
 @dataclass
@@ -158,7 +159,7 @@ def run_aggregate(store: Store, spec: AggregateSpec) -> AggregateResult:
     _validate(spec)
     times = eval_times(spec.start_ms, spec.end_ms, spec.step_ms, store.settings.max_eval_times)
     sides = [spec.query] + ([spec.denominator] if spec.denominator is not None else [])
-    rows_per_side = [store.select(side.matchers) for side in sides]
+    rows_per_side = [store.select(side.matchers, spec.slots) for side in sides]
     # Groups over both sides together, so numerator and denominator line up.
     all_rows = np.concatenate(rows_per_side) if len(rows_per_side) > 1 else rows_per_side[0]
     groups, gidx_all = store.index.group_codes(all_rows, spec.group_by)
