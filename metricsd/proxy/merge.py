@@ -1,0 +1,143 @@
+"""Merging Aggregate replies from several stores and replicas into one answer. Pure: no I/O.
+
+A proxy asks R replicas of every slot with ``per_series`` set, so each reply carries, per series,
+its value at each evaluation time and how many raw samples it came from. Series are then
+de-duplicated by id, keeping the reply that saw more samples (the more complete replica), and
+folded into groups exactly as a store folds them (metricsd/store/aggregate.py), so the answer
+equals what one store holding all the data would give. Where replicas disagree on a series the
+lagging replica is named, for read repair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from metricsd.model import Labels
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.store.aggregate import AcrossFn, Partials, finalize, group_partials, quantile_across
+
+__all__ = ["MergeError", "MergedAggregate", "merge_aggregates"]
+
+
+class MergeError(ValueError):
+    """Replies that cannot be merged (different evaluation times: a bug or a mixed-version fleet)."""
+
+
+@dataclass
+class MergedAggregate:
+    response: pb.AggregateResponse
+    # reply index -> ids of series for which that reply had fewer samples than another replica
+    lagging: dict[int, set[int]] = field(default_factory=dict)
+
+
+@dataclass
+class _Side:
+    ids: np.ndarray
+    group: np.ndarray
+    values: np.ndarray
+    samples: np.ndarray
+    reply: np.ndarray
+
+
+def _labels(g: pb.Group) -> Labels:
+    return tuple(sorted((lab.name, lab.value) for lab in g.labels))
+
+
+def _collect(replies: Sequence[pb.AggregateResponse], side: str, n_times: int, gindex: dict[Labels, int]) -> _Side:
+    ids, groups, values, samples, reply = [], [], [], [], []
+    for ri, r in enumerate(replies):
+        sp = getattr(r, side)
+        n = len(sp.ids)
+        if n == 0:
+            continue
+        local = np.array([gindex.setdefault(_labels(g), len(gindex)) for g in r.groups], dtype=np.int64)
+        ids.append(np.array(sp.ids, dtype=np.uint64))
+        groups.append(local[np.array(sp.group, dtype=np.int64)])
+        values.append(np.array(sp.values, dtype=np.float64).reshape(n, n_times))
+        samples.append(np.array(sp.samples, dtype=np.uint32).reshape(n, n_times))
+        reply.append(np.full(n, ri, dtype=np.int64))
+    if not ids:
+        return _Side(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros((0, n_times)),
+                     np.zeros((0, n_times), np.uint32), np.zeros(0, np.int64))
+    return _Side(np.concatenate(ids), np.concatenate(groups), np.concatenate(values), np.concatenate(samples),
+                 np.concatenate(reply))
+
+
+def _dedupe(s: _Side, lagging: dict[int, set[int]]) -> _Side:
+    """Keep one row per series id: the one with the most samples in total (ties: the first reply)."""
+    if len(s.ids) == 0:
+        return s
+    total = s.samples.sum(axis=1).astype(np.int64)
+    order = np.lexsort((s.reply, -total, s.ids))
+    sorted_ids = s.ids[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    keep = order[first]
+    # a duplicate row with fewer samples than the kept one comes from a lagging replica
+    best_total = np.repeat(total[keep], np.diff(np.append(np.flatnonzero(first), len(order))))
+    behind = order[~first][total[order[~first]] < best_total[~first]]
+    for i in behind.tolist():
+        lagging.setdefault(int(s.reply[i]), set()).add(int(s.ids[i]))
+    return _Side(s.ids[keep], s.group[keep], s.values[keep], s.samples[keep], s.reply[keep])
+
+
+def _partials_to_pb(p: Partials, out: pb.Partials, order: np.ndarray) -> None:
+    out.sum.extend(p.sum[order].ravel().tolist())
+    out.count.extend(p.count[order].ravel().tolist())
+    out.min.extend(p.min[order].ravel().tolist())
+    out.max.extend(p.max[order].ravel().tolist())
+
+
+def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.AggregateResponse]) -> MergedAggregate:
+    """One answer from replies that together cover every slot at least once (per_series set)."""
+    if not replies:
+        raise MergeError("no replies to merge")
+    times = list(replies[0].timestamps)
+    for r in replies[1:]:
+        if list(r.timestamps) != times:
+            raise MergeError("replies have different evaluation times")
+    n_times = len(times)
+    gindex: dict[Labels, int] = {}
+    lagging: dict[int, set[int]] = {}
+    num = _dedupe(_collect(replies, "numerator_series", n_times, gindex), lagging)
+    has_den = request.HasField("denominator")
+    den = _dedupe(_collect(replies, "denominator_series", n_times, gindex), lagging) if has_den else None
+    group_labels = list(gindex)
+    n_groups = len(group_labels)
+    order = np.array(sorted(range(n_groups), key=lambda i: group_labels[i]), dtype=np.int64)
+    across = AcrossFn(request.across)
+    num_p = group_partials(num.values, num.samples, num.group, n_groups)
+    if across is AcrossFn.QUANTILE:
+        values = quantile_across(request.quantile, num.values, num.samples, num.group, n_groups)
+    else:
+        values = finalize(across, num_p)
+    den_p = None
+    if den is not None:
+        den_p = group_partials(den.values, den.samples, den.group, n_groups)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = values / finalize(across, den_p)
+    resp = pb.AggregateResponse(
+        series_scanned=len(num.ids) + (len(den.ids) if den is not None else 0),
+        samples_scanned=int(num.samples.sum()) + (int(den.samples.sum()) if den is not None else 0),
+    )
+    resp.timestamps.extend(times)
+    for gi in order.tolist():
+        resp.groups.add().labels.extend(pb.Label(name=k, value=v) for k, v in group_labels[gi])
+    _partials_to_pb(num_p, resp.numerator, order)
+    if den_p is not None:
+        _partials_to_pb(den_p, resp.denominator, order)
+    resp.values.extend(values[order].ravel().tolist())
+    if request.per_series or across is AcrossFn.QUANTILE:
+        rank = np.empty(n_groups, dtype=np.int64)
+        rank[order] = np.arange(n_groups)
+        for side, out in ((num, resp.numerator_series), (den, resp.denominator_series)):
+            if side is None:
+                continue
+            out.ids.extend(side.ids.tolist())
+            out.group.extend(rank[side.group].tolist())
+            out.values.extend(side.values.ravel().tolist())
+            out.samples.extend(side.samples.ravel().tolist())
+    return MergedAggregate(resp, lagging)
