@@ -76,7 +76,8 @@ class Rollups:
         run_row, run_hour = r[starts], h[starts]
         run_min = np.minimum.reduceat(v, starts)
         run_max = np.maximum.reduceat(v, starts)
-        run_sum = np.add.reduceat(v, starts)
+        with np.errstate(over="ignore", invalid="ignore"):  # sums of values near 1e308 become inf, as in PromQL
+            run_sum = np.add.reduceat(v, starts)
         run_cnt = (ends - starts + 1).astype(np.float64)
         run_last = v[ends]
         # k-th run of each row: rows change less often than runs
@@ -105,7 +106,8 @@ class Rollups:
             rs = rows[same]
             self.min[rs] = np.minimum(self.min[rs], mn[same])
             self.max[rs] = np.maximum(self.max[rs], mx[same])
-            self.sum[rs] += sm[same]
+            with np.errstate(over="ignore", invalid="ignore"):
+                self.sum[rs] += sm[same]
             self.count[rs] += cnt[same]
             self.last[rs] = last[same]
         newer = hours > cur

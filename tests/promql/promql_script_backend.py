@@ -68,4 +68,11 @@ class InProcessBackend:
         pass
 
 
-BACKENDS: dict[str, Callable[[], Backend]] = {"inprocess": InProcessBackend}
+def _http_backend() -> Backend:
+    """A real store behind the HTTP API (promql_script_http.py); imported late, it imports this."""
+    from promql_script_http import HttpBackend
+
+    return HttpBackend()
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {"inprocess": InProcessBackend, "http": _http_backend}

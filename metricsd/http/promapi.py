@@ -1,0 +1,174 @@
+"""The Prometheus HTTP API (``/api/v1/...``), so Grafana's Prometheus data source and other tools
+that speak it work unchanged.
+
+Shapes follow Prometheus' web/api/v1: ``{"status": "success", "data": ...}``, errors as
+``{"status": "error", "errorType": ..., "error": ...}`` with 400 for ``bad_data``, 422 for
+``execution`` and 503 when the backend is unavailable (see server.py's error middleware).
+
+``/api/v1/series``, ``/labels`` and ``/label/<name>/values`` answer from the series the stores
+hold; their ``start``/``end`` are accepted and checked, but every series held is listed (the
+stores keep about a day, which is what such requests usually cover).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from metricsd import __version__
+from metricsd.backend import MetricsBackend
+from metricsd.clock import Clock
+from metricsd.http.params import ApiError, Params, bad, positive_int, read_params
+from metricsd.http.queries import QueryRunner
+from metricsd.http.selfmetrics import SelfMetrics
+from metricsd.http.settings import HttpSettings
+from metricsd.promql import to_prometheus_json
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.selector import Matcher, MatchOp
+from metricsd.wire import labels_from_pb, matchers_to_pb
+
+__all__ = ["PromAPI", "success"]
+
+_ANY_SERIES = [Matcher(MatchOp.RE, "__name__", ".+")]
+
+
+def success(data: Any) -> web.Response:
+    return web.json_response({"status": "success", "data": data})
+
+
+class PromAPI:
+    """Handlers of the Prometheus-compatible API over one backend."""
+
+    def __init__(self, backend: MetricsBackend, runner: QueryRunner, settings: HttpSettings, clock: Clock,
+                 metrics: SelfMetrics) -> None:
+        self.backend = backend
+        self.runner = runner
+        self.settings = settings
+        self.clock = clock
+        self.metrics = metrics
+
+    def add_routes(self, app: web.Application) -> None:
+        for path, handler in (
+            ("/api/v1/query", self.query),
+            ("/api/v1/query_range", self.query_range),
+            ("/api/v1/series", self.series),
+            ("/api/v1/labels", self.labels),
+            ("/api/v1/label/{name}/values", self.label_values),
+            ("/api/v1/query_exemplars", self.exemplars),
+        ):
+            app.router.add_get(path, handler)
+            app.router.add_post(path, handler)
+        app.router.add_get("/api/v1/status/buildinfo", self.buildinfo)
+        app.router.add_get("/api/v1/metadata", self.metadata)
+
+    def _timeout_s(self, params: Params) -> float:
+        limit = self.settings.request_timeout_s
+        if params.get("timeout"):
+            limit = min(limit, params.duration_ms("timeout") / 1000.0)
+        if limit <= 0:
+            raise bad("timeout", "must be positive")
+        return limit
+
+    async def query(self, request: web.Request) -> web.Response:
+        params = await read_params(request)
+        expr = params.require("query")
+        t = params.time_ms("time", self.clock.now_ms())
+        started = self.clock.monotonic()
+        try:
+            async with asyncio.timeout(self._timeout_s(params)):
+                result, path = await self.runner.instant(expr, t)
+        except TimeoutError:
+            raise ApiError("timeout", "query timed out in expression evaluation") from None
+        self.metrics.query_duration.labels(path=path).observe(self.clock.monotonic() - started)
+        return success(to_prometheus_json(result))
+
+    async def query_range(self, request: web.Request) -> web.Response:
+        params = await read_params(request)
+        expr = params.require("query")
+        start = params.time_ms("start", -1) if params.get("start") else None
+        end = params.time_ms("end", -1) if params.get("end") else None
+        if start is None:
+            raise bad("start", "parameter is missing")
+        if end is None:
+            raise bad("end", "parameter is missing")
+        step = params.duration_ms("step")
+        started = self.clock.monotonic()
+        try:
+            async with asyncio.timeout(self._timeout_s(params)):
+                result, path = await self.runner.range(expr, start, end, step)
+        except TimeoutError:
+            raise ApiError("timeout", "query timed out in expression evaluation") from None
+        self.metrics.query_duration.labels(path=path).observe(self.clock.monotonic() - started)
+        return success(to_prometheus_json(result))
+
+    def _check_window(self, params: Params) -> None:
+        start = params.time_ms("start", -(2**62))
+        end = params.time_ms("end", 2**62)
+        if end < start:
+            raise bad("end", "end timestamp must not be before start time")
+
+    async def _series(self, selectors: list[list[Matcher]], limit: int = 0) -> dict[int, dict[str, str]]:
+        resps = await asyncio.gather(*(
+            self.backend.list_series(pb.ListSeriesRequest(matchers=matchers_to_pb(m), limit=limit))
+            for m in selectors
+        ))
+        out: dict[int, dict[str, str]] = {}
+        for resp in resps:
+            for s in resp.series:
+                out.setdefault(s.id, dict(labels_from_pb(s.labels)))
+        return out
+
+    async def series(self, request: web.Request) -> web.Response:
+        params = await read_params(request)
+        selectors = params.matchers()
+        if not selectors:
+            raise ApiError("bad_data", "no match[] parameter provided")
+        self._check_window(params)
+        limit = positive_int(params, "limit", 0)
+        found = sorted(self._series_sorted(await self._series(selectors, limit)))
+        rows = [dict(labels) for labels in found]
+        return success(rows[:limit] if limit else rows)
+
+    @staticmethod
+    def _series_sorted(found: dict[int, dict[str, str]]) -> list[tuple[tuple[str, str], ...]]:
+        return [tuple(sorted(labels.items())) for labels in found.values()]
+
+    async def labels(self, request: web.Request) -> web.Response:
+        params = await read_params(request)
+        self._check_window(params)
+        selectors = params.matchers() or [_ANY_SERIES]
+        names: set[str] = set()
+        for labels in (await self._series(selectors)).values():
+            names.update(labels)
+        limit = positive_int(params, "limit", 0)
+        out = sorted(names)
+        return success(out[:limit] if limit else out)
+
+    async def label_values(self, request: web.Request) -> web.Response:
+        params = await read_params(request)
+        name = request.match_info["name"]
+        if name.startswith("U__"):  # Prometheus' escaping of names with characters outside [a-zA-Z0-9_]
+            raise ApiError("bad_data", f"invalid label name: {name!r}")
+        self._check_window(params)
+        selectors = params.matchers() or [[]]
+        resps = await asyncio.gather(*(
+            self.backend.label_values(pb.LabelValuesRequest(name=name, matchers=matchers_to_pb(m)))
+            for m in selectors
+        ))
+        values = sorted({v for r in resps for v in r.values})
+        limit = positive_int(params, "limit", 0)
+        return success(values[:limit] if limit else values)
+
+    async def exemplars(self, request: web.Request) -> web.Response:
+        return success([])
+
+    async def buildinfo(self, request: web.Request) -> web.Response:
+        return success({
+            "version": __version__, "revision": "", "branch": "", "buildUser": "", "buildDate": "",
+            "goVersion": "", "application": "metricsd",
+        })
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        return success({})

@@ -1,0 +1,63 @@
+"""metricsd's own metrics, served at /metrics in the Prometheus text format.
+
+One :class:`SelfMetrics` per registry (prometheus-client refuses a name registered twice), made
+by whoever starts the process and passed to the components that update it: the HTTP API counts
+ingest, rejections and query latency; the proxy sets the quorum-failure, hinted-hand-off and WAL
+hooks. Store-wide gauges (series, samples, bytes per sample) are refreshed from
+``backend.stats()`` at each scrape, so they describe the data wherever it lives.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from metricsd.proto import metricsd_pb2 as pb
+
+__all__ = ["LATENCY_BUCKETS", "SelfMetrics"]
+
+# From 1 ms (a pushed-down aggregate) to 30 s (the request timeout).
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class SelfMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        r = registry
+        self.samples_ingested = Counter(
+            "metricsd_samples_ingested", "Samples stored through the HTTP write paths.", ["path"], registry=r)
+        self.samples_rejected = Counter(
+            "metricsd_samples_rejected", "Samples refused, by reason.", ["reason"], registry=r)
+        self.requests = Counter(
+            "metricsd_http_requests", "HTTP requests by handler and status code.", ["handler", "code"], registry=r)
+        self.request_duration = Histogram(
+            "metricsd_http_request_duration_seconds", "HTTP request latency by handler.", ["handler"],
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.query_duration = Histogram(
+            "metricsd_query_duration_seconds", "PromQL and native query latency, by how it was answered.",
+            ["path"], buckets=LATENCY_BUCKETS, registry=r)
+        self.series = Gauge("metricsd_series", "Series held.", registry=r)
+        self.samples = Gauge("metricsd_samples", "Samples held, head and chunks.", registry=r)
+        self.pods = Gauge("metricsd_pods", "Pods with at least one series.", registry=r)
+        self.chunk_bytes = Gauge("metricsd_chunk_bytes", "Bytes of sealed, compressed chunks.", registry=r)
+        self.bytes_per_sample = Gauge(
+            "metricsd_chunk_bytes_per_sample", "Compressed bytes per sample in sealed chunks.", registry=r)
+        self.store_rejected = Gauge(
+            "metricsd_store_rejected_samples", "Samples the stores refused since start, by reason.", ["reason"],
+            registry=r)
+        # Hooks the proxy and the stores' replication set; zero until they do.
+        self.quorum_failures = Counter(
+            "metricsd_quorum_failures", "Requests that could not reach a quorum of replicas.", ["op"], registry=r)
+        self.hinted_handoff_queue = Gauge(
+            "metricsd_hinted_handoff_queue_samples", "Samples waiting to be handed to a replica that missed them.",
+            registry=r)
+        self.wal_lag = Gauge("metricsd_wal_lag_seconds", "Age of the oldest write not yet synced to the WAL.",
+                             registry=r)
+
+    def observe_stats(self, st: pb.StatsResponse) -> None:
+        self.series.set(st.series)
+        self.samples.set(st.samples)
+        self.pods.set(st.pods)
+        self.chunk_bytes.set(st.chunk_bytes)
+        self.bytes_per_sample.set(st.bytes_per_sample)
+        for reason, n in st.rejected.items():
+            self.store_rejected.labels(reason=reason).set(n)

@@ -1,0 +1,152 @@
+"""The aiohttp application and its lifecycle: routes, limits, timeouts, gzip, access logs, and a
+graceful stop.
+
+``build_app`` wires handlers to a :class:`MetricsBackend`; it does not care whether the data is in
+this process or behind a proxy. ``/`` is left free for the dashboard page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import hdrs, web
+from prometheus_client import CollectorRegistry
+
+from metricsd.backend import BadRequest, MetricsBackend, Unavailable
+from metricsd.clock import Clock
+from metricsd.http.native import NativeAPI
+from metricsd.http.params import ApiError, error_body
+from metricsd.http.promapi import PromAPI
+from metricsd.http.queries import QueryRunner
+from metricsd.http.remote_write import RemoteWriteReceiver
+from metricsd.http.selfmetrics import SelfMetrics
+from metricsd.http.settings import HttpSettings
+from metricsd.promql import PromQLError
+
+__all__ = ["METRICS_KEY", "SETTINGS_KEY", "build_app", "serve_http", "start_http", "stop_http"]
+
+log = logging.getLogger("metricsd.http")
+ACCESS_LOG = logging.getLogger("metricsd.http.access")
+ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tf "%{User-Agent}i"'
+
+SETTINGS_KEY = web.AppKey("settings", HttpSettings)
+METRICS_KEY = web.AppKey("metrics", SelfMetrics)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error_response(err: ApiError) -> web.Response:
+    return web.json_response(error_body(err.error_type, err.message), status=err.status)
+
+
+def _as_api_error(e: Exception, settings: HttpSettings) -> ApiError | None:
+    if isinstance(e, ApiError):
+        return e
+    if isinstance(e, PromQLError):
+        return ApiError(e.kind, e.message)
+    if isinstance(e, BadRequest):
+        return ApiError("bad_data", str(e))
+    if isinstance(e, Unavailable):
+        return ApiError("unavailable", str(e))
+    if isinstance(e, TimeoutError):
+        return ApiError("timeout", f"request took longer than {settings.request_timeout_s:g} s")
+    if isinstance(e, web.HTTPRequestEntityTooLarge):
+        return ApiError("too_large", f"request body is larger than the limit of {settings.client_max_size} bytes",
+                        413)
+    return None
+
+
+def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> Callable[..., Awaitable[
+        web.StreamResponse]]:
+    @web.middleware
+    async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Timeout, error mapping, gzip and request metrics, for every route."""
+        started = clock.monotonic()
+        resource = request.match_info.route.resource
+        name = resource.canonical if resource is not None else "unmatched"
+        try:
+            async with asyncio.timeout(settings.request_timeout_s):
+                resp = await handler(request)
+        except web.HTTPException as e:
+            err = _as_api_error(e, settings)
+            if err is None:
+                metrics.requests.labels(handler=name, code=str(e.status)).inc()
+                raise
+            resp = _error_response(err)
+        except Exception as e:
+            err = _as_api_error(e, settings)
+            if err is None:
+                log.exception("%s %s failed", request.method, request.path)
+                err = ApiError("internal", f"internal error: {type(e).__name__}")
+            resp = _error_response(err)
+        if (isinstance(resp, web.Response) and resp.body is not None
+                and isinstance(resp.body, bytes) and len(resp.body) >= settings.gzip_min_bytes
+                and "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()):
+            resp.enable_compression(web.ContentCoding.gzip)
+        metrics.requests.labels(handler=name, code=str(resp.status)).inc()
+        metrics.request_duration.labels(handler=name).observe(clock.monotonic() - started)
+        return resp
+
+    return handle
+
+
+def build_app(
+    backend: MetricsBackend,
+    *,
+    settings: HttpSettings,
+    registry: CollectorRegistry,
+    clock: Clock,
+    metrics: SelfMetrics | None = None,
+) -> web.Application:
+    """The HTTP API over ``backend``. Pass ``metrics`` when other components share the registry
+    (one SelfMetrics per registry); otherwise one is made on ``registry``."""
+    metrics = metrics if metrics is not None else SelfMetrics(registry)
+    app = web.Application(client_max_size=settings.client_max_size,
+                          middlewares=[_middleware(settings, metrics, clock)])
+    app[SETTINGS_KEY] = settings
+    app[METRICS_KEY] = metrics
+    runner = QueryRunner(backend, lookback_ms=settings.lookback_ms, max_samples=settings.max_samples,
+                         allow_pushdown=settings.pushdown)
+    PromAPI(backend, runner, settings, clock, metrics).add_routes(app)
+    RemoteWriteReceiver(backend, settings, metrics).add_routes(app)
+    NativeAPI(backend, settings, clock, metrics).add_routes(app)
+    return app
+
+
+async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on host:port (0 picks a free port); returns the runner and the bound port."""
+    settings = app.get(SETTINGS_KEY) or HttpSettings()
+    runner = web.AppRunner(
+        app,
+        access_log=ACCESS_LOG if settings.access_log else None,
+        access_log_format=ACCESS_LOG_FORMAT,
+        shutdown_timeout=settings.shutdown_timeout_s,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    log.info("HTTP API serving on http://%s:%d", host, bound)
+    return runner, int(bound)
+
+
+async def stop_http(runner: web.AppRunner) -> None:
+    """Stop accepting, let requests in flight finish (up to the shutdown timeout), then close."""
+    await runner.cleanup()
+
+
+async def serve_http(
+    backend: MetricsBackend,
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    clock: Clock,
+    settings: HttpSettings | None = None,
+    metrics: SelfMetrics | None = None,
+) -> tuple[web.AppRunner, int]:
+    """Build the app and serve it; ``metricsd up`` and the proxy call this. Stop with stop_http."""
+    settings = settings or HttpSettings()
+    app = build_app(backend, settings=settings, registry=registry, clock=clock, metrics=metrics)
+    return await start_http(app, host, port)

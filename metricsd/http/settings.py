@@ -1,0 +1,50 @@
+"""HTTP API settings: every default in one documented place, passed into ``build_app``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["HttpSettings"]
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """How the HTTP API serves.
+
+    client_max_size: largest request body accepted, in bytes (413 past it). Remote-write senders
+        keep batches to a few MiB; 32 MiB leaves room for backfills.
+    max_decompressed_bytes: largest remote-write body after snappy decompression. The block format
+        declares its length up front, so a "zip bomb" is refused before any work is done.
+    request_timeout_s: a request still running after this is answered 503 ``timeout``; a query's
+        own ``timeout`` parameter can only shorten it.
+    shutdown_timeout_s: on shutdown, requests in flight get this long to finish.
+    gzip_min_bytes: responses at least this large are gzip-compressed when the client accepts it.
+    lookback_ms: PromQL's lookback delta (5 minutes in Prometheus).
+    max_samples: samples one PromQL query may load before it fails (Prometheus' --query.max-samples).
+    pushdown: answer aggregations of the shapes in ``pushdown.py`` inside the stores.
+    default_namespace: remote write: the ``namespace`` given to series that lack one; None
+        rejects such series.
+    pod_label: remote write: a label whose value becomes ``pod`` when a series lacks one
+        (``instance`` is the usual choice for scraped targets); None rejects such series.
+    access_log: log one line per request to the ``metricsd.http.access`` logger.
+    """
+
+    client_max_size: int = 32 * 1024 * 1024
+    max_decompressed_bytes: int = 128 * 1024 * 1024
+    request_timeout_s: float = 30.0
+    shutdown_timeout_s: float = 5.0
+    gzip_min_bytes: int = 1024
+    lookback_ms: int = 300_000
+    max_samples: int = 50_000_000
+    pushdown: bool = True
+    default_namespace: str | None = None
+    pod_label: str | None = None
+    access_log: bool = True
+
+    def __post_init__(self) -> None:
+        if self.client_max_size <= 0 or self.max_decompressed_bytes <= 0:
+            raise ValueError("size limits must be positive")
+        if self.request_timeout_s <= 0 or self.shutdown_timeout_s < 0:
+            raise ValueError("timeouts must be positive")
+        if self.lookback_ms <= 0:
+            raise ValueError("lookback_ms must be positive")

@@ -1,0 +1,66 @@
+"""Helpers for the HTTP API tests: a real store behind a real aiohttp server on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+from prometheus_client import CollectorRegistry
+
+from metricsd.backend import LocalBackend
+from metricsd.clock import ManualClock
+from metricsd.http import HttpSettings, build_app, start_http
+from metricsd.model import Labels, make_labels, series_id
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.store.api import StoreAPI
+from metricsd.store.engine import Store
+from metricsd.store.settings import StoreSettings
+from metricsd.wire import labels_to_pb
+
+__all__ = ["Env", "start_env", "write_request"]
+
+
+def write_request(series: Mapping[Labels, tuple[Sequence[int], Sequence[float]]]) -> pb.WriteRequest:
+    req = pb.WriteRequest()
+    for labels, (ts, vals) in series.items():
+        sid = series_id(labels)
+        req.ids.append(sid)
+        req.counts.append(len(ts))
+        req.timestamps.extend(ts)
+        req.values.extend(vals)
+        req.series.add(id=sid).labels.extend(labels_to_pb(labels))
+    return req
+
+
+def pod_labels(name: str, pod: str, namespace: str = "default", **extra: str) -> Labels:
+    return make_labels(name, {"namespace": namespace, "pod": pod, **extra})
+
+
+@dataclass
+class Env:
+    url: str
+    store: Store
+    backend: LocalBackend
+    clock: ManualClock
+    registry: CollectorRegistry
+    session: aiohttp.ClientSession
+    runner: object
+
+    async def write(self, series: Mapping[Labels, tuple[Sequence[int], Sequence[float]]]) -> pb.WriteResponse:
+        return await self.backend.write(write_request(series))
+
+    def stats(self) -> dict[str, int | float]:
+        return self.store.stats()
+
+
+async def start_env(settings: HttpSettings | None = None, store_settings: StoreSettings | None = None,
+                    now_ms: int = 600_000) -> Env:
+    store = Store(store_settings)
+    backend = LocalBackend(StoreAPI(store))
+    clock = ManualClock(now_ms)
+    registry = CollectorRegistry()
+    app = build_app(backend, settings=settings or HttpSettings(access_log=False), registry=registry, clock=clock)
+    runner, port = await start_http(app, "127.0.0.1", 0)
+    session = aiohttp.ClientSession()
+    return Env(f"http://127.0.0.1:{port}", store, backend, clock, registry, session, runner)
