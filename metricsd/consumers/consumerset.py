@@ -1,0 +1,97 @@
+"""All three consumers together, as `metricsd up` runs them on its simulated cluster.
+
+`start_consumers` reads hpa.yaml, vpa.yaml and overcommit.yaml from a directory (any may be
+missing) and builds the controllers on one backend and clock; `ConsumerSet.start()` runs each on
+its own period, the first sync at once, so decisions appear within seconds of start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metricsd.backend import MetricsBackend
+from metricsd.clock import Clock
+from metricsd.consumers.backends.base import Actuator, LogActuator
+from metricsd.consumers.hpa.controller import HPAController
+from metricsd.consumers.hpa.parse import load_hpa_yaml
+from metricsd.consumers.loop import Periodic
+from metricsd.consumers.overcommit.config import load_overcommit_yaml
+from metricsd.consumers.overcommit.controller import OvercommitController
+from metricsd.consumers.vpa.checkpoint import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
+from metricsd.consumers.vpa.controller import VPAController
+from metricsd.consumers.vpa.spec import load_vpa_yaml
+
+__all__ = ["ConsumerSet", "start_consumers"]
+
+
+@dataclass
+class ConsumerSet:
+    """The controllers (None when their file is absent) and the tasks that run them."""
+
+    hpa: HPAController | None
+    vpa: VPAController | None
+    overcommit: OvercommitController | None
+    actuator: Actuator
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    _loops: list[Periodic] = field(default_factory=list)
+
+    def controllers(self) -> dict[str, HPAController | VPAController | OvercommitController]:
+        found = {"hpa": self.hpa, "vpa": self.vpa, "overcommit": self.overcommit}
+        return {k: v for k, v in found.items() if v is not None}
+
+    async def start(self) -> None:
+        """Start a loop per controller (the VPA loads its checkpoint on its first sync)."""
+        if self._loops:
+            return
+        for controller in self.controllers().values():
+            loop = Periodic(controller, self.sleep)
+            loop.start()
+            self._loops.append(loop)
+
+    async def stop(self) -> None:
+        """Stop the loops, save the VPA checkpoint, close the backend."""
+        for loop in self._loops:
+            await loop.stop()
+        self._loops.clear()
+        if self.vpa is not None:
+            await self.vpa.save()
+        await self.actuator.close()
+
+    def document(self, kind: str) -> dict[str, Any]:
+        """What /api/v1/metricsd/<kind> serves: {"status": ..., "history": [...]}. Raises KeyError."""
+        controller = self.controllers()[kind]
+        return {"status": controller.status(), "history": controller.history()}
+
+
+def start_consumers(
+    backend: MetricsBackend,
+    clock: Clock,
+    examples_dir: Path,
+    actuator: Actuator | None = None,
+    checkpoint_dir: Path | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> ConsumerSet:
+    """Build the consumers from the specs in `examples_dir`; call `await .start()` to run them.
+
+    The backend defaults to the dry-run log; the VPA checkpoint goes to
+    `checkpoint_dir/vpa-checkpoint.json`, or stays in memory without a directory. Raises SpecError
+    or yaml.YAMLError for a malformed file.
+    """
+    actuator = actuator or LogActuator()
+    hpa = vpa = over = None
+    hpa_file, vpa_file, over_file = (examples_dir / f for f in ("hpa.yaml", "vpa.yaml", "overcommit.yaml"))
+    if hpa_file.exists():
+        hpa = HPAController(load_hpa_yaml(hpa_file.read_text()), backend, actuator, clock)
+    if vpa_file.exists():
+        store: CheckpointStore = (FileCheckpointStore(checkpoint_dir / "vpa-checkpoint.json")
+                                  if checkpoint_dir is not None else MemoryCheckpointStore())
+        vpa = VPAController(load_vpa_yaml(vpa_file.read_text()), backend, actuator, clock, store)
+    if over_file.exists():
+        configs = load_overcommit_yaml(over_file.read_text())
+        if configs:
+            over = OvercommitController(configs[0], backend, actuator, clock)
+    return ConsumerSet(hpa, vpa, over, actuator, sleep)
