@@ -10,8 +10,9 @@ from pathlib import Path
 
 from metricsd import __version__
 from metricsd.clock import SystemClock
+from metricsd.consumers import cli as consumers_cli
 from metricsd.memory import tune_malloc
-from metricsd.up import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, UpOptions, run_up
+from metricsd.up import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, EXAMPLES_DIR, UpOptions, run_up
 
 
 def _port(text: str) -> int:
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="one process: a store fed by a simulated cluster (the embedded default)")
     up.add_argument("--grpc-port", type=_port, default=DEFAULT_GRPC_PORT, help="gRPC API port on 127.0.0.1")
     up.add_argument("--http-port", type=_port, default=DEFAULT_HTTP_PORT,
-                    help="HTTP API port on 127.0.0.1 (reserved: the HTTP API is not served by this build yet)")
+                    help="HTTP API port on 127.0.0.1 (Prometheus query API, remote write, native JSON, /metrics)")
     up.add_argument("--data-dir", type=Path, default=None,
                     help="directory for the store's files (created if missing; the write-ahead log is not written "
                          "by this build yet, so data lives in memory only)")
@@ -39,11 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--workloads", type=int, default=10, help="simulated workloads")
     up.add_argument("--nodes", type=int, default=5, help="simulated nodes")
     up.add_argument("--seed", type=int, default=0, help="simulator seed")
+    up.add_argument("--no-consumers", action="store_true", help="do not run the HPA, VPA and overcommit advisor")
+    up.add_argument("--examples-dir", type=Path, default=EXAMPLES_DIR,
+                    help="consumer specs (hpa.yaml, vpa.yaml, overcommit.yaml) to run in dry-run mode")
 
     from metricsd.querycmd import add_arguments
 
     q = sub.add_parser("query", help="ask an aggregate and print a table")
     add_arguments(q)
+    consumers_cli.add_parsers(sub)
     return parser
 
 
@@ -54,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         opts = UpOptions(grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,
                          simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
-                         seed=args.seed)
+                         seed=args.seed, consumers=not args.no_consumers, examples_dir=args.examples_dir)
         try:
             asyncio.run(run_up(opts))
         except OSError as e:
@@ -67,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         from metricsd.querycmd import run_query
 
         return asyncio.run(run_query(args, SystemClock().now_ms()))
+    if args.command in ("hpa", "vpa", "overcommit"):
+        return consumers_cli.run(args)
     return 2
 
 

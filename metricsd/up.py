@@ -11,21 +11,28 @@ import contextlib
 import logging
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry
 
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
+from metricsd.backend import LocalBackend
 from metricsd.client import MetricsClient
 from metricsd.clock import Clock, SystemClock
+from metricsd.consumers.consumerset import ConsumerSet, start_consumers
+from metricsd.http.server import serve_http, stop_http
+from metricsd.store.api import StoreAPI
 from metricsd.store.engine import Store
-from metricsd.store.server import StoreServicer, gc_loop, start_grpc_server
+from metricsd.store.server import MetricsServicer, gc_loop, start_grpc_server
 from metricsd.wire import labels_to_pb
 
 log = logging.getLogger("metricsd.up")
 
 DEFAULT_GRPC_PORT = 7401
 DEFAULT_HTTP_PORT = 7400
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "deploy" / "examples"
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ class UpOptions:
     interval_ms: int = 10_000
     backfill_ms: int = 3_600_000
     host: str = "127.0.0.1"
+    consumers: bool = True
+    examples_dir: Path = field(default_factory=lambda: EXAMPLES_DIR)
 
 
 class SimulatedAgent:
@@ -90,11 +99,18 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     if opts.data_dir is not None:
         opts.data_dir.mkdir(parents=True, exist_ok=True)
     store = Store()
-    servicer = StoreServicer(store, member="up")
-    server, port = await start_grpc_server(servicer, opts.host, opts.grpc_port)
+    backend = LocalBackend(StoreAPI(store, member="up"))
+    server, port = await start_grpc_server(MetricsServicer(backend), opts.host, opts.grpc_port)
     tasks = [asyncio.create_task(gc_loop(store))]
     addr = f"{opts.host}:{port}"
     log.info("store serving gRPC on %s", addr)
+    consumers: ConsumerSet | None = None
+    if opts.consumers and opts.examples_dir.is_dir():
+        consumers = start_consumers(backend, clock, opts.examples_dir, checkpoint_dir=opts.data_dir)
+    elif opts.consumers:
+        log.warning("no consumer specs at %s: HPA, VPA and overcommit are not running", opts.examples_dir)
+    http_runner, http_port = await serve_http(backend, opts.host, opts.http_port, CollectorRegistry(), clock,
+                                              consumers=consumers.document if consumers is not None else None)
     client = MetricsClient(addr)
     if opts.simulate:
         cfg = SimConfig(pods=opts.pods, workloads=opts.workloads, nodes=opts.nodes, seed=opts.seed,
@@ -107,7 +123,9 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         st = await client.stats()
         log.info("simulating %d pods in %d workloads on %d nodes: %d series, %d samples", opts.pods,
                  opts.workloads, opts.nodes, st.series, st.samples)
-    print(_banner(addr, opts), flush=True)
+    if consumers is not None:
+        await consumers.start()
+    print(_banner(addr, f"http://{opts.host}:{http_port}", consumers is not None), flush=True)
     if ready is not None:
         ready.set()
     stop = asyncio.Event()
@@ -121,21 +139,31 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         log.info("shutting down")
         for t in tasks:
             t.cancel()
+        if consumers is not None:
+            await consumers.stop()
+        await stop_http(http_runner)
         await client.close()
         await server.stop(grace=2.0)
 
 
-def _banner(addr: str, opts: UpOptions) -> str:
+def _banner(addr: str, http: str, consumers: bool) -> str:
     lines = [
         "",
-        f"metricsd is up. gRPC API: {addr}",
+        f"metricsd is up. gRPC API: {addr}   HTTP API: {http}",
         "Ask it a question from another shell, e.g. the average CPU use (cores) per pod of a workload:",
         f"  metricsd query --addr {addr} --metric container_cpu_usage_seconds_total \\",
         "      --selector 'workload=\"feed-api\"' --fn rate --across avg --window 1m",
         "or CPU utilisation against requests, per workload:",
         f"  metricsd query --addr {addr} --metric container_cpu_usage_seconds_total --fn rate --across sum \\",
         "      --by workload --ratio-metric kube_pod_container_resource_requests --ratio-selector 'resource=\"cpu\"'",
-        "Stop with Ctrl-C.",
+        "or in PromQL over HTTP (Grafana's Prometheus data source works too):",
+        f"  curl -sG {http}/api/v1/query \\",
+        "      --data-urlencode 'query=avg by (workload) (rate(container_cpu_usage_seconds_total[1m]))'",
     ]
+    if consumers:
+        lines += [
+            "The HPA, VPA and overcommit advisor run on deploy/examples/ (dry run); their decisions:",
+            f"  metricsd hpa status --url {http}    (likewise vpa, overcommit)",
+        ]
+    lines.append("Stop with Ctrl-C.")
     return "\n".join(lines)
-

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.clock import Clock
+from metricsd.http.consumers import DocumentProvider, add_consumer_routes
 from metricsd.http.native import NativeAPI
 from metricsd.http.params import ApiError, error_body
 from metricsd.http.promapi import PromAPI
@@ -99,6 +100,7 @@ def build_app(
     registry: CollectorRegistry,
     clock: Clock,
     metrics: SelfMetrics | None = None,
+    consumers: DocumentProvider | None = None,
 ) -> web.Application:
     """The HTTP API over ``backend``. Pass ``metrics`` when other components share the registry
     (one SelfMetrics per registry); otherwise one is made on ``registry``."""
@@ -112,6 +114,8 @@ def build_app(
     PromAPI(backend, runner, settings, clock, metrics).add_routes(app)
     RemoteWriteReceiver(backend, settings, metrics).add_routes(app)
     NativeAPI(backend, settings, clock, metrics).add_routes(app)
+    if consumers is not None:
+        add_consumer_routes(app, consumers)
     return app
 
 
@@ -145,8 +149,9 @@ async def serve_http(
     clock: Clock,
     settings: HttpSettings | None = None,
     metrics: SelfMetrics | None = None,
+    consumers: DocumentProvider | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Build the app and serve it; ``metricsd up`` and the proxy call this. Stop with stop_http."""
     settings = settings or HttpSettings()
-    app = build_app(backend, settings=settings, registry=registry, clock=clock, metrics=metrics)
+    app = build_app(backend, settings=settings, registry=registry, clock=clock, metrics=metrics, consumers=consumers)
     return await start_http(app, host, port)
