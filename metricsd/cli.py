@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from metricsd import __version__
+from metricsd.agent import main as agent_main
 from metricsd.clock import SystemClock
 from metricsd.consumers import cli as consumers_cli
 from metricsd.memory import tune_malloc
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("query", help="ask an aggregate and print a table")
     add_arguments(q)
     consumers_cli.add_parsers(sub)
+    agent_main.add_parser(sub)
     return parser
 
 
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_query(args, SystemClock().now_ms()))
     if args.command in ("hpa", "vpa", "overcommit"):
         return consumers_cli.run(args)
+    if args.command == "agent":
+        return agent_main.run(args)
     return 2
 
 
