@@ -1,0 +1,211 @@
+"""Replica choice and the quorum tracker: pure, synchronous, exact error texts."""
+
+from __future__ import annotations
+
+import pytest
+
+from metricsd.proxy.quorum import (
+    Op,
+    QuorumError,
+    QuorumSettings,
+    QuorumTracker,
+    SlotState,
+    plan_read,
+    plan_write,
+)
+
+ABC = ("a", "b", "c")
+DEFAULT = QuorumSettings()
+
+
+# -- settings ---------------------------------------------------------------------------------
+
+
+def test_the_defaults_are_rf_3_w_2_r_2() -> None:
+    assert (DEFAULT.rf, DEFAULT.w, DEFAULT.r) == (3, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("rf", "w", "r", "message"),
+    [
+        (3, 1, 2, "R + W must exceed RF so that every read overlaps the last acknowledged write: R=2 + W=1 <= RF=3"),
+        (3, 4, 2, "W must be between 1 and RF=3, got 4"),
+        (3, 2, 0, "R must be between 1 and RF=3, got 0"),
+        (0, 1, 1, "RF must be at least 1, got 0"),
+    ],
+)
+def test_settings_that_could_lose_an_acknowledged_write_are_refused(rf: int, w: int, r: int, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        QuorumSettings(rf=rf, w=w, r=r)
+    assert str(info.value) == message
+
+
+def test_a_slot_with_fewer_replicas_than_rf_needs_fewer_answers_but_never_zero() -> None:
+    assert DEFAULT.required(Op.WRITE, 3) == 2
+    assert DEFAULT.required(Op.WRITE, 1) == 1
+    assert DEFAULT.required(Op.READ, 2) == 2
+    assert DEFAULT.required(Op.READ, 0) == 1
+
+
+# -- replica choice ---------------------------------------------------------------------------
+
+
+def test_a_write_goes_to_every_healthy_replica_and_skips_the_unhealthy_one() -> None:
+    plan = plan_write(7, ABC, {"a", "c"}, DEFAULT)
+    assert plan.targets == ("a", "c")
+    assert plan.unhealthy == ("b",)
+    assert plan.required == 2
+    assert plan.tolerable_failures == 0
+
+
+def test_a_write_with_all_replicas_healthy_tolerates_one_failure() -> None:
+    assert plan_write(0, ABC, set(ABC), DEFAULT).tolerable_failures == 1
+
+
+def test_a_write_with_two_replicas_down_cannot_reach_its_quorum() -> None:
+    plan = plan_write(0, ABC, {"a"}, DEFAULT)
+    assert plan.tolerable_failures == -1
+
+
+def test_a_read_asks_r_replicas_in_map_order_and_keeps_the_rest_as_spares() -> None:
+    plan = plan_read(3, ABC, set(ABC), DEFAULT)
+    assert (plan.targets, plan.spares, plan.required) == (("a", "b"), ("c",), 2)
+    assert plan.tolerable_failures == 1
+
+
+def test_a_read_rotates_its_preference_by_the_offset() -> None:
+    assert plan_read(3, ABC, set(ABC), DEFAULT, offset=1).targets == ("b", "c")
+    assert plan_read(3, ABC, set(ABC), DEFAULT, offset=5).targets == ("c", "a")
+
+
+def test_a_read_skips_unhealthy_replicas() -> None:
+    plan = plan_read(3, ABC, {"b", "c"}, DEFAULT)
+    assert (plan.targets, plan.spares, plan.unhealthy) == (("b", "c"), (), ("a",))
+
+
+# -- tracker ----------------------------------------------------------------------------------
+
+
+def test_a_write_is_done_once_w_replicas_acknowledged_in_every_slot() -> None:
+    tracker = QuorumTracker([plan_write(1, ABC, set(ABC), DEFAULT), plan_write(2, ("b", "c", "a"), set(ABC), DEFAULT)])
+    assert tracker.asks() == {"a": [1, 2], "b": [1, 2], "c": [1, 2]}
+    tracker.record_success("a")
+    assert not tracker.done
+    tracker.record_success("b")
+    assert tracker.done and not tracker.failed
+    assert tracker.error() is None
+    assert tracker.pending() == {"c": [1, 2]}
+
+
+def test_a_write_survives_one_failed_replica_and_names_it_for_hinted_hand_off() -> None:
+    tracker = QuorumTracker([plan_write(1, ABC, set(ABC), DEFAULT)])
+    tracker.record_failure("b", "unavailable")
+    assert tracker.state(1) is SlotState.PENDING
+    tracker.record_success("a")
+    tracker.record_success("c")
+    assert tracker.done
+    assert tracker.lagging_replicas() == {1: ["b"]}
+
+
+def test_a_write_fails_as_soon_as_a_slot_cannot_reach_w() -> None:
+    tracker = QuorumTracker([plan_write(1, ABC, set(ABC), DEFAULT), plan_write(2, ABC, set(ABC), DEFAULT)])
+    tracker.record_failure("b", "unavailable")
+    tracker.record_failure("c", "deadline exceeded", slots=[1])
+    assert tracker.failed and tracker.failed_slots() == [1]
+    assert tracker.state(2) is SlotState.PENDING
+
+
+def test_the_write_error_names_each_slot_without_a_quorum_and_why() -> None:
+    tracker = QuorumTracker(
+        [
+            plan_write(3, ABC, set(ABC), DEFAULT),
+            plan_write(5, ABC, set(ABC), DEFAULT),
+            plan_write(9, ABC, {"c"}, DEFAULT),
+        ]
+    )
+    tracker.record_success("a")
+    tracker.record_failure("b", "unavailable")
+    tracker.record_failure("c", "deadline exceeded", slots=[3])
+    tracker.record_success("c", slots=[5, 9])
+    error = tracker.error()
+    assert isinstance(error, QuorumError)
+    assert error.slots == (3, 9)
+    assert error.op is Op.WRITE
+    assert str(error) == (
+        "write quorum not reached for 2 of 3 slots: "
+        "slot 3 got 1 of 2 required acks (b: unavailable, c: deadline exceeded); "
+        "slot 9 got 1 of 2 required acks (a: unhealthy, not asked, b: unhealthy, not asked)"
+    )
+
+
+def test_a_slot_with_no_replicas_fails_with_a_clear_reason() -> None:
+    tracker = QuorumTracker([plan_write(4, (), set(), DEFAULT)])
+    assert tracker.failed
+    assert str(tracker.error()) == (
+        "write quorum not reached for 1 of 1 slots: slot 4 got 0 of 1 required acks (no replicas in the shard map)"
+    )
+
+
+def test_a_read_that_loses_a_replica_asks_the_spare() -> None:
+    tracker = QuorumTracker([plan_read(6, ABC, set(ABC), DEFAULT)])
+    assert tracker.asks() == {"a": [6], "b": [6]}
+    assert tracker.record_failure("a", "unavailable") == {"c": [6]}
+    tracker.record_success("b")
+    assert not tracker.done
+    tracker.record_success("c")
+    assert tracker.done
+    assert tracker.lagging_replicas() == {6: ["a"]}
+
+
+def test_a_read_asks_no_spare_once_the_slot_is_done() -> None:
+    tracker = QuorumTracker([plan_read(6, ABC, set(ABC), DEFAULT)])
+    tracker.record_success("a")
+    tracker.record_success("b")
+    assert tracker.record_failure("c", "late", slots=None) == {}
+
+
+def test_the_read_error_lists_failed_and_unanswered_replicas_after_the_deadline() -> None:
+    tracker = QuorumTracker([plan_read(2, ABC, set(ABC), DEFAULT)])
+    tracker.record_failure("a", "unavailable")
+    tracker.record_success("b")
+    assert not tracker.failed and not tracker.done  # the spare c has not answered yet
+    assert str(tracker.error()) == (
+        "read quorum not reached for 1 of 1 slots: slot 2 got 1 of 2 required replies (a: unavailable, c: no answer)"
+    )
+
+
+def test_a_read_with_one_healthy_replica_left_fails_when_that_one_fails() -> None:
+    tracker = QuorumTracker([plan_read(2, ABC, {"a", "b"}, DEFAULT)])
+    assert tracker.state(2) is SlotState.PENDING
+    tracker.record_failure("a", "unavailable")
+    assert tracker.failed
+    assert str(tracker.error()) == (
+        "read quorum not reached for 1 of 1 slots: "
+        "slot 2 got 0 of 2 required replies (a: unavailable, b: no answer, c: unhealthy, not asked)"
+    )
+
+
+def test_the_error_lists_at_most_ten_slots() -> None:
+    tracker = QuorumTracker([plan_read(i, ("a",), set(), DEFAULT) for i in range(12)])
+    message = str(tracker.error())
+    assert message.startswith("read quorum not reached for 12 of 12 slots: slot 0 got 0 of 1 required replies")
+    assert "slot 9 got" in message and "slot 10 got" not in message
+    assert message.endswith("; and 2 more")
+
+
+def test_an_answer_from_a_member_that_was_not_asked_is_a_bug() -> None:
+    tracker = QuorumTracker([plan_read(6, ABC, set(ABC), DEFAULT)])
+    with pytest.raises(ValueError) as info:
+        tracker.record_success("c", slots=[6])
+    assert str(info.value) == "c was not asked for slot 6"
+    tracker.record_success("a", slots=[6])
+    with pytest.raises(ValueError) as again:
+        tracker.record_failure("a", "late", slots=[6])
+    assert str(again.value) == "a already answered for slot 6"
+
+
+def test_a_tracker_counts_either_writes_or_reads() -> None:
+    with pytest.raises(ValueError, match="either writes or reads"):
+        QuorumTracker([plan_write(1, ABC, set(ABC), DEFAULT), plan_read(2, ABC, set(ABC), DEFAULT)])
+    with pytest.raises(ValueError, match="slot 1 planned twice"):
+        QuorumTracker([plan_write(1, ABC, set(ABC), DEFAULT), plan_write(1, ABC, set(ABC), DEFAULT)])
