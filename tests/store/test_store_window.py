@@ -86,3 +86,24 @@ def test_a_stale_marker_as_newest_sample_ends_last() -> None:
     vals = np.array([[1.0, stale_marker()]])
     v, s = reduce_windows(ts, vals, np.array([2]), np.array([25_000]), 300_000, SeriesFn.LAST)
     assert math.isnan(v[0, 0]) and s[0, 0] == 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("fn", list(SeriesFn))
+def test_range_path_equals_the_per_time_path(seed: int, fn: SeriesFn) -> None:
+    rng = np.random.default_rng(seed)
+    n, c = 40, 60
+    gaps = rng.integers(1, 20_000, size=(n, c))
+    ts = np.cumsum(gaps, axis=1) - rng.integers(0, 300_000, size=(n, 1))
+    vals = np.cumsum(rng.uniform(0, 5, size=(n, c)), axis=1)
+    vals[rng.random((n, c)) < 0.05] = 0.0  # counter resets
+    vals[rng.random((n, c)) < 0.03] = np.nan
+    vals[rng.random((n, c)) < 0.03] = stale_marker()
+    count = rng.integers(0, c + 1, size=n)
+    times = np.sort(rng.integers(-100_000, 1_000_000, size=25))
+    window = int(rng.integers(1_000, 200_000))
+    got_v, got_s = reduce_windows(ts, vals, count, times, window, fn)
+    for j, t in enumerate(times.tolist()):
+        want_v, want_s = reduce_windows(ts, vals, count, np.array([t]), window, fn)
+        np.testing.assert_array_equal(got_s[:, j], want_s[:, 0])
+        np.testing.assert_allclose(got_v[:, j], want_v[:, 0], rtol=1e-9, atol=1e-9, equal_nan=True)
