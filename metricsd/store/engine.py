@@ -359,6 +359,8 @@ class Store:
         for row in list(self.index.live_rows()):
             self.chunks[row].drop_before(cutoff)
             self._sync_chunk_max(row)
+            if len(self.chunks[row]) == 0:
+                self.head.sealed[row] = 0  # the overlap's chunk is gone: the head is the only copy now
             if len(self.chunks[row]) == 0 and int(self.head.last_ts[row]) < cutoff:
                 self.index.remove(row)
                 self.head.reset_row(row)

@@ -1,0 +1,390 @@
+"""A store that survives restarts: WAL before every acknowledged write, periodic snapshots, recovery.
+
+Data directory layout::
+
+    <data-dir>/LOCK                  held (flock) while a process uses the directory
+    <data-dir>/wal/00000007.wal      WAL segments (metricsd/store/FORMAT.md)
+    <data-dir>/snapshots/00000007.snap   a snapshot; replay resumes at WAL segment 7
+
+A write is validated, appended to the WAL (in the kernel before the call returns), then applied
+and acknowledged; a batch that fails validation is neither logged nor applied. Retention passes
+are logged too (a GC record), so replay rebuilds exactly the state the store had.
+
+Restart: load the newest snapshot that reads back whole (a damaged one is moved aside with a
+warning and the next older one is tried), then replay the WAL after it. Two snapshots are kept
+by default and WAL segments are deleted only once the older of them covers them, so losing the
+newest snapshot costs a longer replay, not data.
+
+Run a durable store process:  python -m metricsd.store.durable --data-dir D --grpc-port P
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from metricsd.backend import LocalBackend, Unavailable
+from metricsd.clock import Clock, SystemClock
+from metricsd.model import InvalidSeries
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.store.api import BadRequest, StoreAPI
+from metricsd.store.engine import Store, ValidWrite, WriteResult
+from metricsd.store.recovery import RecoveryReport, load_snapshot, replay_wal, request_arrays
+from metricsd.store.server import MetricsServicer, start_grpc_server
+from metricsd.store.settings import StoreSettings
+from metricsd.store.snapshot import capture, list_snapshots, write_snapshot
+from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
+from metricsd.store.wal.log import DEFAULT_SEGMENT_BYTES
+from metricsd.wire import labels_from_pb
+
+__all__ = ["Durability", "DurabilitySettings", "DurableStoreAPI", "RecoveryReport", "open_store", "run_durability",
+           "run_snapshots", "run_wal_sync"]
+
+log = logging.getLogger("metricsd.store.durable")
+
+
+@dataclass(frozen=True)
+class DurabilitySettings:
+    """How a store keeps its data across restarts.
+
+    fsync: ALWAYS syncs each write before acknowledging it; INTERVAL (default) every
+        ``fsync_interval_s``; NEVER leaves it to the kernel. A process crash loses nothing
+        acknowledged under any policy; a machine crash may lose up to the interval (INTERVAL)
+        or the kernel's write-back delay (NEVER, typically up to 30 s).
+    segment_bytes: a WAL segment is closed and a new one begun past this size.
+    snapshot_interval_s: how often run_snapshots() writes a snapshot (also on clean shutdown).
+    keep_snapshots: snapshots kept; WAL segments are kept back to the oldest of them.
+    progress_every_s: how often a long load logs its progress.
+    """
+
+    fsync: FsyncPolicy = FsyncPolicy.INTERVAL
+    fsync_interval_s: float = 1.0
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    snapshot_interval_s: float = 600.0
+    keep_snapshots: int = 2
+    progress_every_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.keep_snapshots < 1 or self.fsync_interval_s <= 0 or self.snapshot_interval_s <= 0:
+            raise ValueError("keep_snapshots >= 1 and positive intervals required")
+
+
+class Durability:
+    """The store's WAL and snapshots. Not safe for concurrent use: call from the event loop thread.
+
+    Build it with open_store(), which recovers the store first.
+    """
+
+    def __init__(self, store: Store, wal: WriteAheadLog, data_dir: Path, settings: DurabilitySettings, clock: Clock,
+                 lock_fd: int, recovery: RecoveryReport) -> None:
+        self.store = store
+        self.wal = wal
+        self.data_dir = data_dir
+        self.snapshot_dir = data_dir / "snapshots"
+        self.settings = settings
+        self.clock = clock
+        self.recovery = recovery
+        self._lock_fd: int | None = lock_fd
+        self._snapshotting = False
+        self.snapshots_written = 0
+        self.snapshot_failures = 0
+        self.last_snapshot_bytes = 0
+        self.last_snapshot_s = 0.0
+
+    # --- the write path --------------------------------------------------------------------
+
+    def write(self, request: pb.WriteRequest) -> WriteResult:
+        """Validate, log, apply. Raises InvalidSeries (nothing logged or stored) or WalError
+        (nothing stored; the caller must not acknowledge)."""
+        new = {s.id: labels_from_pb(s.labels) for s in request.series}
+        batch = self.store.validate(*request_arrays(request), new)
+        if isinstance(batch, WriteResult):
+            return batch  # unknown ids: nothing stored, so nothing to log
+        self.wal.append(RecordType.WRITE, self._record(request, batch))
+        return self.store.apply(batch)
+
+    @staticmethod
+    def _record(request: pb.WriteRequest, batch: ValidWrite) -> bytes:
+        """The request as received, minus labels of series the store already knows (replay needs
+        only those of series new to the store, and meets them in the same order)."""
+        if not request.series:
+            return request.SerializeToString()
+        needed = {int(i) for i in batch.ids[batch.rows < 0].tolist()}
+        if len(needed) == len(request.series):
+            return request.SerializeToString()
+        rec = pb.WriteRequest()
+        rec.CopyFrom(request)
+        del rec.series[:]
+        rec.series.extend(s for s in request.series if s.id in needed)
+        return rec.SerializeToString()
+
+    def gc(self) -> int:
+        """Run retention, logged first so replay drops exactly what this pass dropped."""
+        self.wal.append(RecordType.GC, b"")
+        return self.store.gc()
+
+    def api(self, member: str = "store") -> DurableStoreAPI:
+        return DurableStoreAPI(self, member)
+
+    # --- fsync -----------------------------------------------------------------------------
+
+    async def sync(self) -> None:
+        """fdatasync what was appended since the last sync, on a worker thread."""
+        fd = self.wal.sync_handle()
+        if fd is None:
+            return
+        try:
+            await asyncio.to_thread(os.fdatasync, fd)
+        except OSError as e:
+            self.wal.mark_failed(f"fdatasync failed: {e}")
+        finally:
+            os.close(fd)
+
+    # --- snapshots -------------------------------------------------------------------------
+
+    async def snapshot(self) -> Path | None:
+        """Write a snapshot (the file on a worker thread) and prune; None if one is under way or it failed."""
+        if self._snapshotting:
+            return None
+        self._snapshotting = True
+        try:
+            t0 = self.clock.monotonic()
+            img = capture(self.store, self.wal.roll())
+            took = self.clock.monotonic() - t0
+            path, size = await asyncio.to_thread(write_snapshot, self.snapshot_dir, img)
+        except OSError as e:
+            self.snapshot_failures += 1
+            log.error("snapshot failed: %s", e)
+            return None
+        finally:
+            self._snapshotting = False
+        self._after_snapshot(path, size, len(img.ids), self.clock.monotonic() - t0, took)
+        return path
+
+    def snapshot_now(self) -> Path:
+        """Write a snapshot on this thread (shutdown, tests). Raises OSError."""
+        t0 = self.clock.monotonic()
+        img = capture(self.store, self.wal.roll())
+        took = self.clock.monotonic() - t0
+        path, size = write_snapshot(self.snapshot_dir, img)
+        self._after_snapshot(path, size, len(img.ids), self.clock.monotonic() - t0, took)
+        return path
+
+    def _after_snapshot(self, path: Path, size: int, series: int, took: float, capture_s: float) -> None:
+        self.snapshots_written += 1
+        self.last_snapshot_bytes = size
+        self.last_snapshot_s = took
+        snaps = list_snapshots(self.snapshot_dir)
+        for _, old in snaps[: -self.settings.keep_snapshots]:
+            old.unlink(missing_ok=True)
+        kept = snaps[-self.settings.keep_snapshots :]
+        # WAL back to the oldest kept snapshot stays, so a damaged newer one costs replay time, not data.
+        deleted = self.wal.delete_before(kept[0][0]) if len(kept) == self.settings.keep_snapshots else 0
+        log.info("snapshot %s: %d series, %.1f MiB in %.2f s (capture %.0f ms); %d WAL segments deleted", path.name,
+                 series, size / 2**20, took, capture_s * 1000, deleted)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def close(self, snapshot: bool = True) -> None:
+        """Clean shutdown: a final snapshot (so the next start replays nothing), sync, unlock. Idempotent."""
+        if self._lock_fd is None:
+            return
+        try:
+            if snapshot and not self.wal.failed:
+                try:
+                    self.snapshot_now()
+                except OSError as e:
+                    log.error("final snapshot failed (the WAL still holds everything): %s", e)
+            self.wal.close()
+        finally:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def stats(self) -> dict[str, int | float]:
+        w = self.wal.stats
+        return {
+            "wal_records_appended": w.records_appended, "wal_bytes_appended": w.bytes_appended,
+            "wal_fsyncs": w.fsyncs, "wal_segments_created": w.segments_created,
+            "wal_segments_deleted": w.segments_deleted, "wal_corrupt_tails": w.corrupt_tails,
+            "wal_bytes_truncated": w.bytes_truncated, "wal_failed": int(bool(self.wal.failed)),
+            "snapshots_written": self.snapshots_written, "snapshot_failures": self.snapshot_failures,
+            "last_snapshot_bytes": self.last_snapshot_bytes, "last_snapshot_seconds": self.last_snapshot_s,
+            "recovery_snapshot_load_seconds": self.recovery.snapshot_load_s,
+            "recovery_wal_replay_seconds": self.recovery.wal_replay_s,
+        }
+
+
+class DurableStoreAPI(StoreAPI):
+    """StoreAPI whose writes go through the WAL; a WAL failure answers Unavailable (not acknowledged)."""
+
+    def __init__(self, durability: Durability, member: str = "store") -> None:
+        super().__init__(durability.store, member)
+        self.durability = durability
+
+    def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        try:
+            res = self.durability.write(request)
+        except InvalidSeries as e:
+            raise BadRequest(str(e)) from e
+        except WalError as e:
+            raise Unavailable(str(e)) from e
+        return pb.WriteResponse(samples_written=res.written, unknown_ids=res.unknown_ids, rejected_too_old=res.too_old,
+                                rejected_duplicate=res.duplicate)
+
+
+# --- recovery ------------------------------------------------------------------------------
+
+
+def _lock(data_dir: Path) -> int:
+    fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        raise RuntimeError(f"data directory {data_dir} is in use by another process") from e
+    return fd
+
+
+def open_store(data_dir: Path, settings: StoreSettings | None = None, fsync: FsyncPolicy | str | None = None,
+               durability: DurabilitySettings | None = None, clock: Clock | None = None) -> tuple[Store, Durability]:
+    """Recover the store kept in ``data_dir`` (created if missing) and open its WAL for writing.
+
+    ``fsync`` ("always", "interval", "never"), when given, overrides ``durability.fsync``.
+    Raises RuntimeError when another process holds the directory, ValueError on an unknown policy.
+    """
+    settings = settings or StoreSettings()
+    dset = durability or DurabilitySettings()
+    if fsync is not None:
+        dset = dataclasses.replace(dset, fsync=FsyncPolicy(fsync))
+    policy = dset.fsync
+    clock = clock or SystemClock()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock_fd = _lock(data_dir)
+    try:
+        snap_dir = data_dir / "snapshots"
+        snap_dir.mkdir(exist_ok=True)
+        for tmp in snap_dir.glob("*.tmp"):
+            tmp.unlink()
+        report = RecoveryReport()
+        wal = WriteAheadLog(data_dir / "wal", policy, dset.segment_bytes)
+        loaded = load_snapshot(snap_dir, settings, clock, dset.progress_every_s, report)
+        store, start = loaded if loaded is not None else (Store(settings), None)
+        if loaded is None and report.snapshots_skipped:
+            segs = wal.segments()
+            log.error("no snapshot could be read; replaying the whole WAL (from segment %s): data covered only by "
+                      "the unreadable snapshots is lost here", segs[0] if segs else "none")
+        replay_wal(store, wal, start, clock, dset.progress_every_s, report)
+        wal.open_for_append(start.segment if start is not None else 1)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return store, Durability(store, wal, data_dir, dset, clock, lock_fd, report)
+
+
+# --- background tasks ----------------------------------------------------------------------
+
+
+async def run_wal_sync(d: Durability) -> None:
+    """fdatasync the WAL every fsync_interval_s (only under the INTERVAL policy)."""
+    if d.settings.fsync is not FsyncPolicy.INTERVAL:
+        return
+    while True:
+        await asyncio.sleep(d.settings.fsync_interval_s)
+        await d.sync()
+
+
+async def run_snapshots(d: Durability, every_s: float | None = None) -> None:
+    """A snapshot every ``every_s`` (default: the settings' snapshot_interval_s)."""
+    while True:
+        await asyncio.sleep(every_s or d.settings.snapshot_interval_s)
+        await d.snapshot()
+
+
+async def _run_gc(d: Durability, every_s: float) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        t0 = d.clock.monotonic()
+        try:
+            removed = d.gc()
+        except WalError as e:
+            log.warning("retention pass skipped: %s", e)
+            continue
+        log.info("retention pass: %d series removed in %.1f ms", removed, (d.clock.monotonic() - t0) * 1000)
+
+
+async def run_durability(d: Durability, gc_every_s: float | None = 60.0) -> None:
+    """Everything a durable store runs in the background: WAL fsync, snapshots, logged retention."""
+    tasks = [run_wal_sync(d), run_snapshots(d)]
+    if gc_every_s:
+        tasks.append(_run_gc(d, gc_every_s))
+    await asyncio.gather(*tasks)
+
+
+# --- a store process -----------------------------------------------------------------------
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("store", help="a durable store process serving gRPC (WAL + snapshots in --data-dir)")
+    add_arguments(p)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", type=Path, required=True, help="directory for the WAL and snapshots")
+    p.add_argument("--grpc-port", type=int, default=7401, help="gRPC port (0: any free port)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--member", default="store", help="name reported by Health")
+    p.add_argument("--wal-fsync", choices=[p.value for p in FsyncPolicy], default="interval",
+                   help="always: fsync each write before acknowledging; interval (default): every second; never")
+    p.add_argument("--snapshot-every", type=float, default=600.0, help="seconds between snapshots")
+
+
+async def serve(args: argparse.Namespace) -> None:
+    dset = DurabilitySettings(fsync=FsyncPolicy(args.wal_fsync), snapshot_interval_s=args.snapshot_every)
+    _, d = open_store(args.data_dir, durability=dset)
+    server, port = await start_grpc_server(MetricsServicer(LocalBackend(d.api(args.member))), args.host,
+                                           args.grpc_port)
+    bg = asyncio.create_task(run_durability(d))
+    print(f"metricsd store serving gRPC on {args.host}:{port} (data dir {args.data_dir})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop(grace=2.0)
+        bg.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await bg
+        d.close(snapshot=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        asyncio.run(serve(args))
+    except (OSError, RuntimeError) as e:
+        print(f"metricsd store: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m metricsd.store.durable", description="A durable metricsd store.")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
