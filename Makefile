@@ -4,7 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test test-fast lint proto bench-store clean
+.PHONY: setup run test test-fast lint proto bench-store browser-deps clean
+
+include web/dashboard.mk
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +15,19 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) dashboard-assets
+
+# Headless Chromium from Debian for the dashboard's browser test (driven by the playwright
+# package with executable_path, so no browser download). Installed when missing and root.
+CHROMIUM := /usr/bin/chromium
+browser-deps:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "browser-deps: $(CHROMIUM) is missing: run 'sudo apt-get install chromium'" >&2; exit 1; \
+		fi; \
+	fi
 
 run: setup  ## set up, then start the embedded default (a store fed by a simulated cluster)
 	$(BIN)/metricsd up
@@ -22,7 +36,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: setup lint  ## set up, then run every check and test (what CI runs)
+test: setup lint browser-deps  ## set up, then run every check and test (what CI runs)
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test-fast: setup  ## the fast tests only, for the edit loop

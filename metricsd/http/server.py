@@ -2,7 +2,7 @@
 graceful stop.
 
 ``build_app`` wires handlers to a :class:`MetricsBackend`; it does not care whether the data is in
-this process or behind a proxy. ``/`` is left free for the dashboard page.
+this process or behind a proxy. ``/`` is the dashboard page (dashboard.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.clock import Clock
 from metricsd.http.consumers import DocumentProvider, add_consumer_routes
+from metricsd.http.dashboard import add_dashboard_routes
 from metricsd.http.native import NativeAPI
 from metricsd.http.params import ApiError, error_body
 from metricsd.http.promapi import PromAPI
@@ -116,6 +117,7 @@ def build_app(
     NativeAPI(backend, settings, clock, metrics).add_routes(app)
     if consumers is not None:
         add_consumer_routes(app, consumers)
+    add_dashboard_routes(app)
     return app
 
 

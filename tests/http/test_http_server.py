@@ -106,9 +106,10 @@ async def test_access_log_has_a_line_per_request(caplog: pytest.LogCaptureFixtur
     assert any('"GET /api/v1/status/buildinfo HTTP/1.1" 200' in line for line in lines), lines
 
 
-async def test_root_is_left_for_the_dashboard(env: Env) -> None:
+async def test_root_is_the_dashboard(env: Env) -> None:
     async with env.session.get(env.url + "/") as r:
-        assert r.status == 404
+        assert r.status == 200
+        assert r.content_type == "text/html"
 
 
 async def test_serve_http_is_what_metricsd_up_calls() -> None:
