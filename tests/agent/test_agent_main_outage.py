@@ -107,6 +107,8 @@ def test_a_30_second_store_outage_loses_nothing(
     wait_for("the agent to drain its buffer",
              lambda: healthz(metrics_port)["buffered_batches"] == 0
              and healthz(metrics_port)["targets"] == {f"127.0.0.1:{grpc_port}": "up"}, 60)
+    wait_for("a tick collected after the outage to be stored",
+             lambda: max((t[-1] for t, _ in read_all(stub).values() if t), default=0) > resumed_ms + 1000, 30)
     agent.send_signal(signal.SIGTERM)
     assert agent.wait(30) == 0
     log = agent_log.read_text()
