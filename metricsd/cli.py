@@ -34,8 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--http-port", type=_port, default=DEFAULT_HTTP_PORT,
                     help="HTTP API port on 127.0.0.1 (Prometheus query API, remote write, native JSON, /metrics)")
     up.add_argument("--data-dir", type=Path, default=None,
-                    help="directory for the store's files (created if missing; the write-ahead log is not written "
-                         "by this build yet, so data lives in memory only)")
+                    help="directory for the store's write-ahead log and snapshots (created if missing); without it "
+                         "data lives in memory only")
+    up.add_argument("--wal-fsync", choices=["always", "interval", "never"], default="interval",
+                    help="when the WAL is fsynced: a process crash loses nothing acknowledged under any policy; "
+                         "a machine crash may lose up to the interval (1 s) with 'interval', everything unsynced "
+                         "with 'never'")
     up.add_argument("--no-simulate", action="store_true", help="do not run the simulated agent")
     up.add_argument("--pods", type=int, default=200, help="simulated pods")
     up.add_argument("--workloads", type=int, default=10, help="simulated workloads")
@@ -61,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         opts = UpOptions(grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,
                          simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
-                         seed=args.seed, consumers=not args.no_consumers, examples_dir=args.examples_dir)
+                         seed=args.seed, consumers=not args.no_consumers, examples_dir=args.examples_dir,
+                         wal_fsync=args.wal_fsync)
         try:
             asyncio.run(run_up(opts))
         except OSError as e:

@@ -24,6 +24,7 @@ from metricsd.clock import Clock, SystemClock
 from metricsd.consumers.consumerset import ConsumerSet, start_consumers
 from metricsd.http.server import serve_http, stop_http
 from metricsd.store.api import StoreAPI
+from metricsd.store.durable import Durability, open_store, run_durability
 from metricsd.store.engine import Store
 from metricsd.store.server import MetricsServicer, gc_loop, start_grpc_server
 from metricsd.wire import labels_to_pb
@@ -49,6 +50,7 @@ class UpOptions:
     backfill_ms: int = 3_600_000
     host: str = "127.0.0.1"
     consumers: bool = True
+    wal_fsync: str = "interval"
     examples_dir: Path = field(default_factory=lambda: EXAMPLES_DIR)
 
 
@@ -96,12 +98,20 @@ class SimulatedAgent:
 
 async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     clock = SystemClock()
+    durability: Durability | None = None
     if opts.data_dir is not None:
-        opts.data_dir.mkdir(parents=True, exist_ok=True)
-    store = Store()
-    backend = LocalBackend(StoreAPI(store, member="up"))
+        # Recover what the last run acknowledged (snapshot + WAL replay), then log every write.
+        store, durability = open_store(opts.data_dir, fsync=opts.wal_fsync, clock=clock)
+        api: StoreAPI = durability.api(member="up")
+        log.info("store recovered from %s: %d series, %d samples", opts.data_dir, store.stats()["series"],
+                 store.stats()["samples"])
+    else:
+        store = Store()
+        api = StoreAPI(store, member="up")
+        log.info("no --data-dir: data lives in memory only and is lost when metricsd stops")
+    backend = LocalBackend(api)
     server, port = await start_grpc_server(MetricsServicer(backend), opts.host, opts.grpc_port)
-    tasks = [asyncio.create_task(gc_loop(store))]
+    tasks = [asyncio.create_task(run_durability(durability) if durability is not None else gc_loop(store))]
     addr = f"{opts.host}:{port}"
     log.info("store serving gRPC on %s", addr)
     consumers: ConsumerSet | None = None
@@ -144,6 +154,8 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         await stop_http(http_runner)
         await client.close()
         await server.stop(grace=2.0)
+        if durability is not None:
+            durability.close()  # a final snapshot: the next start replays nothing
 
 
 def _banner(addr: str, http: str, consumers: bool) -> str:

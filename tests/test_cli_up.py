@@ -79,3 +79,47 @@ def test_up_answers_a_query_within_10_seconds_and_stops_on_sigint(tmp_path: Path
         out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0, out
     assert "metricsd is up" in out and "shutting down" in out
+
+
+@pytest.mark.slow
+def test_up_with_a_data_dir_keeps_acknowledged_samples_across_kill_9(tmp_path: Path,
+                                                                    free_ports: Callable[[], int]) -> None:
+    import grpc
+
+    from metricsd.model import make_labels, series_id
+    from metricsd.proto import metricsd_pb2 as pb
+    from metricsd.proto import metricsd_pb2_grpc as pb_grpc
+    from metricsd.wire import labels_to_pb
+
+    port = free_ports()
+    cmd = [str(BIN), "up", "--no-simulate", "--no-consumers", "--grpc-port", str(port), "--http-port",
+           str(free_ports()), "--data-dir", str(tmp_path / "data"), "--wal-fsync", "never"]
+    labels = make_labels("m", {"namespace": "n", "pod": "p"})
+    sid = series_id(labels)
+
+    def start() -> tuple[subprocess.Popen[str], pb_grpc.MetricsStub, grpc.Channel]:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        grpc.channel_ready_future(channel).result(timeout=20)
+        return proc, pb_grpc.MetricsStub(channel), channel
+
+    proc, stub, channel = start()
+    acked = 0
+    for k in range(50):
+        req = pb.WriteRequest(ids=[sid], counts=[10], timestamps=[k * 10_000 + i for i in range(10)],
+                              values=[float(k * 10 + i) for i in range(10)])
+        req.series.add(id=sid).labels.extend(labels_to_pb(labels))
+        acked += stub.Write(req, timeout=10).samples_written
+    channel.close()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    proc, stub, channel = start()
+    try:
+        got = stub.Read(pb.ReadRequest(matchers=[pb.Matcher(name="pod", value="p")], start_ms=0, end_ms=10**9),
+                        timeout=10)
+        assert acked == 500
+        assert list(got.series[0].values) == [float(v) for v in range(500)]
+    finally:
+        channel.close()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
