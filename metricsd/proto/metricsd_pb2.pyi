@@ -289,6 +289,76 @@ class LabelValuesResponse(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class CatchUpRequest(_message.Message):
+    __slots__ = ("slots", "start_ms", "end_ms", "resume_token", "max_samples_per_page")
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    START_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MAX_SAMPLES_PER_PAGE_FIELD_NUMBER: _ClassVar[int]
+    slots: SlotFilter
+    start_ms: int
+    end_ms: int
+    resume_token: bytes
+    max_samples_per_page: int
+    def __init__(self, slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., resume_token: _Optional[bytes] = ..., max_samples_per_page: _Optional[int] = ...) -> None: ...
+
+class CatchUpPage(_message.Message):
+    __slots__ = ("batch", "resume_token")
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    batch: WriteRequest
+    resume_token: bytes
+    def __init__(self, batch: _Optional[_Union[WriteRequest, _Mapping]] = ..., resume_token: _Optional[bytes] = ...) -> None: ...
+
+class DigestRequest(_message.Message):
+    __slots__ = ("slots", "start_ms", "end_ms", "bucket_ms", "per_series")
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    START_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_MS_FIELD_NUMBER: _ClassVar[int]
+    PER_SERIES_FIELD_NUMBER: _ClassVar[int]
+    slots: SlotFilter
+    start_ms: int
+    end_ms: int
+    bucket_ms: int
+    per_series: bool
+    def __init__(self, slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., bucket_ms: _Optional[int] = ..., per_series: _Optional[bool] = ...) -> None: ...
+
+class SlotDigest(_message.Message):
+    __slots__ = ("slot", "series", "samples", "hash")
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    slot: int
+    series: int
+    samples: int
+    hash: int
+    def __init__(self, slot: _Optional[int] = ..., series: _Optional[int] = ..., samples: _Optional[int] = ..., hash: _Optional[int] = ...) -> None: ...
+
+class SeriesDigest(_message.Message):
+    __slots__ = ("id", "slot", "samples", "hash", "bucket_hashes")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_HASHES_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    slot: int
+    samples: int
+    hash: int
+    bucket_hashes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[int] = ..., slot: _Optional[int] = ..., samples: _Optional[int] = ..., hash: _Optional[int] = ..., bucket_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DigestResponse(_message.Message):
+    __slots__ = ("slots", "series")
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    slots: _containers.RepeatedCompositeFieldContainer[SlotDigest]
+    series: _containers.RepeatedCompositeFieldContainer[SeriesDigest]
+    def __init__(self, slots: _Optional[_Iterable[_Union[SlotDigest, _Mapping]]] = ..., series: _Optional[_Iterable[_Union[SeriesDigest, _Mapping]]] = ...) -> None: ...
+
 class HealthRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

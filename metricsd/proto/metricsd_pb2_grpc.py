@@ -64,6 +64,16 @@ class MetricsStub:
                 request_serializer=metricsd__pb2.ReadRequest.SerializeToString,
                 response_deserializer=metricsd__pb2.RollupsResponse.FromString,
                 _registered_method=True)
+        self.CatchUp = channel.unary_stream(
+                '/metricsd.v1.Metrics/CatchUp',
+                request_serializer=metricsd__pb2.CatchUpRequest.SerializeToString,
+                response_deserializer=metricsd__pb2.CatchUpPage.FromString,
+                _registered_method=True)
+        self.Digest = channel.unary_unary(
+                '/metricsd.v1.Metrics/Digest',
+                request_serializer=metricsd__pb2.DigestRequest.SerializeToString,
+                response_deserializer=metricsd__pb2.DigestResponse.FromString,
+                _registered_method=True)
         self.Health = channel.unary_unary(
                 '/metricsd.v1.Metrics/Health',
                 request_serializer=metricsd__pb2.HealthRequest.SerializeToString,
@@ -131,6 +141,23 @@ class MetricsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CatchUp(self, request, context):
+        """Store to store: the raw samples of some slots in [start_ms, end_ms], streamed in pages, for a
+        replica catching up from a peer (after a restart, or when it is given a slot it did not hold).
+        Resumable: a new call with the last page's resume_token continues after that page.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Digest(self, request, context):
+        """Store to store: digests of some slots' data for anti-entropy. Replicas compare them per slot,
+        then per series for the slots that differ, and repair what differs with CatchUp.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Health(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -175,6 +202,16 @@ def add_MetricsServicer_to_server(servicer, server):
                     servicer.Rollups,
                     request_deserializer=metricsd__pb2.ReadRequest.FromString,
                     response_serializer=metricsd__pb2.RollupsResponse.SerializeToString,
+            ),
+            'CatchUp': grpc.unary_stream_rpc_method_handler(
+                    servicer.CatchUp,
+                    request_deserializer=metricsd__pb2.CatchUpRequest.FromString,
+                    response_serializer=metricsd__pb2.CatchUpPage.SerializeToString,
+            ),
+            'Digest': grpc.unary_unary_rpc_method_handler(
+                    servicer.Digest,
+                    request_deserializer=metricsd__pb2.DigestRequest.FromString,
+                    response_serializer=metricsd__pb2.DigestResponse.SerializeToString,
             ),
             'Health': grpc.unary_unary_rpc_method_handler(
                     servicer.Health,
@@ -349,6 +386,60 @@ class Metrics:
             '/metricsd.v1.Metrics/Rollups',
             metricsd__pb2.ReadRequest.SerializeToString,
             metricsd__pb2.RollupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CatchUp(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/metricsd.v1.Metrics/CatchUp',
+            metricsd__pb2.CatchUpRequest.SerializeToString,
+            metricsd__pb2.CatchUpPage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Digest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metricsd.v1.Metrics/Digest',
+            metricsd__pb2.DigestRequest.SerializeToString,
+            metricsd__pb2.DigestResponse.FromString,
             options,
             channel_credentials,
             insecure,
