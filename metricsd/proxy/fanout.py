@@ -1,0 +1,127 @@
+"""The third quorum layer for reads: the concurrent fan-out that executes what quorum.py decides.
+
+Per slot, plan_read picks R replicas (healthy ones, rotated to spread load); slots are grouped by
+member so each member gets ONE request restricted to its slots (SlotFilter); a member that fails
+makes the tracker name a spare for its slots, which is asked at once. The fan-out ends when every
+slot has R replies, or fails naming the slots that cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from metricsd.backend import BadRequest, MetricsBackend, Unavailable
+from metricsd.cluster.shardmap import ShardMap
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.members import SlotNotHeld
+from metricsd.proxy.quorum import QuorumTracker, ReplicaPlan, plan_read
+from metricsd.proxy.view import ClusterView
+
+__all__ = ["QuorumFailure", "Replies", "Reply", "consume", "read_fanout", "slot_filter"]
+
+T = TypeVar("T")
+
+MemberCall = Callable[[MetricsBackend, list[int]], Awaitable[T]]
+
+
+class QuorumFailure(Unavailable):
+    """Some slots lacked a read or write quorum. ``stale``: a store said it does not hold a slot
+    it was asked for, so a newer map may succeed."""
+
+    def __init__(self, message: str, slots: Sequence[int], stale: bool) -> None:
+        super().__init__(message)
+        self.slots = tuple(slots)
+        self.stale = stale
+
+
+@dataclass
+class Reply(Generic[T]):
+    member: str
+    slots: list[int]
+    response: T
+
+
+@dataclass
+class Replies(Generic[T]):
+    replies: list[Reply[T]]
+    # slot -> members whose reply covers it
+    answered: dict[int, list[str]] = field(default_factory=dict)
+    stale: bool = False
+
+
+def consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of a task nobody awaits any more (cancelled after the quorum was
+    reached), so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _bind(call: MemberCall[T], slots: list[int]) -> Callable[[MetricsBackend], Awaitable[T]]:
+    return lambda backend: call(backend, slots)
+
+
+def slot_filter(num_slots: int, slots: Sequence[int]) -> pb.SlotFilter:
+    return pb.SlotFilter(slot_count=num_slots, slots=slots)
+
+
+def plan_reads(view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> list[ReplicaPlan]:
+    """R replicas per slot among the healthy; a slot with too few healthy replicas asks all of
+    them instead (a member marked down may be back, and failing for sure is no better)."""
+    q = view.quorum(shard_map)
+    healthy = view.health.healthy(shard_map.members)
+    offset = view.rotation()
+    plans = []
+    for slot in slots:
+        replicas = shard_map.replicas(slot)
+        plan = plan_read(slot, replicas, healthy, q, offset)
+        if len(plan.targets) + len(plan.spares) < plan.required:
+            plan = plan_read(slot, replicas, set(replicas), q, offset)
+        plans.append(plan)
+    return plans
+
+
+async def read_fanout(view: ClusterView, shard_map: ShardMap, slots: Sequence[int], call: MemberCall[T]) -> Replies[T]:
+    """Ask R replicas of each slot through ``call(backend, member_slots)``. Raises QuorumFailure
+    when some slot cannot get R replies, BadRequest when a store rejects the request."""
+    tracker = QuorumTracker(plan_reads(view, shard_map, slots))
+    out: Replies[T] = Replies([])
+    tasks: dict[asyncio.Task[T], tuple[str, list[int]]] = {}
+
+    def launch(asks: dict[str, list[int]]) -> None:
+        for member, member_slots in asks.items():
+            task = asyncio.ensure_future(view.call(shard_map, member, _bind(call, member_slots)))
+            task.add_done_callback(consume)
+            tasks[task] = (member, member_slots)
+
+    launch(tracker.asks())
+    try:
+        while tasks and not tracker.done and not tracker.failed:
+            finished, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in finished:
+                member, member_slots = tasks.pop(task)
+                exc = task.exception()
+                if exc is None:
+                    tracker.record_success(member, member_slots)
+                    out.replies.append(Reply(member, member_slots, task.result()))
+                    for s in member_slots:
+                        out.answered.setdefault(s, []).append(member)
+                    continue
+                if isinstance(exc, BadRequest):
+                    raise exc
+                if isinstance(exc, SlotNotHeld):
+                    out.stale = True
+                    why = f"does not hold the slot (stale map v{shard_map.version})"
+                else:
+                    why = str(exc) if isinstance(exc, Unavailable) else f"{type(exc).__name__}: {exc}"
+                launch(tracker.record_failure(member, why, member_slots))
+    finally:
+        for task in tasks:
+            task.cancel()
+    if not tracker.done:
+        err = tracker.error()
+        assert err is not None
+        raise QuorumFailure(str(err), err.slots, out.stale)
+    return out

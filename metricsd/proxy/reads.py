@@ -1,0 +1,251 @@
+"""The read path: ask R replicas of each slot (fanout.py), merge their replies, repair laggards.
+
+Merging, per RPC:
+
+- Read: per series id, the union of the replicas' samples by timestamp (on a timestamp both hold,
+  the longer reply's value wins). A replica that lacked samples, or the whole series, gets them
+  written back (read repair).
+- Aggregate: each replica is asked with ``per_series`` so merge.merge_aggregates can keep, per
+  series, the reply with more samples; replicas named lagging get those series copied from a
+  replica that answered the same slots.
+- ListSeries, LabelValues: the union. Rollups: per series, the reply with more hours.
+
+A store answering FAILED_PRECONDITION (it does not hold a slot: the proxy's map is stale) makes the
+proxy refresh the map and retry the request once when a quorum was missed; when spares made up for
+it, the map is refreshed in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TypeVar
+
+import numpy as np
+
+from metricsd.backend import MetricsBackend, Unavailable
+from metricsd.clock import Clock
+from metricsd.cluster.shardmap import ShardMap
+from metricsd.cluster.slots import slot_of, slot_of_labels
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.fanout import QuorumFailure, Replies, read_fanout, slot_filter
+from metricsd.proxy.merge import MergeError, merge_aggregates
+from metricsd.proxy.repair import ReadRepair, missing_samples
+from metricsd.proxy.view import ClusterView
+from metricsd.wire import labels_from_pb
+
+__all__ = ["ReadPath", "slots_for"]
+
+log = logging.getLogger("metricsd.proxy.reads")
+
+T = TypeVar("T")
+
+
+def slots_for(matcher_lists: Iterable[Sequence[pb.Matcher]], num_slots: int) -> list[int]:
+    """The slots a query can touch: one per pod when every selector pins ``namespace`` and
+    ``pod`` with equality matchers, else all of them."""
+    out: set[int] = set()
+    for matchers in matcher_lists:
+        eq = {m.name: m.value for m in matchers if m.type == pb.Matcher.EQ}
+        if "namespace" not in eq or "pod" not in eq:
+            return list(range(num_slots))
+        out.add(slot_of(f"{eq['namespace']}/{eq['pod']}", num_slots))
+    return sorted(out) if out else list(range(num_slots))
+
+
+class ReadPath:
+    """Not thread-safe (one event loop)."""
+
+    def __init__(self, view: ClusterView, clock: Clock, counters: Counter[str]) -> None:
+        self.view = view
+        self.counters = counters
+        self.repair = ReadRepair(view.settings.repair, clock, self._read_member, self._write_member, counters)
+
+    async def _read_member(self, member: str, request: pb.ReadRequest) -> pb.ReadResponse:
+        return await self.view.call(self.view.current_map(), member, lambda b: b.read(request))
+
+    async def _write_member(self, member: str, request: pb.WriteRequest) -> pb.WriteResponse:
+        return await self.view.call(self.view.current_map(), member, lambda b: b.write(request))
+
+    async def _fanout(self, matcher_lists: Sequence[Sequence[pb.Matcher]],
+                      call: Callable[[MetricsBackend, list[int], ShardMap], Awaitable[T]]
+                      ) -> tuple[Replies[T], ShardMap]:
+        """read_fanout with the stale-map retry; raises Unavailable naming the slots."""
+        self.counters["reads"] += 1
+        shard_map = self.view.current_map()
+        for attempt in (0, 1):
+            slots = slots_for(matcher_lists, shard_map.num_slots)
+            try:
+                replies = await read_fanout(self.view, shard_map, slots, _with_map(call, shard_map))
+            except QuorumFailure as e:
+                if not e.stale or attempt == 1:
+                    self.counters["read_unavailable"] += 1
+                    raise
+                self.counters["stale_map_retries"] += 1
+                shard_map = await self.view.refresh()
+                continue
+            if replies.stale:
+                self.view.refresh_soon()
+            return replies, shard_map
+        raise AssertionError("unreachable")
+
+    # --- Read ------------------------------------------------------------------------------
+
+    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.ReadResponse:
+            sub = pb.ReadRequest()
+            sub.CopyFrom(request)
+            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
+            return await b.read(sub)
+
+        replies, shard_map = await self._fanout([request.matchers], call)
+        return self._merge_reads(replies, shard_map)
+
+    def _merge_reads(self, replies: Replies[pb.ReadResponse], shard_map: ShardMap) -> pb.ReadResponse:
+        found: dict[int, list[tuple[str, pb.SeriesData]]] = {}
+        for r in replies.replies:
+            for s in r.response.series:
+                found.setdefault(s.id, []).append((r.member, s))
+        most = max((len(ms) for ms in replies.answered.values()), default=0)
+        repairs: dict[str, pb.WriteRequest] = {}
+        out = pb.ReadResponse()
+        for sid in sorted(found, key=lambda i: _label_key(found[i][0][1].labels)):
+            copies = found[sid]
+            best = max(copies, key=lambda c: len(c[1].timestamps))[1]
+            same = all(c[1].timestamps == best.timestamps for c in copies)
+            if len(copies) >= most and same:  # the usual case: every replica holds the same
+                out.series.append(best)
+                continue
+            slot = slot_of_labels(labels_from_pb(best.labels), shard_map.num_slots)
+            answerers = replies.answered.get(slot, [])
+            if len(copies) >= len(answerers) and same:
+                out.series.append(best)
+                continue
+            ts, vals = _union(copies)
+            merged = out.series.add(id=sid)
+            merged.labels.extend(best.labels)
+            merged.timestamps.extend(ts.tolist())
+            merged.values.extend(vals.tolist())
+            have = {m: np.array(s.timestamps, dtype=np.int64) for m, s in copies}
+            for member in answerers:
+                req = repairs.setdefault(member, pb.WriteRequest())
+                missing_samples(req, merged, have.get(member), ts, vals)
+        for member, req in repairs.items():
+            if req.ids:
+                self.counters["read_repair_series"] += len(req.ids)
+                self.repair.write(member, req)
+        return out
+
+    # --- Aggregate -------------------------------------------------------------------------
+
+    async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.AggregateResponse:
+            sub = pb.AggregateRequest()
+            sub.CopyFrom(request)
+            sub.per_series = True
+            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
+            return await b.aggregate(sub)
+
+        sides = [request.query.matchers]
+        if request.HasField("denominator"):
+            sides.append(request.denominator.matchers)
+        replies, shard_map = await self._fanout(sides, call)
+        try:
+            merged = merge_aggregates(request, [r.response for r in replies.replies])
+        except MergeError as e:
+            raise Unavailable(f"cannot merge the replicas' aggregates: {e}") from e
+        if merged.lagging:
+            self._repair_aggregate(request, replies, merged.lagging, shard_map)
+        return merged.response
+
+    def _repair_aggregate(self, request: pb.AggregateRequest, replies: Replies[pb.AggregateResponse],
+                          lagging: dict[int, set[int]], shard_map: ShardMap) -> None:
+        """Copy the lagging series from a replica that answered for the same slots."""
+        window = max(request.query.window_ms, request.denominator.window_ms if request.HasField("denominator") else 0)
+        start, end = request.start_ms - window, request.end_ms
+        for index, ids in lagging.items():
+            reply = replies.replies[index]
+            by_source: dict[str, list[int]] = {}
+            for slot in reply.slots:
+                others = [m for m in replies.answered.get(slot, []) if m != reply.member]
+                if others:
+                    by_source.setdefault(others[0], []).append(slot)
+            for source, slots in by_source.items():
+                reads = [pb.ReadRequest(matchers=side.matchers, start_ms=start, end_ms=end,
+                                        slots=slot_filter(shard_map.num_slots, slots))
+                         for side in ([request.query, request.denominator] if request.HasField("denominator")
+                                      else [request.query])]
+                self.counters["read_repair_series"] += len(ids)
+                self.repair.copy(reply.member, source, reads, ids)
+
+    # --- ListSeries, LabelValues, Rollups ---------------------------------------------------
+
+    async def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
+        async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.ListSeriesResponse:
+            sub = pb.ListSeriesRequest()
+            sub.CopyFrom(request)
+            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
+            return await b.list_series(sub)
+
+        replies, _ = await self._fanout([request.matchers], call)
+        seen: dict[int, pb.SeriesLabels] = {}
+        for r in replies.replies:
+            for s in r.response.series:
+                seen.setdefault(s.id, s)
+        ordered = sorted(seen.values(), key=lambda s: _label_key(s.labels))
+        if request.limit:
+            ordered = ordered[: request.limit]
+        return pb.ListSeriesResponse(series=ordered)
+
+    async def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
+        async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.LabelValuesResponse:
+            sub = pb.LabelValuesRequest()
+            sub.CopyFrom(request)
+            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
+            return await b.label_values(sub)
+
+        replies, _ = await self._fanout([request.matchers], call)
+        values: set[str] = set()
+        for r in replies.replies:
+            values.update(r.response.values)
+        return pb.LabelValuesResponse(values=sorted(values))
+
+    async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
+        async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.RollupsResponse:
+            sub = pb.ReadRequest()
+            sub.CopyFrom(request)
+            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
+            return await b.rollups(sub)
+
+        replies, _ = await self._fanout([request.matchers], call)
+        best: dict[int, pb.SeriesRollups] = {}
+        for r in replies.replies:
+            for s in r.response.series:
+                have = best.get(s.id)
+                if have is None or len(s.hours) > len(have.hours):
+                    best[s.id] = s
+        ordered = sorted(best.values(), key=lambda s: _label_key(s.labels))
+        return pb.RollupsResponse(series=ordered)
+
+    async def close(self) -> None:
+        await self.repair.close()
+
+
+def _label_key(labels: Iterable[pb.Label]) -> tuple[tuple[str, str], ...]:
+    return tuple((lab.name, lab.value) for lab in labels)
+
+
+def _with_map(call: Callable[[MetricsBackend, list[int], ShardMap], Awaitable[T]], shard_map: ShardMap
+              ) -> Callable[[MetricsBackend, list[int]], Awaitable[T]]:
+    return lambda backend, slots: call(backend, slots, shard_map)
+
+
+def _union(copies: Sequence[tuple[str, pb.SeriesData]]) -> tuple[np.ndarray, np.ndarray]:
+    """Samples of several replicas of one series, by timestamp; on a shared timestamp the value of
+    the copy with more samples wins (stores keep the first write, so they agree unless one lost it)."""
+    ordered = sorted(copies, key=lambda c: -len(c[1].timestamps))
+    ts = np.concatenate([np.array(s.timestamps, dtype=np.int64) for _, s in ordered])
+    vals = np.concatenate([np.array(s.values, dtype=np.float64) for _, s in ordered])
+    uniq, first = np.unique(ts, return_index=True)
+    return uniq, vals[first]

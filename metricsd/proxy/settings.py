@@ -1,0 +1,105 @@
+"""The proxy's settings: every default in one documented place, passed into ProxyBackend.
+
+RF is not a setting: it comes from the shard map, so the quorum sizes are recomputed whenever the
+map changes (:meth:`ProxySettings.quorum`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from metricsd.proxy.quorum import QuorumSettings
+
+__all__ = ["HandoffSettings", "HealthSettings", "ProxySettings", "RepairSettings"]
+
+
+@dataclass(frozen=True)
+class HandoffSettings:
+    """Hinted hand-off: sub-requests a replica missed, kept per member and retried.
+
+    max_bytes: per member; a hint that would exceed it is dropped (counted and logged).
+    max_age_s: a hint older than this is dropped instead of delivered. A store merges a sample
+        older than its series' newest one only within its out-of-order window (1 h by default,
+        metricsd/store/settings.py), and counts older ones as too_old, so this must stay well
+        below that window; anything a replica misses for longer is left to read repair and to the
+        store's catch-up from its peers.
+    retry_initial_s / retry_max_s: delivery backoff, doubling from initial up to max.
+    """
+
+    max_bytes: int = 64 * 1024 * 1024
+    max_age_s: float = 600.0
+    retry_initial_s: float = 0.2
+    retry_max_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 0 or self.max_age_s <= 0 or not 0 < self.retry_initial_s <= self.retry_max_s:
+            raise ValueError("hand-off bounds must be positive and retry_initial_s <= retry_max_s")
+
+
+@dataclass(frozen=True)
+class RepairSettings:
+    """Read repair: when replicas' replies differ, copy what the lagging one misses.
+
+    enabled: off leaves repair to hinted hand-off and the stores' catch-up.
+    rate_per_s / burst: repair jobs started per second (a token bucket), so a badly lagging
+        replica does not turn every query into a copy.
+    max_concurrent: repair jobs in flight at once; more are dropped (counted), not queued.
+    max_series: series copied per job at most.
+    """
+
+    enabled: bool = True
+    rate_per_s: float = 5.0
+    burst: int = 10
+    max_concurrent: int = 2
+    max_series: int = 20_000
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """A member that fails a call is skipped for ``down_initial_s``, doubling per further failure
+    up to ``down_max_s``; then one request probes it. A success makes it healthy at once."""
+
+    down_initial_s: float = 0.5
+    down_max_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    """How the proxy talks to stores.
+
+    w / r: write acknowledgements and read replies per slot (RF comes from the map; see
+        :meth:`quorum`).
+    call_timeout_s: per call to one store.
+    retries / retry_backoff_s: a call that fails with UNAVAILABLE is retried this many times,
+        waiting backoff * 2**attempt, before it counts as failed (reads then ask a spare replica;
+        writes hand the data off).
+    series_cache: series whose route (pod hash) and labels the proxy remembers, about 300 bytes
+        each; a client writing an id the proxy has forgotten is asked for its labels again
+        (WriteResponse.unknown_ids), exactly as a restarted store would.
+    known_ids_per_member: ids remembered per member as acknowledged with labels; past it the set is
+        cleared, and labels are resent as a member reports them unknown.
+    """
+
+    w: int = 2
+    r: int = 2
+    call_timeout_s: float = 5.0
+    retries: int = 1
+    retry_backoff_s: float = 0.05
+    series_cache: int = 1_000_000
+    known_ids_per_member: int = 2_000_000
+    handoff: HandoffSettings = field(default_factory=HandoffSettings)
+    repair: RepairSettings = field(default_factory=RepairSettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
+
+    def __post_init__(self) -> None:
+        if self.w < 1 or self.r < 1:
+            raise ValueError(f"W and R must be at least 1, got W={self.w} R={self.r}")
+        if self.call_timeout_s <= 0 or self.retries < 0 or self.retry_backoff_s < 0:
+            raise ValueError("call_timeout_s must be positive, retries and retry_backoff_s non-negative")
+        if self.series_cache < 1 or self.known_ids_per_member < 1:
+            raise ValueError("series_cache and known_ids_per_member must be at least 1")
+
+    def quorum(self, rf: int) -> QuorumSettings:
+        """W and R capped at the map's RF. Raises ValueError when R + W <= RF (reads would not
+        overlap the last acknowledged write): a configuration error, reported on every request."""
+        return QuorumSettings(rf=rf, w=min(self.w, rf), r=min(self.r, rf))

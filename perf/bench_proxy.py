@@ -1,0 +1,255 @@
+"""Benchmark of the proxy in a 3-store RF 3 cluster on loopback (a documented command, not a test).
+
+    .venv/bin/python perf/bench_proxy.py            # 5,000 pods, 10 minutes of data, 200 queries
+    .venv/bin/python perf/bench_proxy.py --quick    # fewer queries and ticks
+
+Five processes: three stores (an in-memory Store served over gRPC, no WAL: this measures the
+proxy's data path, not durability), one proxy (ProxyBackend on a static 64-slot RF 3 shard map,
+W 2 / R 2, served over gRPC) and this client. All three stores hold every slot (RF 3 of 3), so
+each write is sent three times and acknowledged at two.
+
+Measures, on simulated pod metrics (one Deployment ``big`` of 5,000 pods, seeded):
+1. ingest through the proxy: samples/s acknowledged, in the backfill shape (1,000 series x 60
+   samples a request) and the agents' live shape (1,000 series x 1 sample a request), with the
+   proxy's and the stores' CPU seconds per million samples;
+2. latency (p50, p99 at concurrency 1 and 8) of the average CPU rate over the 5,000-pod workload
+   (1-minute window) through the proxy: R=2 replicas per slot, per-series partials merged.
+Prints a Markdown table and writes perf/results/bench_proxy.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from procstat import cpu_seconds
+
+from metricsd.agent.batches import write_requests
+from metricsd.agent.simulate import SimConfig, Simulator
+from metricsd.client import MetricsClient
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.selector import parse_selector
+from metricsd.wire import matchers_to_pb
+
+HERE = Path(__file__).resolve().parent
+SLOTS = 64
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- the server processes (this script re-run with --serve-store / --serve-proxy) -----------------
+
+
+async def _serve_store(port: int) -> None:
+    from metricsd.store.engine import Store
+    from metricsd.store.server import StoreServicer, start_grpc_server
+
+    server, _ = await start_grpc_server(StoreServicer(Store(), f"store-{port}"), "127.0.0.1", port)
+    await _until_signal()
+    await server.stop(None)
+
+
+async def _serve_proxy(port: int, stores: list[str]) -> None:
+    from metricsd.clock import SystemClock
+    from metricsd.cluster.assign import assign
+    from metricsd.cluster.mapsource import StaticMapSource
+    from metricsd.cluster.shardmap import Member
+    from metricsd.proxy.backend import ProxyBackend
+    from metricsd.proxy.settings import ProxySettings
+    from metricsd.store.server import MetricsServicer, start_grpc_server
+
+    members = [Member(f"store-{i}", addr) for i, addr in enumerate(stores)]
+    proxy = ProxyBackend(StaticMapSource(assign(members, None, SLOTS, 3)), ProxySettings(call_timeout_s=30),
+                         SystemClock())
+    server, _ = await start_grpc_server(MetricsServicer(proxy), "127.0.0.1", port)
+    await _until_signal()
+    await server.stop(None)
+    await proxy.close()
+
+
+async def _until_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+class Proc:
+    def __init__(self, *args: str) -> None:
+        self.port = _free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, __file__, *args, "--port", str(self.port)])
+
+    async def wait_ready(self) -> None:
+        async with MetricsClient(self.addr, timeout_s=2) as c:
+            for _ in range(200):
+                try:
+                    await c.health()
+                    return
+                except Exception:
+                    await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.addr} did not start")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+
+
+# --- the client -----------------------------------------------------------------------------------
+
+
+async def ingest(client: MetricsClient, pids: dict[str, list[int]], sim: Simulator, ticks: int, ticks_per_req: int,
+                 first: bool) -> dict[str, float]:
+    """Feed ``ticks`` ticks; the requests of a block go 4 at a time, blocks in time order."""
+    sent, wall, done = 0, 0.0, 0
+    cpu0 = {k: sum(cpu_seconds(p) for p in v) for k, v in pids.items()}
+    labels_sent = not first
+    sem = asyncio.Semaphore(4)
+    while done < ticks:
+        n = min(ticks_per_req, ticks - done)
+        ts, values = sim.block(n)
+        reqs = write_requests(sim, ts, values, max_samples=1000 * n, send_labels_for=set() if labels_sent else None)
+        labels_sent = True
+
+        async def one(r: pb.WriteRequest) -> None:
+            async with sem:
+                resp = await client.write(r)
+                if resp.unknown_ids or resp.rejected_too_old or resp.rejected_duplicate:
+                    raise RuntimeError(f"unexpected write response {resp}")
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(r) for r in reqs))
+        wall += time.perf_counter() - t0
+        sent += values.size
+        done += n
+    out = {"samples": float(sent), "wall_s": wall, "samples_per_s": sent / wall}
+    for k, v in pids.items():
+        out[f"{k}_cpu_s_per_million"] = (sum(cpu_seconds(p) for p in v) - cpu0[k]) / sent * 1e6
+    return out
+
+
+def _agg_request(at_ms: int) -> pb.AggregateRequest:
+    req = pb.AggregateRequest(across=pb.ACROSS_AVG, start_ms=at_ms, end_ms=at_ms)
+    req.query.matchers.extend(matchers_to_pb(parse_selector('workload="big"', "container_cpu_usage_seconds_total")))
+    req.query.series_fn = pb.SERIES_RATE
+    req.query.window_ms = 60_000
+    return req
+
+
+async def latency(client: MetricsClient, req: pb.AggregateRequest, n: int, concurrency: int, pods: int
+                  ) -> dict[str, float]:
+    for _ in range(5):
+        await client.aggregate(req)
+    times: list[float] = []
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one() -> None:
+        async with sem:
+            t0 = time.perf_counter()
+            resp = await client.aggregate(req)
+            times.append(time.perf_counter() - t0)
+            if resp.series_scanned != pods:
+                raise RuntimeError(f"aggregate scanned {resp.series_scanned} series, want {pods}")
+
+    await asyncio.gather(*(one() for _ in range(n)))
+    a = np.array(times) * 1000
+    return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)), "n": n}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, object]:
+    out: dict[str, object] = {"command": " ".join([".venv/bin/python", "perf/bench_proxy.py", *sys.argv[1:]]),
+                              "cores": os.cpu_count(), "python": platform.python_version()}
+    stores = [Proc("--serve-store") for _ in range(3)]
+    proxy = None
+    try:
+        for s in stores:
+            await s.wait_ready()
+        proxy = Proc("--serve-proxy", "--stores", ",".join(s.addr for s in stores))
+        await proxy.wait_ready()
+        pids = {"proxy": [proxy.proc.pid], "stores": [s.proc.pid for s in stores]}
+        sim = Simulator(SimConfig(pods=args.pods, workloads=1, nodes=100, seed=2, big_workload_pods=args.pods),
+                        1_700_000_000_000)
+        out["series"] = len(sim.series)
+        async with MetricsClient(proxy.addr, timeout_s=120) as client:
+            backfill = await ingest(client, pids, sim, args.ticks, 60, first=True)
+            live = await ingest(client, pids, sim, args.live_ticks, 1, first=False)
+            out["ingest"] = {"backfill_shape": backfill, "live_shape": live}
+            at = sim.next_timestamp_ms - 1
+            out["aggregate"] = {f"c{c}": await latency(client, _agg_request(at), args.queries, c, args.pods)
+                                for c in (1, 8)}
+            st = await client.stats()
+            out["stats"] = {"series_raw": st.series, "samples_raw": st.samples,
+                            "proxy": {k: v for k, v in st.rejected.items() if k.startswith("proxy_")}}
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        for s in stores:
+            s.stop()
+    return out
+
+
+def markdown(r: dict) -> str:
+    b, li = r["ingest"]["backfill_shape"], r["ingest"]["live_shape"]
+    rows = [
+        "| measure (3 stores, RF 3, W 2, R 2, one proxy, loopback) | metricsd |",
+        "| --- | --- |",
+        f"| ingest through the proxy, backfill shape (1,000 series x 60 samples a request) | "
+        f"{b['samples_per_s']:,.0f} samples/s; CPU s per million: proxy {b['proxy_cpu_s_per_million']:.2f}, "
+        f"3 stores {b['stores_cpu_s_per_million']:.2f} |",
+        f"| ingest through the proxy, live shape (1,000 series x 1 sample a request) | "
+        f"{li['samples_per_s']:,.0f} samples/s; CPU s per million: proxy {li['proxy_cpu_s_per_million']:.2f}, "
+        f"3 stores {li['stores_cpu_s_per_million']:.2f} |",
+    ]
+    for c, v in r["aggregate"].items():
+        rows.append(f"| avg CPU rate of the 5,000-pod workload through the proxy, concurrency {c[1:]}: p50 / p99 | "
+                    f"{v['p50_ms']:.1f} / {v['p99_ms']:.1f} ms |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="20 queries, 30 ticks")
+    p.add_argument("--pods", type=int, default=5000, help="pods of the one big Deployment (8 series each)")
+    p.add_argument("--ticks", type=int, default=60, help="backfilled ticks of 10 s")
+    p.add_argument("--live-ticks", type=int, default=6, help="ticks sent in the live shape afterwards")
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--serve-store", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--serve-proxy", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--stores", default="", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.serve_store:
+        asyncio.run(_serve_store(args.port))
+        return
+    if args.serve_proxy:
+        asyncio.run(_serve_proxy(args.port, args.stores.split(",")))
+        return
+    if args.quick:
+        args.queries, args.ticks = 20, 30
+    r = asyncio.run(main_async(args))
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "bench_proxy.json").write_text(json.dumps(r, indent=2))
+    print(f"command: {r['command']}  (cores: {r['cores']}, Python {r['python']})")
+    print(markdown(r))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The proxy's parts on their own: hint queues, member health, the route cache, retries."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from metricsd.backend import BadRequest, Unavailable
+from metricsd.clock import ManualClock
+from metricsd.model import make_labels, series_id
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.handoff import HintedHandoff, MemberGone
+from metricsd.proxy.health import MemberHealth
+from metricsd.proxy.members import SlotNotHeld, call_with_retries
+from metricsd.proxy.routing import SeriesRouter
+from metricsd.proxy.settings import HandoffSettings, HealthSettings, ProxySettings
+from metricsd.wire import labels_to_pb
+
+
+def _hint(n: int) -> pb.WriteRequest:
+    return pb.WriteRequest(ids=[1], counts=[n], timestamps=list(range(1, n + 1)), values=[0.5] * n)
+
+
+class Deliveries:
+    def __init__(self) -> None:
+        self.ok = False
+        self.gone = False
+        self.got: list[int] = []
+
+    async def __call__(self, member: str, request: pb.WriteRequest) -> None:
+        if self.gone:
+            raise MemberGone(member)
+        if not self.ok:
+            raise Unavailable("down")
+        self.got.append(len(request.timestamps))
+
+
+async def _until(cond: object) -> None:
+    for _ in range(200):
+        if cond():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("not reached")
+
+
+async def test_hints_are_delivered_in_order_once_the_member_answers() -> None:
+    counters: Counter[str] = Counter()
+    deliver = Deliveries()
+    h = HintedHandoff(HandoffSettings(retry_initial_s=0.005, retry_max_s=0.01), ManualClock(0), deliver, counters)
+    for n in (1, 2, 3):
+        assert h.add("a", _hint(n))
+    await asyncio.sleep(0.03)
+    assert h.pending()["a"][0] == 3 and deliver.got == []
+    deliver.ok = True
+    await _until(lambda: not h.pending())
+    assert deliver.got == [1, 2, 3]
+    assert counters["handoff_delivered"] == 3 and counters["handoff_dropped"] == 0
+    assert h.add("a", _hint(4))  # a drained queue starts again
+    await _until(lambda: deliver.got == [1, 2, 3, 4])
+    await h.close()
+
+
+async def test_hints_past_the_byte_bound_or_the_age_bound_are_dropped_and_counted() -> None:
+    counters: Counter[str] = Counter()
+    clock = ManualClock(0)
+    size = _hint(10).ByteSize()
+    h = HintedHandoff(HandoffSettings(max_bytes=2 * size, max_age_s=60, retry_initial_s=0.005, retry_max_s=0.01),
+                      clock, Deliveries(), counters)
+    assert h.add("a", _hint(10)) and h.add("a", _hint(10))
+    assert not h.add("a", _hint(10))
+    assert counters["handoff_dropped"] == 1 and counters["handoff_dropped_samples"] == 10
+    clock.advance(61_000)
+    assert h.add("a", _hint(5))  # the two old ones expire first, making room
+    assert counters["handoff_dropped"] == 3 and h.pending()["a"] == (1, _hint(5).ByteSize())
+    await h.close()
+
+
+async def test_the_hints_of_a_member_that_left_the_map_are_dropped() -> None:
+    counters: Counter[str] = Counter()
+    deliver = Deliveries()
+    deliver.gone = True
+    h = HintedHandoff(HandoffSettings(), ManualClock(0), deliver, counters)
+    h.add("a", _hint(2))
+    h.add("a", _hint(3))
+    await _until(lambda: not h.pending())
+    assert counters["handoff_dropped"] == 2 and counters["handoff_dropped_samples"] == 5
+    await h.close()
+
+
+def test_a_failed_member_is_skipped_with_backoff_then_probed_once() -> None:
+    clock = ManualClock(0)
+    health = MemberHealth(HealthSettings(down_initial_s=1.0, down_max_s=4.0), clock)
+    health.failure("a", "refused")
+    assert health.healthy(["a", "b"]) == {"b"}
+    assert health.down() == {"a": "refused"}
+    clock.advance(1_000)
+    assert health.is_healthy("a")  # the probe
+    assert not health.is_healthy("a")  # only one at a time
+    health.failure("a", "refused")  # the probe failed: back off for 2 s
+    clock.advance(1_500)
+    assert not health.is_healthy("a")
+    clock.advance(600)
+    assert health.is_healthy("a")
+    health.success("a")
+    assert health.is_healthy("a") and health.is_healthy("a") and health.down() == {}
+
+
+def test_the_route_cache_checks_ids_and_stays_bounded() -> None:
+    router = SeriesRouter(capacity=8)
+    labels = [make_labels("m", {"namespace": "ns", "pod": f"p{i}"}) for i in range(20)]
+    entries = [pb.SeriesLabels(id=series_id(lab), labels=labels_to_pb(lab)) for lab in labels]
+    local = router.learn(entries)
+    assert len(router) <= 8 and router.evicted >= 12
+    ids = [e.id for e in entries]
+    hashes, unknown = router.resolve(ids, local)  # the batch's own labels route it whole
+    assert unknown == [] and len(hashes) == 20
+    _, unknown = router.resolve(ids, {})
+    assert 12 <= len(unknown) < 20
+    with pytest.raises(BadRequest, match="does not match its labels"):
+        router.learn([pb.SeriesLabels(id=ids[0] ^ 1, labels=labels_to_pb(labels[0]))])
+
+
+async def test_retries_back_off_on_unavailable_but_not_on_bad_requests_or_moved_slots() -> None:
+    calls: list[str] = []
+
+    def failing(exc: Exception):  # type: ignore[no-untyped-def]
+        async def call() -> int:
+            calls.append(type(exc).__name__)
+            raise exc
+
+        return call
+
+    with pytest.raises(Unavailable):
+        await call_with_retries(failing(Unavailable("x")), 1.0, 2, 0.001)
+    assert calls == ["Unavailable"] * 3
+    calls.clear()
+    for exc in (BadRequest("bad"), SlotNotHeld("moved")):
+        with pytest.raises(type(exc)):
+            await call_with_retries(failing(exc), 1.0, 2, 0.001)
+    assert calls == ["BadRequest", "SlotNotHeld"]
+
+    async def slow() -> int:
+        await asyncio.sleep(1)
+        return 1
+
+    with pytest.raises(Unavailable, match=r"no answer within 0\.01 s"):
+        await call_with_retries(slow, 0.01, 0, 0.001)
+
+
+def test_quorum_sizes_come_from_the_map_and_bad_combinations_are_refused() -> None:
+    s = ProxySettings(w=2, r=2)
+    assert (s.quorum(3).w, s.quorum(3).r) == (2, 2)
+    assert (s.quorum(1).w, s.quorum(1).r) == (1, 1)
+    with pytest.raises(ValueError, match="R \\+ W must exceed RF"):
+        s.quorum(5)
