@@ -23,12 +23,33 @@ __all__ = [
     "aggregate_spec_from_pb",
     "labels_from_pb",
     "labels_to_pb",
+    "length_delimited",
     "matchers_from_pb",
     "matchers_to_pb",
+    "varint",
 ]
 
 _OPS = {pb.Matcher.EQ: MatchOp.EQ, pb.Matcher.NEQ: MatchOp.NEQ, pb.Matcher.RE: MatchOp.RE, pb.Matcher.NRE: MatchOp.NRE}
 _OPS_BACK = {v: k for k, v in _OPS.items()}
+
+
+def varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative int (< 2**64)."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def length_delimited(field: int, data: bytes) -> bytes:
+    """A wire-type-2 field (packed repeated scalars, bytes, an embedded message) as raw bytes.
+
+    The hot write paths build messages from NumPy buffers and pre-encoded parts this way, then
+    parse once, instead of filling message objects per series.
+    """
+    return varint(field << 3 | 2) + varint(len(data)) + data
 
 
 def labels_from_pb(labels: Iterable[pb.Label]) -> Labels:

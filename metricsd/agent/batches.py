@@ -15,6 +15,7 @@ import numpy as np
 
 from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.wire import length_delimited, varint
 
 __all__ = ["SeriesSource", "write_requests"]
 
@@ -27,20 +28,6 @@ class SeriesSource(Protocol):
 
     @property
     def series_ids(self) -> np.ndarray: ...
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _packed(field: int, data: bytes) -> bytes:
-    """A length-delimited field (wire type 2: packed repeated scalars, bytes, a message)."""
-    return _varint(field << 3 | 2) + _varint(len(data)) + data
 
 
 def write_requests(
@@ -78,16 +65,16 @@ def write_requests(
         chunk = block[t0 : t0 + per_time]
         span = stamps[t0 : t0 + per_time].tolist()
         # Every series of the chunk repeats the same counts entry and timestamps: encode them once.
-        count_bytes = _varint(len(span))
-        span_bytes = b"".join(_varint(t & 0xFFFFFFFFFFFFFFFF) for t in span)
+        count_bytes = varint(len(span))
+        span_bytes = b"".join(varint(t & 0xFFFFFFFFFFFFFFFF) for t in span)
         for s0 in range(0, n_series, per_batch):
             s1 = min(s0 + per_batch, n_series)
             cols = np.ascontiguousarray(chunk[:, s0:s1].T, dtype="<f8")
             wire = [  # WriteRequest fields 1-4 of proto/metricsd.proto, packed
-                _packed(1, ids[s0:s1].tobytes()),
-                _packed(2, count_bytes * (s1 - s0)),
-                _packed(3, span_bytes * (s1 - s0)),
-                _packed(4, cols.tobytes()),
+                length_delimited(1, ids[s0:s1].tobytes()),
+                length_delimited(2, count_bytes * (s1 - s0)),
+                length_delimited(3, span_bytes * (s1 - s0)),
+                length_delimited(4, cols.tobytes()),
             ]
             lo, hi = np.searchsorted(labelled, [s0, s1])
             wire.extend(_series_labels(int(ids[i]), sim.series[i], cache) for i in labelled[lo:hi].tolist())
@@ -104,6 +91,7 @@ def _series_labels(sid: int, labels: Labels, cache: dict[tuple[str, str], bytes]
     for pair in labels:
         enc = cache.get(pair)
         if enc is None:
-            enc = cache[pair] = _packed(2, _packed(1, pair[0].encode()) + _packed(2, pair[1].encode()))
+            label = length_delimited(1, pair[0].encode()) + length_delimited(2, pair[1].encode())
+            enc = cache[pair] = length_delimited(2, label)
         body.append(enc)
-    return _packed(5, b"".join(body))
+    return length_delimited(5, b"".join(body))

@@ -20,27 +20,18 @@ from metricsd.backend import BadRequest
 from metricsd.cluster.slots import pod_hash
 from metricsd.model import InvalidSeries, pod_key, series_id
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.wire import labels_from_pb
+from metricsd.wire import labels_from_pb, length_delimited
 
 __all__ = ["Batch", "KnownIds", "SeriesRouter", "labels_field"]
 
 _SERIES_FIELD = 5  # WriteRequest.series, proto/metricsd.proto
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def labels_field(s: pb.SeriesLabels) -> bytes:
     """One ``WriteRequest.series`` entry as wire bytes, so sub-requests add labels with one
     MergeFromString instead of building messages per series."""
     body = s.SerializeToString()
-    return _varint(_SERIES_FIELD << 3 | 2) + _varint(len(body)) + body
+    return length_delimited(_SERIES_FIELD, body)
 
 
 class SeriesRouter:
