@@ -4,7 +4,9 @@ The HTTP API, the consumers and the agents depend on this, not on where the data
 ``LocalBackend`` calls a store in the same process (``metricsd up``), ``GrpcBackend`` talks to a
 store or proxy over gRPC. Methods take and return the proto messages of proto/metricsd.proto and
 raise BadRequest for malformed input (INVALID_ARGUMENT over gRPC) and Unavailable when the data
-cannot be had (a store down, no quorum), so callers map errors the same way everywhere.
+cannot be had (a store down, no quorum), so callers map errors the same way everywhere. NotOwner,
+a kind of Unavailable (FAILED_PRECONDITION over gRPC), is a cluster store refusing a slot that its
+shard map does not give it: the caller's map is out of date, so it refreshes and retries.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.store.api import BadRequest, StoreAPI
 
-__all__ = ["BadRequest", "GrpcBackend", "LocalBackend", "MetricsBackend", "Unavailable"]
+__all__ = ["BadRequest", "GrpcBackend", "LocalBackend", "MetricsBackend", "NotOwner", "Unavailable"]
 
 
 class Unavailable(RuntimeError):
     """The data cannot be had now (a store down, no quorum, a timeout); retrying may help."""
+
+
+class NotOwner(Unavailable):
+    """This store does not hold a slot the request names, in the shard map it has; the message
+    names the slot and the map version. Refresh the map and ask the slot's current replicas."""
 
 
 class MetricsBackend(Protocol):
@@ -67,7 +74,7 @@ class LocalBackend:
 
 
 class GrpcBackend:
-    """A store or proxy over gRPC; maps status codes onto BadRequest / Unavailable."""
+    """A store or proxy over gRPC; maps status codes onto BadRequest / NotOwner / Unavailable."""
 
     def __init__(self, stub: pb_grpc.MetricsStub, timeout_s: float = 10.0) -> None:
         self.stub = stub
@@ -79,6 +86,8 @@ class GrpcBackend:
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise BadRequest(e.details() or "invalid argument") from e
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise NotOwner(f"{method}: {e.details()}") from e
             raise Unavailable(f"{method}: {e.code().name}: {e.details()}") from e
 
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:

@@ -11,8 +11,11 @@ from pathlib import Path
 from metricsd import __version__
 from metricsd.agent import main as agent_main
 from metricsd.clock import SystemClock
+from metricsd.cluster import configserver, storeproc
+from metricsd.cluster import local as cluster_local
 from metricsd.consumers import cli as consumers_cli
 from metricsd.memory import tune_malloc
+from metricsd.proxy import main as proxy_main
 from metricsd.up import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, EXAMPLES_DIR, UpOptions, run_up
 
 
@@ -55,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(q)
     consumers_cli.add_parsers(sub)
     agent_main.add_parser(sub)
+    storeproc.add_parser(sub)
+    proxy_main.add_parser(sub)
+    configserver.add_parser(sub)
+    cluster_local.add_parser(sub)
     return parser
 
 
@@ -83,6 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         return consumers_cli.run(args)
     if args.command == "agent":
         return agent_main.run(args)
+    if args.command == "store":
+        return storeproc.run(args)
+    if args.command == "proxy":
+        return proxy_main.run(args)
+    if args.command == "config-server":
+        return configserver.run(args)
+    if args.command == "cluster":
+        return cluster_local.run(args)
     return 2
 
 

@@ -1,8 +1,7 @@
 """Connections to store members: one backend per member address, reused, closed when the map drops it.
 
-Also the one place that turns a store's "I do not hold this slot" answer (gRPC
-FAILED_PRECONDITION) into :class:`SlotNotHeld`, so the fan-out can tell a stale map from a dead
-store.
+A store's "I do not hold this slot" answer arrives as :class:`metricsd.backend.NotOwner` (gRPC
+FAILED_PRECONDITION), so the fan-out can tell a stale map from a dead store.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import TypeVar
 
 import grpc
 
-from metricsd.backend import BadRequest, GrpcBackend, MetricsBackend, Unavailable
+from metricsd.backend import BadRequest, GrpcBackend, MetricsBackend, NotOwner, Unavailable
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.store.server import GRPC_OPTIONS
@@ -36,38 +35,22 @@ T = TypeVar("T")
 Connect = Callable[[str], MetricsBackend]
 
 
-class SlotNotHeld(Unavailable):
-    """A store answered that it does not hold a slot it was asked for: the proxy's map is stale.
-
-    A backend in this process raises it directly; over gRPC it is FAILED_PRECONDITION.
-    """
+# A store answered that it does not hold a slot it was asked for: the proxy's map is stale. One
+# error for it everywhere: GrpcBackend maps FAILED_PRECONDITION to it, and a store's ownership
+# check in this process raises it directly.
+SlotNotHeld = NotOwner
 
 
 def is_slot_not_held(exc: BaseException) -> bool:
-    """SlotNotHeld, or an Unavailable caused by a FAILED_PRECONDITION gRPC error (a plain
-    GrpcBackend from a custom ``connect`` raises that)."""
-    if isinstance(exc, SlotNotHeld):
-        return True
-    cause = exc.__cause__
-    return isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.FAILED_PRECONDITION
+    return isinstance(exc, NotOwner)
 
 
 class MemberClient(GrpcBackend):
-    """A store over gRPC, with FAILED_PRECONDITION mapped to SlotNotHeld."""
+    """A store over gRPC on a channel of its own."""
 
     def __init__(self, channel: grpc.aio.Channel, timeout_s: float) -> None:
         super().__init__(pb_grpc.MetricsStub(channel), timeout_s)
         self.channel = channel
-
-    async def _call(self, method: str, request: object) -> object:
-        try:
-            return await super()._call(method, request)
-        except Unavailable as e:
-            if is_slot_not_held(e):
-                cause = e.__cause__
-                assert isinstance(cause, grpc.aio.AioRpcError)
-                raise SlotNotHeld(f"{method}: {cause.details()}") from cause
-            raise
 
     async def close(self) -> None:
         await self.channel.close(None)

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import grpc
 
-from metricsd.backend import LocalBackend, MetricsBackend, Unavailable
+from metricsd.backend import LocalBackend, MetricsBackend, NotOwner, Unavailable
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.store.api import BadRequest, StoreAPI
@@ -33,7 +33,8 @@ GRPC_OPTIONS = [
 ]
 
 class MetricsServicer(pb_grpc.MetricsServicer):
-    """Serves a MetricsBackend over gRPC: BadRequest becomes INVALID_ARGUMENT, Unavailable UNAVAILABLE.
+    """Serves a MetricsBackend over gRPC: BadRequest becomes INVALID_ARGUMENT, Unavailable UNAVAILABLE,
+    NotOwner (a cluster store asked for a slot it does not hold) FAILED_PRECONDITION.
 
     A store serves its LocalBackend through it; a proxy serves its fan-out backend the same way,
     so clients cannot tell them apart.
@@ -48,6 +49,9 @@ class MetricsServicer(pb_grpc.MetricsServicer):
         except BadRequest as e:
             log.info("%s rejected: %s", method, e)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except NotOwner as e:
+            log.info("%s refused: %s", method, e)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except Unavailable as e:
             log.warning("%s unavailable: %s", method, e)
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))

@@ -139,7 +139,7 @@ async def test_retries_back_off_on_unavailable_but_not_on_bad_requests_or_moved_
     for exc in (BadRequest("bad"), SlotNotHeld("moved")):
         with pytest.raises(type(exc)):
             await call_with_retries(failing(exc), 1.0, 2, 0.001)
-    assert calls == ["BadRequest", "SlotNotHeld"]
+    assert calls == ["BadRequest", "NotOwner"]
 
     async def slow() -> int:
         await asyncio.sleep(1)

@@ -1,0 +1,76 @@
+"""Flags and process plumbing that every cluster command shares: where etcd is, which cluster,
+how to stop on SIGINT / SIGTERM, and how to run a command module on its own (``python -m``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable
+
+from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
+from metricsd.cluster.shardmap import KeyLayout
+
+__all__ = ["add_etcd_arguments", "address", "etcd_from_args", "layout_from_args", "port", "run_standalone",
+           "stop_event"]
+
+DEFAULT_ETCD = "127.0.0.1:2379"
+
+
+def port(text: str) -> int:
+    p = int(text)
+    if not 0 <= p <= 65535:
+        raise argparse.ArgumentTypeError(f"port {p} out of range")
+    return p
+
+
+def address(text: str) -> str:
+    host, _, p = text.rpartition(":")
+    if not host or not p.isdigit() or not 0 < int(p) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not host:port")
+    return text
+
+
+def add_etcd_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
+    g = p.add_argument_group("cluster", "where the shard map lives")
+    g.add_argument("--etcd", type=address, required=required, default=None,
+                   metavar="HOST:PORT", help="an etcd client endpoint")
+    g.add_argument("--cluster", default="default", help="cluster name: keys live under <etcd-root>/<cluster>/ "
+                   "(default %(default)s)")
+    g.add_argument("--etcd-root", default="/metricsd", help="key prefix in etcd (default %(default)s)")
+    g.add_argument("--etcd-timeout", type=float, default=2.0, metavar="SECONDS",
+                   help="timeout of each etcd request (default %(default)s)")
+
+
+def layout_from_args(args: argparse.Namespace) -> KeyLayout:
+    return KeyLayout(root=args.etcd_root, cluster=args.cluster)
+
+
+def etcd_from_args(args: argparse.Namespace) -> EtcdKV:
+    return EtcdKV(EtcdSettings(endpoint=args.etcd, request_timeout_s=args.etcd_timeout,
+                               watch_backoff_max_s=1.0))
+
+
+def stop_event() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM (handlers installed on the running loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def run_standalone(prog: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+                   run: Callable[[argparse.Namespace], int], argv: list[str] | None = None) -> int:
+    """``python -m <module>``: the module's flags plus ``--log-level``, then its ``run``."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    return run(args)

@@ -1,0 +1,100 @@
+"""`metricsd cluster up` / `status`: the plan (pure) and one real run stopped with Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from metricsd.cluster.local import ClusterPlan
+from metricsd.cluster.shardmap import KeyLayout, Member, ShardMap
+from metricsd.cluster.status import ClusterStatus, format_status
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_plan_lays_out_ports_from_the_base_and_starts_roles_in_order() -> None:
+    plan = ClusterPlan(base_port=7400, stores=3, proxies=2, config_servers=2)
+    specs = plan.specs()
+    assert [s.name for s in specs] == ["store-1", "store-2", "store-3", "config-server-1", "config-server-2",
+                                       "proxy-1", "proxy-2", "agent"]
+    assert [s.grpc_port for s in specs] == [7501, 7502, 7503, 7451, 7452, 7401, 7411, None]
+    assert plan.etcd_endpoint == "127.0.0.1:7479"
+    agent = specs[-1].args
+    assert agent[agent.index("--targets") + 1] == "127.0.0.1:7401,127.0.0.1:7411"
+    config = specs[3].args
+    assert config[config.index("--min-members") + 1] == "3"
+    ports = [p for s in specs if s.grpc_port for p in [s.grpc_port]] + [7400, 7410, 7402, 7479, 7480]
+    assert len(set(ports)) == len(ports)
+    with pytest.raises(ValueError, match="--proxies"):
+        ClusterPlan(proxies=6)
+
+
+def test_status_lists_members_with_their_slots_the_map_version_and_health() -> None:
+    members = {m: Member(m, f"127.0.0.1:{7500 + i}") for i, m in enumerate(("s1", "s2"))}
+    shard_map = ShardMap(version=4, rf=2, slots=(("s1", "s2"), ("s2", "s1"), ("s1",)), members=members)
+    st = ClusterStatus(shard_map, "", {"s1": members["s1"]}, "cs-1", {"s1": "SERVING", "s2": "unreachable (X)"})
+    text = format_status(st, KeyLayout())
+    assert text.splitlines()[:3] == ["cluster default (/metricsd/default)", "config server leader: cs-1",
+                                     "shard map: version 4, 3 slots, rf 2, 1 slots with fewer than rf replicas"]
+    assert "s1      127.0.0.1:7500  active  yes                 3      2      SERVING" in text
+    assert "s2      127.0.0.1:7501  active  no (lease expired)  2      1      unreachable (X)" in text
+
+
+def _free_base() -> int:
+    for _ in range(50):
+        base = random.randrange(20_000, 40_000, 10)
+        wanted = [base, base + 1, base + 2, base + 10, base + 11, base + 51, base + 79, base + 80, base + 101,
+                  base + 102]
+        try:
+            for p in wanted:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free port range")
+
+
+@pytest.mark.slow
+def test_cluster_up_starts_every_role_reports_status_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    base = _free_base()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    up = subprocess.Popen([sys.executable, "-m", "metricsd.cluster.local", "up", "--base-port", str(base),
+                           "--stores", "2", "--config-servers", "1", "--rf", "2", "--slots", "8", "--pods", "20",
+                           "--data-dir", str(tmp_path)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    try:
+        assert up.stdout is not None
+        banner = []
+        for line in up.stdout:
+            banner.append(line)
+            if "Ctrl-C stops everything" in line:
+                break
+        assert f"proxy-1         gRPC 127.0.0.1:{base + 1}" in "".join(banner), "".join(banner)
+        deadline = time.monotonic() + 20
+        while True:
+            status = subprocess.run([sys.executable, "-m", "metricsd.cluster.local", "status", "--etcd",
+                                     f"127.0.0.1:{base + 79}"], cwd=ROOT, env=env, capture_output=True, text=True)
+            if "shard map: version" in status.stdout and status.stdout.count("SERVING") == 2:
+                break
+            assert time.monotonic() < deadline, status.stdout + status.stderr
+            time.sleep(0.2)
+        assert "config server leader: config-server-1" in status.stdout
+        up.send_signal(signal.SIGINT)
+        rest, _ = up.communicate(timeout=40)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert up.returncode == 0, rest
+    order = [line.split(" INFO metricsd.cluster: ")[1].split()[0] for line in rest.splitlines()
+             if " stopped (exit code" in line]
+    assert order == ["agent", "proxy-2", "proxy-1", "config-server-1", "store-2", "store-1"], rest
+    assert all(f"{name} stopped (exit code 0)" in rest for name in order), rest

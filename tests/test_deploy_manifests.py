@@ -1,0 +1,182 @@
+"""deploy/kubernetes/ against the real CLI: every metricsd container's flags parse with the command's
+own argparse parser, and ports, probes, Services and addresses agree with each other."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from metricsd.agent import main as agent_main
+from metricsd.cluster import configserver, local, storeproc
+from metricsd.proxy import main as proxy_main
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+NAMESPACE = "metricsd"
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet")
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The subcommands the manifests run, built from the modules' own add_parser functions."""
+    p = argparse.ArgumentParser(prog="metricsd", exit_on_error=False)
+    sub = p.add_subparsers(dest="command", required=True)
+    for module in (agent_main, storeproc, proxy_main, configserver, local):
+        module.add_parser(sub)
+    return p
+
+
+def documents() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        with open(path) as f:
+            docs += [d for d in yaml.safe_load_all(f) if d is not None]
+    return docs
+
+
+def workloads() -> list[dict[str, Any]]:
+    return [d for d in documents() if d["kind"] in WORKLOADS]
+
+
+def containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(w, c) for w in workloads() for c in w["spec"]["template"]["spec"]["containers"]]
+
+
+def metricsd_containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(w, c) for w, c in containers() if c.get("command", [None])[0] == "metricsd"]
+
+
+def expand(text: str, container: dict[str, Any]) -> str:
+    """Kubernetes' $(VAR) substitution, with a plausible value per variable the container defines."""
+    defined = {e["name"] for e in container.get("env", [])}
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1)
+        assert name in defined, f"container {container['name']} uses $({name}) without defining it"
+        return {"POD_NAME": "metricsd-store-0", "NODE_NAME": "node-1", "NODE_IP": "10.0.0.1",
+                "POD_IP": "10.1.0.7"}.get(name, "x")
+
+    return re.sub(r"\$\(([A-Z_]+)\)", value, text)
+
+
+def parse(container: dict[str, Any]) -> argparse.Namespace:
+    argv = [*container["command"][1:], *(expand(a, container) for a in container.get("args", []))]
+    try:
+        return parser().parse_args(argv)
+    except (argparse.ArgumentError, SystemExit) as e:
+        raise AssertionError(f"container {container['name']}: {argv} does not parse: {e}") from e
+
+
+def ports_of(container: dict[str, Any]) -> dict[str | int, int]:
+    out: dict[str | int, int] = {}
+    for p in container.get("ports", []):
+        out[p["containerPort"]] = p["containerPort"]
+        if "name" in p:
+            out[p["name"]] = p["containerPort"]
+    return out
+
+
+def services() -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in documents() if d["kind"] == "Service"}
+
+
+def service_port(address: str) -> tuple[dict[str, Any], int]:
+    """The Service an in-cluster address ``name.namespace.svc:port`` names, and the port."""
+    host, _, port = address.rpartition(":")
+    labels = host.split(".")
+    assert labels[1:3] == [NAMESPACE, "svc"], f"{address}: want <service>.{NAMESPACE}.svc:<port>"
+    svc = services().get(labels[0])
+    assert svc is not None, f"{address}: no Service {labels[0]}"
+    assert int(port) in [p["port"] for p in svc["spec"]["ports"]], f"{address}: Service has no port {port}"
+    return svc, int(port)
+
+
+def test_every_manifest_parses_and_lives_in_the_metricsd_namespace() -> None:
+    docs = documents()
+    assert {d["kind"] for d in docs} >= {"Namespace", "Service", "StatefulSet", "Deployment", "DaemonSet"}
+    assert any(d["kind"] == "Namespace" and d["metadata"]["name"] == NAMESPACE for d in docs)
+    for d in docs:
+        assert d.get("apiVersion") and d["metadata"].get("name")
+        if d["kind"] not in CLUSTER_SCOPED:
+            assert d["metadata"].get("namespace") == NAMESPACE, d["metadata"]["name"]
+
+
+def test_the_roles_are_all_deployed_as_the_cluster_issue_asks() -> None:
+    by_command = {(w["kind"], c["command"][1]): w for w, c in metricsd_containers()}
+    assert set(by_command) == {("StatefulSet", "store"), ("Deployment", "proxy"),
+                               ("Deployment", "config-server"), ("DaemonSet", "agent")}
+    etcd = next(w for w in workloads() if w["metadata"]["name"] == "metricsd-etcd")
+    assert etcd["kind"] == "StatefulSet" and etcd["spec"]["replicas"] == 3
+    image = etcd["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert re.search(r"etcd:v3\.5\.\d+$", image), image
+
+
+@pytest.mark.parametrize("container", [c for _, c in metricsd_containers()], ids=lambda c: c["name"])
+def test_metricsd_flags_parse_with_the_real_parser_and_ports_are_declared(container: dict[str, Any]) -> None:
+    args = parse(container)
+    declared = ports_of(container)
+    for flag in ("grpc_port", "http_port", "metrics_port"):
+        value = getattr(args, flag, None)
+        if value is not None and value >= 0:
+            assert value in declared, f"{container['name']}: --{flag.replace('_', '-')}={value} not a containerPort"
+    for kind in ("readinessProbe", "livenessProbe"):
+        probe = container.get(kind)
+        assert probe is not None, f"{container['name']} has no {kind}"
+        handler = probe.get("grpc") or probe.get("httpGet")
+        assert handler is not None and handler["port"] in declared, f"{container['name']} {kind}"
+        if "grpc" in probe:
+            assert probe["grpc"]["port"] == args.grpc_port
+            assert probe["grpc"].get("service", "") in ("", "readiness", "liveness")
+    if getattr(args, "etcd", None):
+        svc, _ = service_port(args.etcd)
+        assert svc["metadata"]["name"] == "metricsd-etcd"
+    if getattr(args, "host", None) is not None and args.command != "agent":
+        assert args.host == "0.0.0.0", f"{container['name']} must bind all interfaces in a pod"
+
+
+def test_a_store_advertises_its_own_pod_dns_name_and_port() -> None:
+    (sts, container), = [(w, c) for w, c in metricsd_containers() if c["command"][1] == "store"]
+    args = parse(container)
+    host, _, port = args.advertise.rpartition(":")
+    assert int(port) == args.grpc_port
+    assert host == f"{args.member_id}.{sts['spec']['serviceName']}.{NAMESPACE}.svc"
+    assert services()[sts["spec"]["serviceName"]]["spec"]["clusterIP"] == "None"
+    assert args.data_dir is not None and any(
+        m["mountPath"] == str(args.data_dir) for m in container["volumeMounts"])
+
+
+def test_agents_push_to_the_proxy_service_on_its_grpc_port() -> None:
+    (_, agent), = [(w, c) for w, c in metricsd_containers() if c["command"][1] == "agent"]
+    (_, proxy), = [(w, c) for w, c in metricsd_containers() if c["command"][1] == "proxy"]
+    targets = parse(agent).targets.split(",")
+    assert targets == ["metricsd-proxy.metricsd.svc:7401"]
+    svc, port = service_port(targets[0])
+    target = next(p["targetPort"] for p in svc["spec"]["ports"] if p["port"] == port)
+    assert ports_of(proxy)[target] == parse(proxy).grpc_port
+
+
+def test_every_service_selects_pods_that_declare_its_target_ports() -> None:
+    for name, svc in services().items():
+        selector = svc["spec"]["selector"]
+        pods = [w for w in workloads()
+                if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()]
+        assert pods, f"Service {name} selects no workload"
+        for w in pods:
+            declared: dict[str | int, int] = {}
+            for c in w["spec"]["template"]["spec"]["containers"]:
+                declared.update(ports_of(c))
+            for p in svc["spec"]["ports"]:
+                assert p["targetPort"] in declared, f"Service {name}: targetPort {p['targetPort']} not in " \
+                                                    f"{w['metadata']['name']}"
+
+
+def test_the_statefulsets_name_existing_headless_services() -> None:
+    for w in workloads():
+        if w["kind"] == "StatefulSet":
+            svc = services().get(w["spec"]["serviceName"])
+            assert svc is not None and svc["spec"].get("clusterIP") == "None", w["metadata"]["name"]
+            assert w["spec"]["selector"]["matchLabels"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
