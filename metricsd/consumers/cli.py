@@ -21,6 +21,7 @@ import grpc
 
 from metricsd.backend import GrpcBackend
 from metricsd.clock import SystemClock
+from metricsd.cluster.cmdline import add_etcd_arguments, etcd_from_args, layout_from_args
 from metricsd.consumers.backends import (
     Actuator,
     KubernetesActuator,
@@ -37,7 +38,12 @@ from metricsd.consumers.overcommit.config import load_overcommit_yaml
 from metricsd.consumers.overcommit.controller import OvercommitController
 from metricsd.consumers.specfields import SpecError
 from metricsd.consumers.statusfmt import format_status
-from metricsd.consumers.vpa.checkpoint import FileCheckpointStore, MemoryCheckpointStore
+from metricsd.consumers.vpa.checkpoint import (
+    CheckpointStore,
+    EtcdCheckpointStore,
+    FileCheckpointStore,
+    MemoryCheckpointStore,
+)
 from metricsd.consumers.vpa.controller import VPAController
 from metricsd.consumers.vpa.spec import load_vpa_yaml
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
@@ -71,7 +77,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        help="label selector of the colocation-pool nodes (HPA scale-down preference)")
         p.add_argument("--once", action="store_true", help="run one sync, print its decisions, exit")
         if kind == "vpa":
-            p.add_argument("--checkpoint", type=Path, help="JSON file for the histograms (default: memory only)")
+            p.add_argument("--checkpoint", type=Path, help="JSON file for the histograms (default: memory only, "
+                           "or etcd with --etcd)")
+            add_etcd_arguments(p, required=False)
         actions = p.add_subparsers(dest="action", metavar="{status}")
         st = actions.add_parser("status", help=f"print the {kind} decisions from the HTTP API as a table")
         st.add_argument("--url", default="http://127.0.0.1:7400", help="base URL of the metricsd HTTP API")
@@ -132,7 +140,14 @@ async def _run_loop(args: argparse.Namespace) -> int:
     if kind == "hpa":
         controller = HPAController(load_hpa_yaml(text), backend, actuator, clock, alerts=alerts)
     elif kind == "vpa":
-        store = FileCheckpointStore(args.checkpoint) if args.checkpoint else MemoryCheckpointStore()
+        store: CheckpointStore
+        if args.checkpoint:
+            store = FileCheckpointStore(args.checkpoint)
+        elif args.etcd:
+            kv = etcd_from_args(args)
+            store = EtcdCheckpointStore(kv, f"{layout_from_args(args).base}/checkpoints/vpa")
+        else:
+            store = MemoryCheckpointStore()
         controller = VPAController(load_vpa_yaml(text), backend, actuator, clock, store)
     else:
         configs = load_overcommit_yaml(text)

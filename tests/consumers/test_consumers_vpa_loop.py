@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from consumers_data import DAY0, HOUR, MIN, local_store, pod_labels, write
 
 from metricsd.clock import ManualClock
+from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
+from metricsd.cluster.etcd_server import EtcdServer
 from metricsd.consumers.backends.base import InMemoryScale, WorkloadRef
 from metricsd.consumers.quantity import parse_quantity
-from metricsd.consumers.vpa.checkpoint import FileCheckpointStore
+from metricsd.consumers.vpa.checkpoint import CheckpointStore, EtcdCheckpointStore, FileCheckpointStore
 from metricsd.consumers.vpa.controller import VPAController
 from metricsd.consumers.vpa.spec import parse_vpa
 from metricsd.store.api import StoreAPI
@@ -103,19 +107,40 @@ async def test_off_mode_only_recommends() -> None:
     assert entry["rule"] == "RecommendOnly" and cluster.resources == {}
 
 
-async def test_a_restart_from_the_checkpoint_recommends_the_same(tmp_path: Path) -> None:
+@pytest.fixture(params=["file", pytest.param("etcd", marks=pytest.mark.slow)])
+async def checkpoints(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Callable[[], CheckpointStore]]:
+    """Makes checkpoint stores over one place: a file, or a key in a real etcd on loopback."""
+    if request.param == "file":
+        yield lambda: FileCheckpointStore(tmp_path / "vpa.json")
+        return
+    server = EtcdServer(fsync=False)
+    server.start()
+    clients: list[EtcdKV] = []
+
+    def make() -> CheckpointStore:
+        clients.append(EtcdKV(EtcdSettings(endpoint=server.endpoint)))
+        return EtcdCheckpointStore(clients[-1], "/metricsd/test/checkpoints/vpa")
+
+    try:
+        yield make
+    finally:
+        for c in clients:
+            await c.close()
+        server.close()
+
+
+async def test_a_restart_from_the_checkpoint_recommends_the_same(checkpoints: Callable[[], CheckpointStore]) -> None:
     api, backend = local_store()
     now = DAY0 + 3 * HOUR
     feed(api, DAY0, now + 30 * MIN, cpu_request=1.0)
     clock = ManualClock(now)
-    store = FileCheckpointStore(tmp_path / "vpa.json")
+    store = checkpoints()
     first = VPAController([spec("Off")], backend, InMemoryScale(), clock, store)
     await first.sync_once()  # the first sync saves a checkpoint
-    assert (tmp_path / "vpa.json").exists()
+    assert await store.load() is not None
 
     clock.advance(30 * MIN)
-    restarted = VPAController([spec("Off")], backend, InMemoryScale(), clock,
-                              FileCheckpointStore(tmp_path / "vpa.json"))
+    restarted = VPAController([spec("Off")], backend, InMemoryScale(), clock, checkpoints())
     entry = (await restarted.sync_once())[0]
     await first.sync_once()
     assert entry["inputs"]["samplesFed"] == 4 * 30  # only the half hour after the checkpoint

@@ -2,9 +2,10 @@
 
 A checkpoint is one JSON document (`VPAController.checkpoint()`); a store only loads and saves
 it whole. `FileCheckpointStore` writes it atomically (a temporary file renamed over the old one),
-so a crash mid-write leaves the previous checkpoint; an etcd-backed store can implement the same
-two methods. `MemoryCheckpointStore` keeps it in the process (tests, `metricsd up` without a
-data directory).
+so a crash mid-write leaves the previous checkpoint. `EtcdCheckpointStore` keeps it in the
+cluster's etcd (one key, written whole, so it is as atomic as a put), which is where a recommender
+in a cluster keeps it: any replica of the recommender resumes the same history.
+`MemoryCheckpointStore` keeps it in the process (tests, `metricsd up` without a data directory).
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["CheckpointStore", "FileCheckpointStore", "MemoryCheckpointStore"]
+if TYPE_CHECKING:
+    from metricsd.cluster.kv import KV
+
+__all__ = ["CheckpointStore", "EtcdCheckpointStore", "FileCheckpointStore", "MemoryCheckpointStore"]
 
 
 class CheckpointStore(Protocol):
@@ -60,3 +64,33 @@ class FileCheckpointStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+
+class EtcdCheckpointStore:
+    """One etcd key holding the JSON document (``<root>/<cluster>/checkpoints/vpa`` by default).
+
+    A VPA's histograms for a few thousand containers are a few hundred KiB, well under etcd's
+    1.5 MiB value limit; save() raises ValueError rather than have etcd refuse a larger one.
+    """
+
+    MAX_BYTES = 1_400_000
+
+    def __init__(self, kv: KV, key: str) -> None:
+        self.kv = kv
+        self.key = key
+
+    async def load(self) -> dict[str, Any] | None:
+        got = await self.kv.get(self.key)
+        if got is None:
+            return None
+        doc = json.loads(got.value)
+        if not isinstance(doc, dict):
+            raise ValueError(f"etcd key {self.key}: a checkpoint must be a JSON object")
+        return doc
+
+    async def save(self, doc: dict[str, Any]) -> None:
+        data = json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
+        if len(data) > self.MAX_BYTES:
+            raise ValueError(f"VPA checkpoint of {len(data)} bytes exceeds etcd's value limit; "
+                             "use --checkpoint FILE instead")
+        await self.kv.put(self.key, data)
