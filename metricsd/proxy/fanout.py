@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from metricsd.backend import BadRequest, MetricsBackend, Unavailable
-from metricsd.cluster.shardmap import ShardMap
+from metricsd.cluster.shardmap import MemberState, ShardMap
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.members import SlotNotHeld
 from metricsd.proxy.quorum import QuorumTracker, ReplicaPlan, plan_read
@@ -71,7 +71,9 @@ def plan_reads(view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> 
     """R replicas per slot among the healthy; a slot with too few healthy replicas asks all of
     them instead (a member marked down may be back, and failing for sure is no better)."""
     q = view.quorum(shard_map)
-    healthy = view.health.healthy(shard_map.members)
+    # A member still catching up from its peers (state joining) takes writes but is not read from.
+    healthy = {m for m in view.health.healthy(shard_map.members)
+               if shard_map.members[m].state is not MemberState.JOINING}
     offset = view.rotation()
     plans = []
     for slot in slots:

@@ -38,8 +38,9 @@ from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.store.api import BadRequest, StoreAPI
 from metricsd.store.engine import Store, ValidWrite, WriteResult
-from metricsd.store.recovery import RecoveryReport, load_snapshot, replay_wal, request_arrays
-from metricsd.store.server import MetricsServicer, start_grpc_server
+from metricsd.store.node import StoreNodeServicer
+from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, replay_wal, request_arrays
+from metricsd.store.server import start_grpc_server
 from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import capture, list_snapshots, write_snapshot
 from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
@@ -102,14 +103,18 @@ class Durability:
 
     # --- the write path --------------------------------------------------------------------
 
-    def write(self, request: pb.WriteRequest) -> WriteResult:
+    def write(self, request: pb.WriteRequest, catch_up: bool = False) -> WriteResult:
         """Validate, log, apply. Raises InvalidSeries (nothing logged or stored) or WalError
-        (nothing stored; the caller must not acknowledge)."""
+        (nothing stored; the caller must not acknowledge).
+
+        ``catch_up``: samples copied from a peer (metricsd/store/catchup_client.py), applied
+        without the out-of-order window and logged as CATCH_UP so that replay does the same."""
         new = {s.id: labels_from_pb(s.labels) for s in request.series}
-        batch = self.store.validate(*request_arrays(request), new)
+        window = CATCH_UP_WINDOW_MS if catch_up else None
+        batch = self.store.validate(*request_arrays(request), new, ooo_window_ms=window)
         if isinstance(batch, WriteResult):
             return batch  # unknown ids: nothing stored, so nothing to log
-        self.wal.append(RecordType.WRITE, self._record(request, batch))
+        self.wal.append(RecordType.CATCH_UP if catch_up else RecordType.WRITE, self._record(request, batch))
         return self.store.apply(batch)
 
     @staticmethod
@@ -350,8 +355,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def serve(args: argparse.Namespace) -> None:
     dset = DurabilitySettings(fsync=FsyncPolicy(args.wal_fsync), snapshot_interval_s=args.snapshot_every)
     _, d = open_store(args.data_dir, durability=dset)
-    server, port = await start_grpc_server(MetricsServicer(LocalBackend(d.api(args.member))), args.host,
-                                           args.grpc_port)
+    api = d.api(args.member)
+    server, port = await start_grpc_server(StoreNodeServicer(LocalBackend(api), api), args.host, args.grpc_port)
     bg = asyncio.create_task(run_durability(d))
     print(f"metricsd store serving gRPC on {args.host}:{port} (data dir {args.data_dir})", flush=True)
     stop = asyncio.Event()

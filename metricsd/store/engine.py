@@ -48,6 +48,7 @@ class ValidWrite:
     new_series: Mapping[int, Labels]
     rows: np.ndarray  # per series: its row, or -1 for a series new to the store
     generation: int
+    ooo_window_ms: int | None = None  # None: the settings' window (see Store.validate)
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,14 @@ class Store:
         timestamps: np.ndarray,
         values: np.ndarray,
         new_series: Mapping[int, Labels] | None = None,
+        ooo_window_ms: int | None = None,
     ) -> ValidWrite | WriteResult:
         """The first half of write(), storing nothing: a ValidWrite to apply(), or a WriteResult
-        naming the unknown ids. Raises InvalidSeries. A write-ahead log goes between the halves."""
+        naming the unknown ids. Raises InvalidSeries. A write-ahead log goes between the halves.
+
+        ``ooo_window_ms`` overrides the settings' out-of-order window for this batch only: a
+        replica catching up from its peers (metricsd/store/catchup.py) fills gaps far older than
+        its newest samples, which live writes may not do."""
         new_series = new_series or {}
         ids = np.asarray(ids, dtype=np.uint64)
         counts = np.asarray(counts, dtype=np.int64)
@@ -113,7 +119,7 @@ class Store:
             known = self.index.by_id
             return WriteResult(unknown_ids=[int(i) for i in ids.tolist() if int(i) not in known
                                             and int(i) not in new_series])
-        return ValidWrite(ids, counts, timestamps, values, new_series, rows, self._generation)
+        return ValidWrite(ids, counts, timestamps, values, new_series, rows, self._generation, ooo_window_ms)
 
     def apply(self, batch: ValidWrite) -> WriteResult:
         """The second half of write(). Raises RuntimeError if the store changed since validate()."""
@@ -143,7 +149,8 @@ class Store:
                 self._append(rows[f], counts[f], np.cumsum(counts[f]) - counts[f], timestamps[sel], values[sel])
             for i in np.flatnonzero(~fast).tolist():
                 s, c = int(starts[i]), int(counts[i])
-                self._merge_series(int(rows[i]), timestamps[s : s + c], values[s : s + c], result)
+                self._merge_series(int(rows[i]), timestamps[s : s + c], values[s : s + c], result,
+                                   self.settings.ooo_window_ms if batch.ooo_window_ms is None else batch.ooo_window_ms)
         result.written = int(counts.sum()) - result.too_old - result.duplicate
         self.samples_written += result.written
         self.rejected["too_old"] += result.too_old
@@ -279,10 +286,10 @@ class Store:
         hi = self.chunks[row].max_ts()
         self.head.chunk_max_ts[row] = NO_TS if hi is None else hi
 
-    def _merge_series(self, row: int, ts: np.ndarray, vals: np.ndarray, result: WriteResult) -> None:
+    def _merge_series(self, row: int, ts: np.ndarray, vals: np.ndarray, result: WriteResult, window_ms: int) -> None:
         """Rare path: samples not newer than the series' newest. Merge in order, first write wins."""
         last = int(self.head.last_ts[row])
-        too_old = ts < last - self.settings.ooo_window_ms
+        too_old = ts < last - window_ms
         result.too_old += int(too_old.sum())
         ts, vals = ts[~too_old], vals[~too_old]
         if len(ts) == 0:

@@ -24,9 +24,12 @@ from metricsd.store.snapshot import SnapshotError, list_snapshots, read_snapshot
 from metricsd.store.wal import RecordType, WalPosition, WriteAheadLog
 from metricsd.wire import labels_from_pb
 
-__all__ = ["RecoveryReport", "load_snapshot", "replay_wal", "request_arrays"]
+__all__ = ["CATCH_UP_WINDOW_MS", "RecoveryReport", "load_snapshot", "replay_wal", "request_arrays"]
 
 log = logging.getLogger("metricsd.store.recovery")
+
+# The out-of-order window of writes copied from a peer (WAL record CATCH_UP): any age.
+CATCH_UP_WINDOW_MS = 2**62
 
 
 @dataclass
@@ -92,14 +95,15 @@ def replay_wal(store: Store, wal: WriteAheadLog, start: WalPosition | None, cloc
         req = pb.WriteRequest.FromString(bytes(payload))
         arrays = request_arrays(req)
         new = {s.id: labels_from_pb(s.labels) for s in req.series}
+        window = CATCH_UP_WINDOW_MS if rtype is RecordType.CATCH_UP else None
         try:
-            batch = store.validate(*arrays, new)
+            batch = store.validate(*arrays, new, ooo_window_ms=window)
             if isinstance(batch, WriteResult):
                 ids, counts, ts, vals, dropped = _drop_unknown(store, *arrays)
                 report.replay_dropped_series += dropped
                 log.warning("WAL record at %d:%d: %d series unknown (their labels were in a lost record): dropped",
                             pos.segment, pos.offset, dropped)
-                batch = store.validate(ids, counts, ts, vals, new)
+                batch = store.validate(ids, counts, ts, vals, new, ooo_window_ms=window)
                 assert not isinstance(batch, WriteResult)
         except InvalidSeries as e:
             report.replay_rejected_records += 1

@@ -40,6 +40,7 @@ class RecordType(enum.IntEnum):
 
     WRITE = 1  # a serialized proto WriteRequest that passed validation
     GC = 2  # empty: the store ran its retention pass here
+    CATCH_UP = 3  # a WriteRequest copied from a peer: applied without the out-of-order window
 
 
 class WalFormatError(ValueError):
