@@ -26,6 +26,8 @@ def test_subset_is_what_the_index_says() -> None:
 
 
 def test_known_gaps_are_in_the_subset() -> None:
+    if not _SUBSET:
+        pytest.skip(f"no PromQL test data at {TESTDATA}")
     for file, line in known_gaps():
         assert line in _SUBSET.get(file, set()), f"{file}:{line} is not an in-subset eval"
 
