@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test test-fast lint proto bench-store browser-deps clean
+.PHONY: setup run test test-fast lint proto bench bench-quick bench-store browser-deps clean
 
 include web/dashboard.mk
 
@@ -44,6 +44,12 @@ test-fast: setup  ## the fast tests only, for the edit loop
 
 proto: setup  ## regenerate metricsd/proto/ from proto/metricsd.proto
 	$(BIN)/python -m metricsd.proto.generate
+
+bench: setup  ## metricsd side by side with Prometheus 2.42 and VictoriaMetrics 1.79 (apt-get installs them as root); ~10 min
+	$(BIN)/python perf/compare.py $(BENCH_ARGS)
+
+bench-quick: setup  ## the same with a fifth of the pods and 60 queries; ~1.5 min
+	$(BIN)/python perf/compare.py --quick $(BENCH_ARGS)
 
 bench-store: setup
 	$(BIN)/python perf/bench_store.py

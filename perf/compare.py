@@ -1,0 +1,335 @@
+"""metricsd side by side with Prometheus and VictoriaMetrics, on the same data, in one run
+(a documented command, `make bench`; never part of the test suite's pass/fail).
+
+    .venv/bin/python perf/compare.py            # full: 10,000 pods, 40,000 series, 2 h (about 10 min)
+    .venv/bin/python perf/compare.py --quick    # 2,000 pods, 60 queries (about 1.5 min)
+
+1. Starts metricsd (`metricsd up --no-simulate --no-consumers`, one store process), Prometheus 2.42
+   (remote-write receiver on) and VictoriaMetrics 1.79 (no latency offset, no response cache) on
+   127.0.0.1 with temporary data directories, installing the Debian packages when missing (as root);
+   stops every process it started, also on Ctrl-C or an error.
+2. Feeds one seeded simulation (perf/compare_workload.py) to all of them in the same batches, block
+   by block with the systems' order rotating: the backfill shape, then the agents' live shape.
+   metricsd gets columnar gRPC Write; the peers, and a second metricsd process, Prometheus remote
+   write. Measures samples/s, server CPU seconds per million samples (/proc), RSS and the time from
+   the last acknowledged write to the sample being queryable.
+3. Checks that metricsd's answers (Aggregate API and PromQL endpoint) equal Prometheus' within a
+   relative 1e-6 on the three questions of perf/compare_queries.py, and exits non-zero before any
+   timing if they do not; VictoriaMetrics' differences are reported.
+4. Times each question at concurrency 1 and 8, systems interleaved (A B C D D C B A).
+5. Writes perf/results/latest.json, perf/results/compare_latency.png and the generated section of
+   perf/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare_peers import Processes, Server, ensure_installed, package_version
+from compare_queries import (
+    Comparison,
+    Question,
+    compare_answers,
+    from_aggregate,
+    from_prometheus_json,
+    interleaved,
+    promql_get,
+    questions,
+    summarise,
+)
+from compare_report import latency_chart, markdown, measure, ratios, replace_section
+from compare_workload import Batch, Workload, WorkloadConfig
+from procstat import cpu_seconds, peak_rss_bytes, rss_bytes
+
+from metricsd import __version__
+from metricsd.client import MetricsClient
+
+HERE = Path(__file__).resolve().parent
+RTOL = 1e-6
+INFLIGHT = 4
+RW_HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
+              "X-Prometheus-Remote-Write-Version": "0.1.0"}
+Send = Callable[[Batch], Awaitable[None]]
+
+
+def grpc_sender(client: MetricsClient) -> Send:
+    async def send(b: Batch) -> None:
+        resp = await client.write(b.grpc)
+        if resp.unknown_ids or resp.rejected_too_old or resp.rejected_duplicate or resp.samples_written != b.samples:
+            raise RuntimeError(f"metricsd write: unexpected response {resp}")
+    return send
+
+
+def remote_write_sender(http: aiohttp.ClientSession, server: Server) -> Send:
+    async def send(b: Batch) -> None:
+        async with http.post(server.url + "/api/v1/write", data=b.remote_write, headers=RW_HEADERS) as resp:
+            if resp.status >= 300:
+                raise RuntimeError(f"{server.name} remote write: HTTP {resp.status}: {(await resp.text())[:500]}")
+    return send
+
+
+async def send_block(send: Send, batches: list[Batch]) -> None:
+    """The block's requests, ``INFLIGHT`` at a time; each request holds other series, so none of
+    them sees its samples out of order."""
+    sem = asyncio.Semaphore(INFLIGHT)
+
+    async def one(b: Batch) -> None:
+        async with sem:
+            await send(b)
+
+    await asyncio.gather(*(one(b) for b in batches))
+
+
+async def ingest(wl: Workload, live: bool, senders: dict[str, Send], servers: dict[str, Server]) -> dict[str, Any]:
+    cfg = wl.config
+    per_req = cfg.live_series if live else cfg.backfill_series
+    cpu0 = {n: cpu_seconds(servers[n].pid) for n in senders}
+    wall = dict.fromkeys(senders, 0.0)
+    samples = 0
+    names = list(senders)
+    for i, ticks in enumerate(wl.blocks(live)):
+        batches = wl.next_block(ticks, per_req)
+        samples += sum(b.samples for b in batches)
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            t0 = time.perf_counter()
+            await send_block(senders[name], batches)
+            wall[name] += time.perf_counter() - t0
+    await asyncio.sleep(3.0)  # background work the writes caused (flushes, merges) lands in this phase
+    return {n: {"samples": samples, "wall_s": wall[n], "samples_per_s": samples / wall[n],
+                "server_cpu_s": (cpu := cpu_seconds(servers[n].pid) - cpu0[n]),
+                "cpu_s_per_million": cpu / samples * 1e6} for n in senders}
+
+
+async def freshness(wl: Workload, senders: dict[str, Send], servers: dict[str, Server],
+                    http: aiohttp.ClientSession) -> dict[str, float]:
+    """One more tick in the live shape; per system, seconds from the last acknowledged request to a
+    query that sees the newest series' sample. Also a barrier: every earlier sample is visible after."""
+    batches = wl.next_block(1, wl.config.live_series, extra_tick=True)
+    at = wl.last_ms
+    sel = ",".join(f'{k}="{v}"' for k, v in wl.series[-1])
+    q = Question("probe", "probe", f"count_over_time({{{sel}}}[1s])", at, at, 0, None)  # type: ignore[arg-type]
+    out: dict[str, float] = {}
+    for name, send in senders.items():
+        await send_block(send, batches)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 60:
+            body = await promql_get(http, servers[name].url, q)
+            if from_prometheus_json(body).get("", {}).get(at) == 1.0:
+                break
+            await asyncio.sleep(0.005)
+        else:
+            raise RuntimeError(f"{name}: the newest sample was not queryable after 60 s")
+        out[name] = time.perf_counter() - t0
+    return out
+
+
+def _ask(name: str, q: Question, client: MetricsClient, http: aiohttp.ClientSession,
+         servers: dict[str, Server]) -> Callable[[], Awaitable[Any]]:
+    if name == "metricsd":
+        return lambda: client.aggregate(q.aggregate)
+    url = servers["metricsd" if name == "metricsd-promql" else name].url
+    return lambda: promql_get(http, url, q)
+
+
+async def check_answers(qs: list[Question], systems: list[str], client: MetricsClient, http: aiohttp.ClientSession,
+                        servers: dict[str, Server]) -> tuple[dict[str, Any], list[str]]:
+    report: dict[str, Any] = {}
+    failures: list[str] = []
+    for q in qs:
+        ref = from_prometheus_json(await promql_get(http, servers["prometheus"].url, q), q.group_label)
+        row: dict[str, Any] = {"points": sum(len(v) for v in ref.values())}
+        for name in systems:
+            if name == "prometheus":
+                continue
+            raw = await _ask(name, q, client, http, servers)()
+            got = (from_aggregate(raw, q.group_label, q.top) if name == "metricsd"
+                   else from_prometheus_json(raw, q.group_label))
+            c: Comparison = compare_answers(ref, got)
+            row[name] = {"max_rel": c.max_rel, "median_rel": c.median_rel, "points": c.points,
+                         "missing": c.missing[:10], "extra": c.extra[:10]}
+            if name != "victoriametrics" and not c.agrees(RTOL):
+                failures.append(f"({q.key}) {name}: max rel. diff {c.max_rel:.3g} over {c.points} points, "
+                                f"missing {c.missing[:5]}, extra {c.extra[:5]}; Prometheus: {_short(ref)}, "
+                                f"{name}: {_short(got)}")
+        report[q.key] = row
+    return report, failures
+
+
+def _short(answer: dict[str, dict[int, float]]) -> str:
+    items = [(k, t, v) for k, row in answer.items() for t, v in row.items()]
+    return str(items[:3]) + (f" ... ({len(items)} points)" if len(items) > 3 else "")
+
+
+@asynccontextmanager
+async def profiled(targets: dict[str, Server], folder: Path | None, phase: str) -> AsyncIterator[None]:
+    """py-spy records each target server while inside, into ``folder/profile_<phase>_<name>.txt``
+    (folded stacks), when a folder is given and py-spy is installed."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if folder is None or not Path(spy).exists():
+        yield
+        return
+    procs = [subprocess.Popen([spy, "record", "--pid", str(s.pid), "--rate", "200", "--format", "raw",
+                               "--nonblocking", "-o", str(folder / f"profile_{phase}_{name}.txt")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, s in targets.items()]
+    try:
+        await asyncio.sleep(1.0)
+        yield
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait(timeout=60)
+
+
+def workload_config(args: argparse.Namespace) -> WorkloadConfig:
+    end = (time.time_ns() // 1_000_000 // 10_000) * 10_000 - 10_000  # on the 10 s grid, in the past
+    base = WorkloadConfig(end_ms=end, ticks=round(args.hours * 360), live_ticks=args.live_ticks)
+    return base.scaled(args.scale)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    cfg = workload_config(args)
+    wl = Workload(cfg)
+    res: dict[str, Any] = {
+        "command": " ".join(["perf/compare.py", *sys.argv[1:]]), "cores": os.cpu_count(),
+        "python": platform.python_version(), "date": datetime.date.today().isoformat(),
+        "metricsd_mode": "one store process, metricsd up --no-simulate --no-consumers",
+        "versions": {"metricsd": __version__, "prometheus": package_version("prometheus"),
+                     "victoriametrics": package_version("victoria-metrics")},
+        "rtol": RTOL, "queries": args.queries, "warmup": args.warmup, "concurrency": [1, 8],
+    }
+    live_samples = cfg.live_ticks * len(wl.series)
+    res["workload"] = {
+        "seed": cfg.seed, "pods": cfg.big_pods + cfg.other_pods, "big_pods": cfg.big_pods,
+        "other_workloads": cfg.other_workloads, "series": len(wl.series), "hours": cfg.ticks / 360,
+        "interval_s": cfg.interval_ms / 1000, "samples": wl.samples, "backfill_samples": wl.samples - live_samples,
+        "live_samples": live_samples, "backfill_series": cfg.backfill_series, "backfill_ticks": cfg.backfill_ticks,
+        "live_series": cfg.live_series, "start_ms": wl.start_ms, "end_ms": cfg.end_ms,
+    }
+    prof = HERE / "results" / "profiles" if args.profile else None
+    if prof is not None:
+        prof.mkdir(parents=True, exist_ok=True)
+    with Processes() as procs:
+        servers = {"metricsd": procs.start_metricsd()}
+        if not args.no_remote_write:
+            servers["metricsd-rw"] = procs.start_metricsd("metricsd-rw")
+        servers["prometheus"] = procs.start_prometheus()
+        servers["victoriametrics"] = procs.start_victoria_metrics()
+        md = servers["metricsd"]
+        ours = {n: s for n, s in servers.items() if n.startswith("metricsd")}
+        async with MetricsClient(md.grpc_address, timeout_s=120) as client, aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=64), timeout=aiohttp.ClientTimeout(total=300)) as http:
+            senders: dict[str, Send] = {"metricsd": grpc_sender(client)}
+            senders.update({n: remote_write_sender(http, s) for n, s in servers.items() if n != "metricsd"})
+            ms: list[dict[str, Any]] = []
+            for shape, live in (("backfill", False), ("live", True)):
+                print(f"ingest, {shape} shape ...", flush=True)
+                async with profiled(ours, prof, f"ingest_{shape}"):
+                    phase = await ingest(wl, live, senders, servers)
+                for n, r in phase.items():
+                    ms.append(measure(n, f"ingest.{shape}.samples_per_s", r["samples_per_s"], "samples/s"))
+                    ms.append(measure(n, f"ingest.{shape}.cpu_s_per_million", r["cpu_s_per_million"], "CPU s"))
+                res[f"ingest_{shape}"] = phase
+            print("freshness probe ...", flush=True)
+            for n, secs in (await freshness(wl, senders, servers, http)).items():
+                ms.append(measure(n, "freshness.ms", secs * 1000, "ms"))
+            st = await client.stats()
+            samples = wl.samples + len(wl.series)
+            for n, s in servers.items():
+                rss = rss_bytes(s.pid)
+                ms += [measure(n, "memory.rss_mib", rss / 2**20, "MiB"),
+                       measure(n, "memory.rss_bytes_per_series", rss / len(wl.series), "bytes"),
+                       measure(n, "memory.rss_bytes_per_sample", rss / samples, "bytes")]
+            ms.append(measure("metricsd", "memory.chunk_bytes_per_sample", st.bytes_per_sample, "bytes"))
+            res["metricsd_stats"] = {"series": st.series, "samples": st.samples, "chunk_bytes": st.chunk_bytes}
+            at = wl.last_ms + 5_000
+            pods = [p for p in wl.sim.pods() if p.workload == "big"]
+            counts: dict[str, int] = {}
+            for p in wl.sim.pods():
+                if p.namespace != "default":
+                    counts[p.namespace] = counts.get(p.namespace, 0) + 1
+            namespace = max(sorted(counts), key=lambda k: counts[k])
+            qs = questions(at, pods[0].pod, namespace)
+            res["questions"] = [{"key": q.key, "title": q.title, "promql": q.promql} for q in qs]
+            print("checking answers against Prometheus ...", flush=True)
+            systems = ["metricsd", "metricsd-promql", *(n for n in servers if n != "metricsd")]
+            res["answers"], failures = await check_answers(qs, systems, client, http, servers)
+            res["measures"] = ms
+            if failures:
+                res["failures"] = failures
+                return res
+            timed = ["metricsd", "metricsd-promql", "prometheus", "victoriametrics"]
+            for q in qs:
+                async with profiled({"metricsd": md}, prof, f"query_{q.key}"):
+                    for c in res["concurrency"]:
+                        print(f"timing ({q.key}) at concurrency {c} ...", flush=True)
+                        calls = {n: _ask(n, q, client, http, servers) for n in timed}
+                        times = await interleaved(calls, args.queries, c, args.warmup)
+                        for n, t in times.items():
+                            pct = summarise(t)
+                            ms += [measure(n, f"query.{q.key}.c{c}.p50_ms", pct["p50_ms"], "ms"),
+                                   measure(n, f"query.{q.key}.c{c}.p99_ms", pct["p99_ms"], "ms")]
+            for n, s in servers.items():
+                ms.append(measure(n, "memory.peak_rss_mib", peak_rss_bytes(s.pid) / 2**20, "MiB"))
+            for n in ("prometheus", "victoriametrics"):
+                ms.append(measure(n, "disk.bytes_per_sample", servers[n].disk_bytes() / samples, "bytes"))
+    res["ratios"] = ratios(ms)
+    res["duration_s"] = time.monotonic() - started
+    return res
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a fifth of the pods, 60 queries (about 1.5 min)")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply the pods (1.0: 10,000 pods, 40,000 series)")
+    p.add_argument("--hours", type=float, default=2.0, help="hours of data at 10 s")
+    p.add_argument("--live-ticks", type=int, default=60, help="the last ticks go in the live shape")
+    p.add_argument("--queries", type=int, default=200, help="timed queries per system, question and concurrency")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--no-remote-write", action="store_true", help="skip the metricsd fed by remote write")
+    p.add_argument("--profile", action="store_true",
+                   help="record the metricsd server with py-spy (raw folded stacks in perf/results/)")
+    p.add_argument("--no-write", action="store_true", help="print the section; leave RESULTS.md alone")
+    args = p.parse_args()
+    if args.quick:
+        args.scale, args.queries, args.warmup, args.live_ticks = min(args.scale, 0.2), 60, 10, 30
+    ensure_installed()
+    res = asyncio.run(run(args))
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(res, indent=1))
+    if res.get("failures"):
+        print("ANSWERS DIFFER FROM PROMETHEUS; no timings reported:", file=sys.stderr)
+        for f in res["failures"]:
+            print("  " + f, file=sys.stderr)
+        return 1
+    latency_chart(res, out / "compare_latency.png")
+    section = markdown(res)
+    print(section)
+    if not args.no_write:
+        path = HERE / "RESULTS.md"
+        path.write_text(replace_section(path.read_text(), section))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

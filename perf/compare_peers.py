@@ -1,0 +1,174 @@
+"""The server processes of the side-by-side benchmark (perf/compare.py): metricsd, Prometheus and
+VictoriaMetrics, each on 127.0.0.1 with a free port and a temporary data directory.
+
+The peers come from Debian's packages (``prometheus`` 2.42, ``victoria-metrics`` 1.79);
+:func:`ensure_installed` installs them with apt-get when missing and this runs as root, and
+otherwise says what to run. :class:`Processes` stops every process it started, on exit, on an
+exception and on Ctrl-C alike.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["PACKAGES", "Processes", "Server", "ensure_installed", "free_port", "package_version"]
+
+PACKAGES = {"prometheus": "prometheus", "victoria-metrics": "victoria-metrics"}  # binary -> Debian package
+METRICSD = Path(sys.executable).parent / "metricsd"
+
+# The peers run as they would for this job: Prometheus receives remote write and keeps the data a
+# day; VictoriaMetrics shows fresh samples at once (no 30 s latency offset) and never answers
+# from its response cache, so every timed query does the work.
+PROMETHEUS_CONFIG = "global:\n  scrape_interval: 10s\nscrape_configs: []\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ensure_installed() -> None:
+    """Install the peers' Debian packages if a binary is missing (root only); raise SystemExit
+    with the command to run otherwise."""
+    missing = [pkg for binary, pkg in PACKAGES.items() if shutil.which(binary) is None]
+    if not missing:
+        return
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", *missing]
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise SystemExit(f"perf/compare.py needs {', '.join(missing)} (Debian packages). Install them with:\n"
+                         f"  sudo apt-get update && sudo {' '.join(cmd)}")
+    print(f"installing {', '.join(missing)} with apt-get ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(cmd, check=True, env=env)
+
+
+def package_version(binary: str) -> str:
+    """The Debian package version of a peer, or its own ``--version`` line."""
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", PACKAGES[binary]], capture_output=True,
+                             text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else "unknown"
+
+
+@dataclass
+class Server:
+    """A started server: its name, HTTP base URL, process and data directory."""
+
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes]
+    data_dir: Path
+    grpc_address: str = ""
+    log_path: Path = field(default_factory=Path)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def disk_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file())
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+class Processes:
+    """Starts servers and stops them all: use as a context manager. SIGTERM is turned into
+    SystemExit while inside, so a killed benchmark still stops its servers."""
+
+    def __init__(self) -> None:
+        self.servers: list[Server] = []
+        self._tmp = Path(tempfile.mkdtemp(prefix="metricsd-compare-"))
+        self._old_term: object = None
+
+    def __enter__(self) -> Processes:
+        self._old_term = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+        signal.signal(signal.SIGTERM, self._old_term)  # type: ignore[arg-type]
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    @staticmethod
+    def _on_term(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    def _start(self, name: str, argv: list[str], url: str, ready_path: str, data_dir: Path,
+               grpc_address: str = "") -> Server:
+        log_path = self._tmp / f"{name}.log"
+        with open(log_path, "wb") as log:
+            # A new session: Ctrl-C reaches this script only, which then stops the servers in order.
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = Server(name, url, proc, data_dir, grpc_address, log_path)
+        self.servers.append(server)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+            if _http_ok(url + ready_path):
+                return server
+            time.sleep(0.1)
+        raise RuntimeError(f"{name} did not become ready in 60 s: {log_path.read_text()[-2000:]}")
+
+    def start_prometheus(self) -> Server:
+        d = self._tmp / "prometheus"
+        d.mkdir()
+        (d / "prometheus.yml").write_text(PROMETHEUS_CONFIG)
+        port = free_port()
+        argv = ["prometheus", f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver",
+                "--storage.tsdb.retention.time=1d", "--log.level=warn"]
+        return self._start("prometheus", argv, f"http://127.0.0.1:{port}", "/-/ready", d / "data")
+
+    def start_victoria_metrics(self) -> Server:
+        d = self._tmp / "victoria-metrics"
+        d.mkdir()
+        port = free_port()
+        argv = ["victoria-metrics", f"-storageDataPath={d}", f"-httpListenAddr=127.0.0.1:{port}",
+                "-search.latencyOffset=0s", "-search.disableCache", "-retentionPeriod=2d", "-loggerLevel=WARN"]
+        return self._start("victoria-metrics", argv, f"http://127.0.0.1:{port}", "/health", d)
+
+    def start_metricsd(self, name: str = "metricsd") -> Server:
+        d = self._tmp / name
+        d.mkdir()
+        grpc_port, http_port = free_port(), free_port()
+        argv = [str(METRICSD), "--log-level", "WARNING", "up", "--no-simulate", "--no-consumers",
+                "--grpc-port", str(grpc_port), "--http-port", str(http_port)]
+        return self._start(name, argv, f"http://127.0.0.1:{http_port}", "/api/v1/status/buildinfo", d,
+                           grpc_address=f"127.0.0.1:{grpc_port}")
+
+    def stop_all(self) -> None:
+        """SIGTERM each server, then SIGKILL what is still running after 20 s."""
+        for s in self.servers:
+            if s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGTERM)
+        for s in self.servers:
+            try:
+                s.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
+                s.proc.wait(timeout=10)
+        self.servers.clear()
