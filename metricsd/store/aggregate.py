@@ -51,27 +51,29 @@ def group_partials(values: np.ndarray, samples: np.ndarray, group: np.ndarray, n
     """Fold per-series values (series x times) into per-group partials.
 
     A series counts at time t when ``samples`` > 0 there; a NaN value then propagates into the
-    group's sum as it does in PromQL, while min/max skip NaN unless it is the only value.
+    group's sum as it does in PromQL, while min/max skip NaN unless it is the only value. All
+    times at once: each (series, time) cell goes to the flat bin group * T + t.
     """
     n_times = values.shape[1]
     p = Partials.empty(n_groups, n_times)
     if values.size == 0:
         return p
     has = samples > 0
-    v = np.where(has, values, 0.0)
-    for j in range(n_times):
-        h = has[:, j]
-        g = group[h]
-        col = values[h, j]
-        p.sum[:, j] = np.bincount(g, weights=v[h, j], minlength=n_groups) if len(g) else 0.0
-        p.count[:, j] = np.bincount(g, minlength=n_groups) if len(g) else 0.0
-        num = ~np.isnan(col)
-        np.minimum.at(p.min[:, j], g[num], col[num])
-        np.maximum.at(p.max[:, j], g[num], col[num])
-        nan_only = (p.count[:, j] > 0) & np.isinf(p.min[:, j]) & (p.min[:, j] > 0)
-        if bool(nan_only.any()):
-            p.min[nan_only, j] = np.nan
-            p.max[nan_only, j] = np.nan
+    bins = (np.asarray(group, dtype=np.int64)[:, None] * n_times + np.arange(n_times)[None, :])[has]
+    vals = values[has]
+    size = n_groups * n_times
+    p.sum = np.bincount(bins, weights=vals, minlength=size).astype(np.float64).reshape(n_groups, n_times)
+    p.count = np.bincount(bins, minlength=size).astype(np.float64).reshape(n_groups, n_times)
+    num = ~np.isnan(vals)
+    mn = np.full(size, np.inf)
+    mx = np.full(size, -np.inf)
+    np.minimum.at(mn, bins[num], vals[num])
+    np.maximum.at(mx, bins[num], vals[num])
+    p.min, p.max = mn.reshape(n_groups, n_times), mx.reshape(n_groups, n_times)
+    nan_only = (p.count > 0) & np.isposinf(p.min)
+    if bool(nan_only.any()):
+        p.min[nan_only] = np.nan
+        p.max[nan_only] = np.nan
     return p
 
 

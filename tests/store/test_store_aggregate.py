@@ -12,7 +12,7 @@ from oracle import reduce_one
 
 from metricsd.model import make_labels, series_id
 from metricsd.selector import parse_selector
-from metricsd.store.aggregate import AcrossFn, group_partials, merge_partials
+from metricsd.store.aggregate import AcrossFn, finalize, group_partials, merge_partials
 from metricsd.store.engine import Store
 from metricsd.store.query import AggregateSpec, SideQuery, run_aggregate
 from metricsd.store.settings import StoreSettings
@@ -133,3 +133,13 @@ def test_partials_of_two_halves_merge_to_the_whole() -> None:
                             group_partials(values[20:], samples[20:], group[20:], 4))
     for name in ("sum", "count", "min", "max"):
         np.testing.assert_allclose(getattr(merged, name), getattr(whole, name))
+
+
+def test_times_where_no_series_has_a_value_give_no_value() -> None:
+    values = np.array([[1.0, np.nan], [2.0, np.nan]])
+    samples = np.array([[1, 0], [1, 0]], dtype=np.uint32)
+    p = group_partials(values, samples, np.array([0, 0]), 1)
+    assert p.sum.dtype == np.float64
+    np.testing.assert_array_equal(finalize(AcrossFn.SUM, p), [[3.0, np.nan]])
+    p = group_partials(values, np.zeros_like(samples), np.array([0, 0]), 1)  # nothing at all
+    assert np.isnan(finalize(AcrossFn.AVG, p)).all() and np.isnan(finalize(AcrossFn.SUM, p)).all()
