@@ -72,6 +72,8 @@ class PushdownPlan:
 
     request: pb.AggregateRequest
     instant: bool
+    # topk / bottomk over the aggregate's groups: ("topk" | "bottomk", k), selected per step here
+    select: tuple[str, int] | None = None
 
 
 def _strip(node: Any) -> Any:
@@ -142,13 +144,32 @@ def _ratio(node: Any, lookback_ms: int) -> tuple[_Agg, _Agg] | None:
     return num, den
 
 
+def _select(node: Any, lookback_ms: int) -> tuple[str, int, _Agg] | None:
+    """``topk|bottomk(k, <aggregation the stores answer>)`` without by/without on the selection."""
+    node = _strip(node)
+    if type(node).__name__ != "AggregateExpr" or str(node.op) not in ("topk", "bottomk") or node.modifier:
+        return None
+    param = _strip(node.param)
+    if type(param).__name__ != "NumberLiteral" or not float(param.val).is_integer() or float(param.val) < 1:
+        return None
+    inner = _agg(node.expr, lookback_ms)
+    if inner is None:
+        return None
+    return str(node.op), int(param.val), inner
+
+
 def plan(
     ast: Any, start_ms: int, end_ms: int, step_ms: int, lookback_ms: int, *, instant: bool
 ) -> PushdownPlan | None:
     """The aggregate request answering ``ast`` over the steps, or None when it cannot be pushed."""
+    select: tuple[str, int] | None = None
     try:
         single = _agg(ast, lookback_ms)
         pair = None if single is not None else _ratio(ast, lookback_ms)
+        if single is None and pair is None:
+            picked = _select(ast, lookback_ms)
+            if picked is not None:
+                select, single = (picked[0], picked[1]), picked[2]
     except PromQLError:
         return None
     if single is None and pair is None:
@@ -159,7 +180,7 @@ def plan(
                               step_ms=0 if instant else step_ms)
     if den is not None:
         req.denominator.CopyFrom(den.query)
-    return PushdownPlan(req, instant=instant)
+    return PushdownPlan(req, instant=instant, select=select)
 
 
 def result_of(p: PushdownPlan, resp: pb.AggregateResponse) -> Result:
@@ -171,11 +192,27 @@ def result_of(p: PushdownPlan, resp: pb.AggregateResponse) -> Result:
     if p.request.HasField("denominator"):
         present &= np.array(resp.denominator.count, dtype=np.float64).reshape(shape) > 0
     groups = [labels_from_pb(g.labels) for g in resp.groups]
+    if p.select is not None:
+        present = _selected(p.select, values, present)
     if p.instant:
         t = int(times[0]) if len(times) else p.request.start_ms
         return Vector(t, [Sample(g, float(values[i, 0])) for i, g in enumerate(groups) if present[i, 0]])
     series = [Series(g, times[present[i]], values[i, present[i]]) for i, g in enumerate(groups) if present[i].any()]
     return Matrix(sorted(series, key=lambda s: s.labels))
+
+
+def _selected(select: tuple[str, int], values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Per step, the k present groups with the highest (topk) or lowest (bottomk) values; NaN
+    ranks below every number for both, as in the engine (metricsd/promql/aggregations.py)."""
+    op, k = select
+    if len(values) <= k:
+        return present
+    nan = np.isnan(values)
+    key = np.where(nan, 0.0, -values if op == "topk" else values)
+    order = np.lexsort((key, nan, ~present), axis=0)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(len(values))[:, None].repeat(values.shape[1], axis=1), axis=0)
+    return present & (rank < k)
 
 
 def _sums_are_exact_enough(p: pb.Partials, shape: tuple[int, int]) -> bool:

@@ -32,9 +32,15 @@ QUERIES = [
     "count(mem)",
     "sum by (workload) (rate(cpu[1m])) / sum by (workload) (req)",
     "(avg(rate(cpu{namespace!=\"b\"}[1m]))) / avg(req{namespace!=\"b\"})",
+    "topk(3, sum by (pod) (rate(cpu[1m])))",
+    "bottomk(2, max by (workload) (max_over_time(mem[2m])))",
+    "topk(100, avg by (workload) (mem))",
 ]
 
 NOT_PUSHED = [
+    "topk(3, rate(cpu[1m]))",
+    "topk by (workload) (2, sum by (pod, workload) (rate(cpu[1m])))",
+    "topk(0, sum by (pod) (rate(cpu[1m])))",
     "sum without (pod) (rate(cpu[1m]))",
     "sum by (workload) (rate(cpu[1m] offset 1m))",
     "sum by (__name__) (mem)",
