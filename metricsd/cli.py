@@ -11,7 +11,7 @@ from pathlib import Path
 from metricsd import __version__
 from metricsd.agent import main as agent_main
 from metricsd.clock import SystemClock
-from metricsd.cluster import configserver, storeproc
+from metricsd.cluster import chaos, configserver, storeproc
 from metricsd.cluster import local as cluster_local
 from metricsd.consumers import cli as consumers_cli
 from metricsd.memory import tune_malloc
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy_main.add_parser(sub)
     configserver.add_parser(sub)
     cluster_local.add_parser(sub)
+    chaos.add_parser(sub)
     return parser
 
 
@@ -98,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         return configserver.run(args)
     if args.command == "cluster":
         return cluster_local.run(args)
+    if args.command == "chaos":
+        return chaos.run(args)
     return 2
 
 

@@ -26,7 +26,8 @@ from metricsd.http.server import serve_http, stop_http
 from metricsd.store.api import StoreAPI
 from metricsd.store.durable import Durability, open_store, run_durability
 from metricsd.store.engine import Store
-from metricsd.store.server import MetricsServicer, gc_loop, start_grpc_server
+from metricsd.store.node import StoreNodeServicer
+from metricsd.store.server import gc_loop, start_grpc_server
 from metricsd.wire import labels_to_pb
 
 log = logging.getLogger("metricsd.up")
@@ -110,7 +111,7 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         api = StoreAPI(store, member="up")
         log.info("no --data-dir: data lives in memory only and is lost when metricsd stops")
     backend = LocalBackend(api)
-    server, port = await start_grpc_server(MetricsServicer(backend), opts.host, opts.grpc_port)
+    server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port)
     tasks = [asyncio.create_task(run_durability(durability) if durability is not None else gc_loop(store))]
     addr = f"{opts.host}:{port}"
     log.info("store serving gRPC on %s", addr)

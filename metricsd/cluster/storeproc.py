@@ -27,7 +27,7 @@ from metricsd.cluster.cmdline import add_etcd_arguments, address, etcd_from_args
 from metricsd.cluster.cmdline import stop_event as make_stop_event
 from metricsd.cluster.healthcheck import start_cluster_grpc
 from metricsd.cluster.member import ClusterMember
-from metricsd.cluster.shardmap import Member, MemberState, validate_member_id
+from metricsd.cluster.shardmap import Member, validate_member_id
 from metricsd.store.api import StoreAPI
 from metricsd.store.engine import Store
 from metricsd.store.node import StoreNodeServicer
@@ -113,8 +113,7 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
         kv = etcd_from_args(args)
         if args.grpc_port == 0 and not args.advertise:
             raise ValueError("--grpc-port 0 needs --advertise in a cluster (the member record names the port)")
-        # joining until level with its peers (metricsd/store/replication.py): proxies do not read from it
-        record = Member(member_id, advertised_address(args.host, args.grpc_port, args.advertise), MemberState.JOINING)
+        record = Member(member_id, advertised_address(args.host, args.grpc_port, args.advertise))
         member = ClusterMember(kv, layout_from_args(args), record, ttl=args.lease_ttl)
         backend = OwnershipBackend(backend, member_id, member.maps, store_write_slots(store),
                                    on_refused=_refresher(member))

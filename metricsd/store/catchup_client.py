@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -133,8 +133,12 @@ def series_digests(resp: pb.DigestResponse, n_buckets: int) -> SeriesDigests:
 
 async def sync_slots(stub: pb_grpc.MetricsStub, store: Store, apply: Apply, slot_count: int, slots: list[int],
                      start_ms: int, end_ms: int, bucket_ms: int, *, slots_per_digest: int = 16,
-                     page_samples: int = 0, timeout_s: float = 60.0) -> CatchUpStats:
+                     page_samples: int = 0, timeout_s: float = 60.0,
+                     on_differ: Callable[[], Awaitable[None]] | None = None) -> CatchUpStats:
     """Copy from the peer what it holds of ``slots`` in [start_ms, end_ms] and this store does not.
+
+    ``on_differ`` is awaited once, before the first copy, when some slot differs (a store
+    announces that it is catching up only when it is).
 
     Raises CatchUpError, or grpc.aio.AioRpcError when a Digest call fails (the caller picks
     another peer or retries later).
@@ -157,6 +161,9 @@ async def sync_slots(stub: pb_grpc.MetricsStub, store: Store, apply: Apply, slot
                 continue
             stats.slots_differing += 1
             (empty if have[1] == 0 else partial).append(d.slot)
+        if (empty or partial) and on_differ is not None:
+            await on_differ()
+            on_differ = None
         if empty:  # nothing here yet: copy those slots whole, in one stream
             stats.ranges_copied += 1
             await catch_up(stub, pb.SlotFilter(slot_count=slot_count, slots=empty), start_ms, end_ms, apply,

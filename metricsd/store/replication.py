@@ -6,9 +6,11 @@
    its WAL kept, after a wipe nothing) it brings every slot it holds level with a healthy replica
    over the window (default: the store's retention), copying only the time buckets whose digests
    differ (catchup_client.sync_slots). Slots a later map gives it are caught up the same way.
-   While any catch-up runs the store answers Health with CATCHING_UP and its member record says
-   ``joining``, so proxies leave it out of read quorums (it still takes writes); when all are
-   done it says SERVING / ``active`` again.
+   While any catch-up runs the store answers Health with CATCHING_UP; once a slot's digests show
+   that it lacks data its member record says ``joining`` too, so proxies leave it out of read
+   quorums (it still takes writes); when all are done it says SERVING / ``active`` again. A store
+   that finds nothing to copy (a new cluster, a quick restart that missed nothing) never leaves
+   ``active``, so the map does not change for it.
 2. **Anti-entropy.** Every ``interval_s`` it compares a few slots (``slots_per_round``, round
    robin) with one other replica each (rotating) up to ``settle_ms`` ago, and copies what differs.
    Each replica pulls what it lacks, so replicas converge without a coordinator.
@@ -104,6 +106,7 @@ class ReplicaSync:
         self.counters = SyncCounters()
         self._held: set[int] = set()
         self._pending: set[int] = set()
+        self._published = MemberState.ACTIVE  # what a store registers as (metricsd/cluster/storeproc.py)
         self._cursor = 0
         self._rotation = 0
         self._channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.MetricsStub]] = {}
@@ -162,7 +165,11 @@ class ReplicaSync:
     async def _set_state(self, state: MemberState) -> None:
         self.api.status = (pb.HealthResponse.SERVING if state is MemberState.ACTIVE
                            else pb.HealthResponse.CATCHING_UP)
-        if self.publish is not None:
+        await self._publish(state)
+
+    async def _publish(self, state: MemberState) -> None:
+        if self.publish is not None and state is not self._published:
+            self._published = state
             try:
                 await self.publish(state)
             except Exception as e:  # etcd unreachable: the registration loop writes the state later
@@ -173,7 +180,7 @@ class ReplicaSync:
         CATCHING_UP / joining meanwhile."""
         t0 = self.clock.monotonic()
         self._pending |= slots
-        await self._set_state(MemberState.JOINING)
+        self.api.status = pb.HealthResponse.CATCHING_UP
         total = CatchUpStats()
         now = self.clock.now_ms()
         start, end = now - self._window(), now + self.settings.lead_ms
@@ -181,7 +188,8 @@ class ReplicaSync:
             current = self.maps.current()
             assert current is not None
             self._pending &= set(current.slots_of(self.member_id))
-            stats = await self._sync(current, sorted(self._pending), start, end, exclude_failed=True)
+            stats = await self._sync(current, sorted(self._pending), start, end, exclude_failed=True,
+                                     on_differ=lambda: self._publish(MemberState.JOINING))
             total.add(stats)
             if self._pending:
                 await asyncio.sleep(self.settings.retry_s)
@@ -223,8 +231,8 @@ class ReplicaSync:
         active = [m for m in others if shard_map.members[m].state is MemberState.ACTIVE]
         return active + [m for m in others if m not in active]
 
-    async def _sync(self, shard_map: ShardMap, slots: list[int], start: int, end: int,
-                    exclude_failed: bool) -> CatchUpStats:
+    async def _sync(self, shard_map: ShardMap, slots: list[int], start: int, end: int, exclude_failed: bool,
+                    on_differ: Callable[[], Awaitable[None]] | None = None) -> CatchUpStats:
         """One pass: each slot against its first usable peer. Slots done are removed from _pending."""
         total = CatchUpStats()
         failed: set[str] = set()
@@ -243,7 +251,8 @@ class ReplicaSync:
                 try:
                     stats = await sync_slots(self.stub(shard_map.address(peer)), self.store, self.apply,
                                              shard_map.num_slots, peer_slots, start, end, s.bucket_ms,
-                                             page_samples=s.page_samples, timeout_s=s.call_timeout_s)
+                                             page_samples=s.page_samples, timeout_s=s.call_timeout_s,
+                                             on_differ=on_differ)
                 except (grpc.aio.AioRpcError, CatchUpError, WalError) as e:
                     self.counters.failures += 1
                     why = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else str(e)

@@ -117,7 +117,9 @@ def test_a_stream_broken_after_k_pages_resumes_without_loss_or_duplicates(full: 
 
 def test_build_page_skips_series_dropped_since_the_stream_began(full: Store) -> None:
     ids = slot_series(full, pb.SlotFilter())
-    full.index.remove(full.index.row_of(int(ids[0])))  # as retention would
+    row = full.index.row_of(int(ids[0]))
+    assert row is not None
+    full.index.remove(row)  # as retention would
     page, token = build_page(full, ids, T0, T0 + HOUR, None, 10**6)
     assert token == b"" and int(ids[0]) not in set(page.ids) and len(page.ids) == len(ids) - 1
 
@@ -173,7 +175,7 @@ class BreakingStub:
         async def stream() -> AsyncIterator[pb.CatchUpPage]:
             for n, page in enumerate(pages(self.store, req)):
                 if n == self.k:
-                    raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "cut")
+                    raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "cut", None)
                 yield page
 
         return stream()
