@@ -23,8 +23,6 @@ import logging
 import os
 import platform
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_store import BIN, _free_port, ingest
+from bench_store import BIN, StoreProcess, ingest
 from procstat import cpu_seconds
 
 from metricsd.agent.batches import write_requests
@@ -136,30 +134,20 @@ def wal_cost_in_process(pods: int, backfill_ticks: int, live_ticks: int, work: P
     return out
 
 
-class Server:
+class Server(StoreProcess):
+    """A store process without a WAL (``none``) or a durable one with the given fsync policy."""
+
     def __init__(self, kind: str, work: Path) -> None:
-        self.port = _free_port()
         self.data = work / f"ingest-{kind}"
-        if kind == "none":
-            cmd = [str(BIN), "--log-level", "WARNING", "up", "--no-simulate", "--grpc-port", str(self.port)]
-        else:
-            cmd = [sys.executable, "-m", "metricsd.store.durable", "--log-level", "WARNING", "--data-dir",
-                   str(self.data), "--grpc-port", str(self.port), "--wal-fsync", kind, "--snapshot-every", "86400"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-        self.addr = f"127.0.0.1:{self.port}"
 
-    async def wait_ready(self, client: MetricsClient) -> None:
-        for _ in range(200):
-            try:
-                await client.health()
-                return
-            except Exception:
-                await asyncio.sleep(0.1)
-        raise RuntimeError("store did not start")
+        def command(port: int) -> list[str]:
+            if kind == "none":
+                return [str(BIN), "--log-level", "WARNING", "up", "--no-simulate", "--no-consumers", "--grpc-port",
+                        str(port)]
+            return [sys.executable, "-m", "metricsd.store.durable", "--log-level", "WARNING", "--data-dir",
+                    str(self.data), "--grpc-port", str(port), "--wal-fsync", kind, "--snapshot-every", "86400"]
 
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=120)
+        super().__init__(command)
 
 
 async def ingest_cost(kind: str, pods: int, backfill_ticks: int, live_ticks: int, work: Path) -> dict[str, object]:

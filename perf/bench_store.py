@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -52,14 +53,18 @@ def _free_port() -> int:
 
 
 class StoreProcess:
-    def __init__(self) -> None:
+    """A store in its own process on a free loopback port; ``command(port)`` says how to start it
+    (default: ``metricsd up --no-simulate``)."""
+
+    def __init__(self, command: Callable[[int], list[str]] | None = None) -> None:
         self.port = _free_port()
-        self.proc = subprocess.Popen([str(BIN), "--log-level", "WARNING", "up", "--no-simulate", "--grpc-port",
-                                      str(self.port)], stdout=subprocess.DEVNULL)
+        cmd = command(self.port) if command is not None else [
+            str(BIN), "--log-level", "WARNING", "up", "--no-simulate", "--no-consumers", "--grpc-port", str(self.port)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         self.addr = f"127.0.0.1:{self.port}"
 
     async def wait_ready(self, client: MetricsClient) -> None:
-        for _ in range(100):
+        for _ in range(200):
             try:
                 await client.health()
                 return
@@ -69,7 +74,7 @@ class StoreProcess:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
+        self.proc.wait(timeout=120)  # a durable store writes its final snapshot first
 
 
 async def _send_block(client: MetricsClient, reqs: list[pb.WriteRequest], inflight: int) -> None:
