@@ -9,13 +9,14 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
 from metricsd.cluster.shardmap import KeyLayout
 
-__all__ = ["add_etcd_arguments", "address", "etcd_from_args", "layout_from_args", "port", "run_standalone",
-           "stop_event"]
+__all__ = ["add_etcd_arguments", "address", "etcd_from_args", "layout_from_args", "port", "run_service",
+           "run_standalone", "stop_event"]
 
 DEFAULT_ETCD = "127.0.0.1:2379"
 
@@ -62,6 +63,21 @@ def stop_event() -> asyncio.Event:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+def run_service(name: str, serve: Callable[[argparse.Namespace], Coroutine[Any, Any, None]],
+                args: argparse.Namespace, errors: tuple[type[Exception], ...] = (OSError, ValueError)) -> int:
+    """Run a long-lived process until it stops (SIGINT / SIGTERM end ``serve`` cleanly). The
+    expected start-up failures (a port in use, an unusable flag value, a locked data directory)
+    become one line on stderr and exit status 1 instead of a traceback."""
+    try:
+        asyncio.run(serve(args))
+    except errors as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def run_standalone(prog: str, add_arguments: Callable[[argparse.ArgumentParser], None],

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from metricsd import __version__
 from metricsd.cluster.assign import assign, moved_replicas
-from metricsd.cluster.cmdline import add_etcd_arguments, etcd_from_args, layout_from_args, run_standalone
+from metricsd.cluster.cmdline import add_etcd_arguments, etcd_from_args, layout_from_args, run_service, run_standalone
 from metricsd.cluster.cmdline import stop_event as make_stop_event
 from metricsd.cluster.election import LeaderElection
 from metricsd.cluster.kv import KV, KVError, WatchCompacted, cancel_and_wait
@@ -271,14 +271,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        asyncio.run(serve(args))
-    except (OSError, ValueError) as e:
-        print(f"metricsd config-server: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return run_service("metricsd config-server", serve, args)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from metricsd.backend import LocalBackend, MetricsBackend
-from metricsd.cluster.cmdline import add_etcd_arguments, address, etcd_from_args, layout_from_args, port, run_standalone
+from metricsd.cluster.cmdline import (
+    add_etcd_arguments,
+    address,
+    etcd_from_args,
+    layout_from_args,
+    port,
+    run_service,
+    run_standalone,
+)
 from metricsd.cluster.cmdline import stop_event as make_stop_event
 from metricsd.cluster.healthcheck import start_cluster_grpc
 from metricsd.cluster.member import ClusterMember
@@ -172,14 +180,7 @@ def _refresher(member: ClusterMember) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        asyncio.run(serve(args))
-    except (OSError, RuntimeError, ValueError) as e:
-        print(f"metricsd store: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return run_service("metricsd store", serve, args, errors=(OSError, RuntimeError, ValueError))
 
 
 if __name__ == "__main__":

@@ -9,14 +9,20 @@ API, remote write, native JSON, /metrics) on ``--http-port``. Run several; clien
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import SystemClock
-from metricsd.cluster.cmdline import add_etcd_arguments, etcd_from_args, layout_from_args, port, run_standalone
+from metricsd.cluster.cmdline import (
+    add_etcd_arguments,
+    etcd_from_args,
+    layout_from_args,
+    port,
+    run_service,
+    run_standalone,
+)
 from metricsd.cluster.cmdline import stop_event as make_stop_event
 from metricsd.cluster.healthcheck import start_cluster_grpc
 from metricsd.cluster.mapwatch import EtcdMapSource
@@ -92,14 +98,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        asyncio.run(serve(args))
-    except (OSError, ValueError) as e:
-        print(f"metricsd proxy: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return run_service("metricsd proxy", serve, args)
 
 
 if __name__ == "__main__":
