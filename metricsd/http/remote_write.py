@@ -2,18 +2,30 @@
 
 The body is a snappy *block* (``cramjam.snappy.decompress_raw``; the framed format of plain
 ``compress``/``decompress`` is a different thing) holding a ``prometheus.WriteRequest``. It is
-turned into metricsd's columnar WriteRequest (labels sent with every series, ids from
-``series_id``) and written through the backend, all or nothing: bad snappy, bad protobuf, a
-body over the limits or a series the store refuses answer 4xx and store nothing.
+turned into metricsd's columnar WriteRequest and written through the backend, all or nothing: bad
+snappy, bad protobuf, a body over the limits or a series the store refuses answer 4xx and store
+nothing.
 
 metricsd keys every series by ``namespace/pod``. Series without them are refused with a 400
 naming them, unless HttpSettings fills them in (``default_namespace``, and ``pod`` from the
 ``pod_label`` label, e.g. ``instance`` for scraped targets).
+
+Remote write 1.0 repeats every series' labels in every request, and a sender's live traffic is one
+sample per series, so the labels are nearly all the work. The receiver therefore keeps a
+:class:`SeriesCache` from a series' label bytes, exactly as they arrive, to its series id, for the
+series the backend has stored: a series seen before costs one dict lookup, its labels are neither
+parsed nor validated again, and it goes to the backend by id only, as an agent's gRPC writes do
+(proto WriteRequest). Labels go with the series not in the cache; when the backend reports ids it
+does not know (a store restarted empty, another proxy), the batch is resent once with their labels,
+the handshake of metricsd/client.py. Samples are decoded and re-encoded with NumPy, a few calls per
+request (remote_write_scan.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import islice
 
 import cramjam
 import numpy as np
@@ -22,15 +34,24 @@ from google.protobuf.message import DecodeError
 
 from metricsd.backend import BadRequest, MetricsBackend
 from metricsd.http.params import ApiError
+from metricsd.http.remote_write_scan import Scanned, scan, scan_messages, varints
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.model import Labels, describe, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import prometheus_remote_pb2 as prom
+from metricsd.wire import labels_to_pb, length_delimited
 
-__all__ = ["RemoteWriteReceiver", "decode_body", "to_columnar"]
+__all__ = ["DEFAULT_SERIES_CACHE", "PreparedWrite", "RemoteWriteReceiver", "SeriesCache", "decode_body",
+           "prepare_write"]
 
 _MAX_NAMED = 5  # series named in one error message
+
+# Series the receiver remembers. An entry is the series' label bytes (about 150-300 bytes for pod
+# metrics) plus a dict slot and an int: roughly 400 bytes, so 400 MB at the limit, against about
+# 7 KB a series in a store. Past the limit the oldest eighth is dropped; those series cost one
+# label parse and one labelled write again.
+DEFAULT_SERIES_CACHE = 1_000_000
 
 
 def _declared_length(body: bytes) -> int:
@@ -46,8 +67,7 @@ def _declared_length(body: bytes) -> int:
     raise ApiError("bad_data", "snappy: corrupt input (bad length header)")
 
 
-def decode_body(body: bytes, max_decompressed_bytes: int) -> prom.WriteRequest:
-    """Snappy block, then protobuf. Raises ApiError (400, or 413 when it would decompress too big)."""
+def _decompress(body: bytes, max_decompressed_bytes: int) -> bytes:
     if not body:
         raise ApiError("bad_data", "empty body: expected a snappy-compressed prometheus.WriteRequest")
     size = _declared_length(body)
@@ -55,20 +75,37 @@ def decode_body(body: bytes, max_decompressed_bytes: int) -> prom.WriteRequest:
         raise ApiError("too_large", f"body decompresses to {size} bytes, more than the limit of "
                                     f"{max_decompressed_bytes}", 413)
     try:
-        raw = bytes(cramjam.snappy.decompress_raw(body))
+        return bytes(cramjam.snappy.decompress_raw(body))
     except Exception as e:  # cramjam raises its own DecompressionError
         raise ApiError("bad_data", f"snappy: {e}") from None
+
+
+def _protobuf_error(e: DecodeError) -> ApiError:
+    return ApiError("bad_data", f"protobuf: cannot decode prometheus.WriteRequest: {e}")
+
+
+def decode_body(body: bytes, max_decompressed_bytes: int) -> Scanned:
+    """Snappy block, then protobuf, to the series entries of the request (labels still as bytes).
+    Raises ApiError (400, or 413 when it would decompress too big)."""
+    raw = _decompress(body, max_decompressed_bytes)
     try:
-        return prom.WriteRequest.FromString(raw)
+        found = scan(raw)
+        return found if found is not None else scan_messages(prom.WriteRequest.FromString(raw))
     except DecodeError as e:
-        raise ApiError("bad_data", f"protobuf: cannot decode prometheus.WriteRequest: {e}") from None
+        raise _protobuf_error(e) from None
 
 
-def _labels_of(ts: prom.TimeSeries, settings: HttpSettings) -> Labels:
+def _labels_of(key: bytes, settings: HttpSettings) -> Labels:
+    """A series' canonical labels from its label bytes, with the configured defaults filled in."""
+    try:
+        labels = prom.TimeSeries.FromString(key).labels
+    except DecodeError as e:
+        raise _protobuf_error(e) from None
     d: dict[str, str] = {}
-    for lab in ts.labels:
+    for lab in labels:
         if lab.name in d:
-            raise ApiError("bad_data", f"series {ts.labels}: duplicate label name {lab.name!r}")
+            shown = ",".join(f'{x.name}="{x.value}"' for x in labels)
+            raise ApiError("bad_data", f"series {{{shown}}}: duplicate label name {lab.name!r}")
         if lab.value:  # an empty value is the same as no label, as in Prometheus
             d[lab.name] = lab.value
     if "namespace" not in d and settings.default_namespace:
@@ -78,60 +115,149 @@ def _labels_of(ts: prom.TimeSeries, settings: HttpSettings) -> Labels:
     return tuple(sorted(d.items()))
 
 
-def to_columnar(req: prom.WriteRequest, settings: HttpSettings) -> pb.WriteRequest:
-    """metricsd's WriteRequest for a remote-write request; samples of a series repeated across
-    entries are merged, sorted, and a repeated timestamp keeps its first value."""
-    merged: dict[Labels, tuple[list[int], list[float]]] = {}
-    missing: list[str] = []
-    for ts in req.timeseries:
-        labels = _labels_of(ts, settings)
-        names = {k for k, _ in labels}
-        if "namespace" not in names or "pod" not in names:
-            missing.append(describe(labels))
-            continue
-        t, v = merged.setdefault(labels, ([], []))
-        t.extend(s.timestamp for s in ts.samples)
-        v.extend(s.value for s in ts.samples)
-    if missing:
-        shown = ", ".join(missing[:_MAX_NAMED]) + (f" and {len(missing) - _MAX_NAMED} more" if len(missing) >
-                                                   _MAX_NAMED else "")
-        raise ApiError("bad_data", f"{len(missing)} series lack the namespace/pod labels metricsd requires: {shown} "
-                                   "(or configure a default namespace and a pod label)")
-    out = pb.WriteRequest()
-    all_t: list[np.ndarray] = []
-    all_v: list[np.ndarray] = []
-    for labels, (t_list, v_list) in merged.items():
-        t_arr = np.array(t_list, dtype=np.int64)
-        v_arr = np.array(v_list, dtype=np.float64)
-        if t_arr.size > 1 and not bool(np.all(np.diff(t_arr) > 0)):
-            order = np.argsort(t_arr, kind="stable")
-            t_arr, v_arr = t_arr[order], v_arr[order]
-            keep = np.ones(t_arr.size, dtype=bool)
-            keep[1:] = t_arr[1:] != t_arr[:-1]
-            t_arr, v_arr = t_arr[keep], v_arr[keep]
-        sid = series_id(labels)
-        out.ids.append(sid)
-        out.counts.append(int(t_arr.size))
-        all_t.append(t_arr)
-        all_v.append(v_arr)
-        entry = out.series.add(id=sid)
-        for name, value in labels:
-            entry.labels.add(name=name, value=value)
-    if all_t:
-        out.timestamps.extend(np.concatenate(all_t).tolist())
-        out.values.extend(np.concatenate(all_v).tolist())
-    return out
+class SeriesCache:
+    """Label bytes of a series, as sent, to its series id, for series the backend has stored.
+
+    Keys are the bytes of a TimeSeries' label fields, so one series sent with its labels in
+    another order or encoding is two entries with one id. An entry is made only after a write of
+    the series succeeded, so it says "labels checked, backend has it"; a backend that forgot
+    (``unknown_ids``) gets the labels again and the entry stays. Entries hold the labels *after*
+    the receiver's defaults (HttpSettings), so a cache belongs to one receiver and its settings.
+    Bounded: past ``max_entries`` the oldest-inserted eighth is dropped in one go (FIFO, not LRU:
+    a hit must stay one dict lookup). Not safe for concurrent use from several threads; the event
+    loop thread only.
+    """
+
+    def __init__(self, max_entries: int = DEFAULT_SERIES_CACHE) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.evicted = 0
+        self._ids: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._ids
+
+    def lookup(self, keys: Sequence[bytes]) -> list[int | None]:
+        """The id of each key, None for keys not cached. O(len(keys))."""
+        return list(map(self._ids.get, keys))
+
+    def add(self, entries: Iterable[tuple[bytes, int]]) -> None:
+        """Remember (key, id) pairs the backend has stored, evicting past the bound."""
+        self._ids.update(entries)
+        if len(self._ids) > self.max_entries:
+            drop = len(self._ids) - self.max_entries + max(1, self.max_entries // 8)
+            oldest = list(islice(self._ids, drop))
+            for key in oldest:
+                del self._ids[key]
+            self.evicted += len(oldest)
 
 
-def _sample_count(req: prom.WriteRequest) -> int:
-    return sum(len(ts.samples) for ts in req.timeseries)
+@dataclass
+class PreparedWrite:
+    """A columnar WriteRequest for a remote-write body, and what the handshake needs after it."""
+
+    request: pb.WriteRequest
+    learnt: list[tuple[bytes, int]]  # series sent with labels: cache them once the write succeeds
+    keys: list[bytes]  # every entry's label bytes and id, to find labels the backend asks for
+    ids: list[int]
+
+    def with_labels(self, unknown: Iterable[int], settings: HttpSettings) -> pb.WriteRequest:
+        """The request again, with the labels of ``unknown`` ids added (the backend forgot them)."""
+        key_of = dict(zip(self.ids, self.keys, strict=True))
+        sent = {s.id for s in self.request.series}
+        retry = pb.WriteRequest()
+        retry.CopyFrom(self.request)
+        for sid in dict.fromkeys(unknown):
+            if sid in key_of and sid not in sent:
+                retry.series.add(id=sid).labels.extend(labels_to_pb(_labels_of(key_of[sid], settings)))
+        return retry
+
+
+def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) -> PreparedWrite | None:
+    """metricsd's WriteRequest for a remote-write request (None when it has no series): known
+    series by id only, new ones with their labels. Samples of a series repeated across entries
+    are merged and sorted, and a repeated timestamp keeps its first value. Raises ApiError (400)
+    naming the series that lack namespace/pod, or one with a duplicate label name."""
+    if not scanned.keys:
+        return None
+    found = cache.lookup(scanned.keys)
+    learnt: list[tuple[bytes, int]] = []
+    new_labels: dict[int, Labels] = {}
+    if None in found:  # the slow path: series not seen before
+        missing: list[str] = []
+        for i, key in enumerate(scanned.keys):
+            if found[i] is None:
+                labels = _labels_of(key, settings)
+                names = {k for k, _ in labels}
+                if "namespace" not in names or "pod" not in names:
+                    missing.append(describe(labels))
+                    continue
+                sid = found[i] = series_id(labels)
+                new_labels[sid] = labels
+                learnt.append((key, sid))
+        if missing:
+            shown = ", ".join(missing[:_MAX_NAMED]) + (
+                f" and {len(missing) - _MAX_NAMED} more" if len(missing) > _MAX_NAMED else "")
+            raise ApiError("bad_data", f"{len(missing)} series lack the namespace/pod labels metricsd requires: "
+                                       f"{shown} (or configure a default namespace and a pod label)")
+    ids: list[int] = found  # type: ignore[assignment]  # every None was filled in or raised
+    uids, counts, stamps, values = _columns(np.array(ids, dtype=np.uint64), len(set(ids)) == len(ids), scanned)
+    stamp_bytes = scanned.stamp_varints  # the sender's varints serve when the samples pass unchanged
+    if stamp_bytes is None or stamps is not scanned.timestamps:
+        stamp_bytes = varints(stamps.view(np.uint64))
+    wire = [  # WriteRequest fields 1-4 of proto/metricsd.proto, packed, straight from NumPy
+        length_delimited(1, uids.astype("<u8").tobytes()),
+        length_delimited(2, varints(counts.astype(np.uint64))),
+        length_delimited(3, stamp_bytes),
+        length_delimited(4, values.astype("<f8").tobytes()),
+    ]
+    request = pb.WriteRequest.FromString(b"".join(wire))
+    for sid, labels in new_labels.items():
+        request.series.add(id=sid).labels.extend(labels_to_pb(labels))
+    return PreparedWrite(request, learnt, scanned.keys, ids)
+
+
+def _columns(ids: np.ndarray, each_once: bool, scanned: Scanned
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Series ids (each once, in order of first appearance), counts, timestamps and values, each
+    series' samples in increasing time. The usual request (each series once, in time order) is
+    checked and passed through; otherwise samples are merged per series, sorted, deduplicated."""
+    counts, stamps, values = scanned.counts, scanned.timestamps, scanned.values
+    if each_once:
+        if len(stamps) < 2:
+            return ids, counts, stamps, values
+        first = np.zeros(len(stamps), dtype=bool)
+        first[(np.cumsum(counts) - counts)[counts > 0]] = True
+        if bool(((np.diff(stamps) > 0) | first[1:]).all()):
+            return ids, counts, stamps, values
+    uniq, first_at, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[np.argsort(first_at, kind="stable")] = np.arange(len(uniq))
+    group = np.repeat(rank[inverse.reshape(-1)], counts)
+    order = np.lexsort((stamps, group))  # stable: of equal timestamps the first sent comes first
+    group, stamps, values = group[order], stamps[order], values[order]
+    keep = np.ones(len(stamps), dtype=bool)
+    keep[1:] = (group[1:] != group[:-1]) | (stamps[1:] != stamps[:-1])
+    group, stamps, values = group[keep], stamps[keep], values[keep]
+    out_ids = np.empty(len(uniq), dtype=np.uint64)
+    out_ids[rank] = uniq
+    return out_ids, np.bincount(group, minlength=len(uniq)).astype(np.int64), stamps, values
 
 
 class RemoteWriteReceiver:
-    def __init__(self, backend: MetricsBackend, settings: HttpSettings, metrics: SelfMetrics) -> None:
+    """The handler of ``POST /api/v1/write``; owns its SeriesCache (``series_cache`` entries)."""
+
+    def __init__(self, backend: MetricsBackend, settings: HttpSettings, metrics: SelfMetrics,
+                 series_cache: int = DEFAULT_SERIES_CACHE) -> None:
         self.backend = backend
         self.settings = settings
         self.metrics = metrics
+        self.cache = SeriesCache(series_cache)
+        self.label_resends = 0  # writes resent with labels after the backend reported unknown ids
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/api/v1/write", self.write)
@@ -148,26 +274,34 @@ class RemoteWriteReceiver:
 
     async def write(self, request: web.Request) -> web.Response:
         self._check_headers(request)
-        body = await request.read()
-        req = decode_body(body, self.settings.max_decompressed_bytes)
-        n = _sample_count(req)
+        await self.ingest(await request.read())
+        return web.Response(status=204)
+
+    async def ingest(self, body: bytes) -> None:
+        """Store a remote-write body (snappy block), all or nothing. Raises ApiError or BadRequest
+        (4xx, nothing stored) and whatever the backend raises (Unavailable)."""
+        scanned = decode_body(body, self.settings.max_decompressed_bytes)
+        n = len(scanned.timestamps)
         try:
-            columnar = to_columnar(req, self.settings)
-            if not columnar.ids:
-                return web.Response(status=204)
-            resp = await self.backend.write(columnar)
+            prepared = prepare_write(scanned, self.cache, self.settings)
+            if prepared is None:
+                return
+            resp = await self.backend.write(prepared.request)
+            if resp.unknown_ids:  # the backend forgot series we cached: send their labels once
+                self.label_resends += 1
+                resp = await self.backend.write(prepared.with_labels(resp.unknown_ids, self.settings))
         except (ApiError, BadRequest):
             self.metrics.samples_rejected.labels(reason="invalid").inc(n)
             raise
         if resp.unknown_ids:
             raise ApiError("internal", f"backend reported {len(resp.unknown_ids)} unknown series although their "
                                        "labels were sent")
+        self.cache.add(prepared.learnt)
         self.metrics.samples_ingested.labels(path="remote_write").inc(resp.samples_written)
         if resp.rejected_too_old:
             self.metrics.samples_rejected.labels(reason="too_old").inc(resp.rejected_too_old)
         if resp.rejected_duplicate:
             self.metrics.samples_rejected.labels(reason="duplicate").inc(resp.rejected_duplicate)
-        return web.Response(status=204)
 
 
 def _content_type_params(parts: Sequence[str]) -> dict[str, str]:

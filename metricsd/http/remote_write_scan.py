@@ -1,0 +1,272 @@
+"""Reading a decompressed ``prometheus.WriteRequest`` without a Python object per label or sample.
+
+Remote write 1.0 repeats every series' labels in every request, so the receiver keys its series
+cache on the bytes of a series' label fields as they arrive, and only parses the labels of series
+it has not seen. :func:`scan` finds those bytes and decodes all samples with a few NumPy calls per
+request (proto/prometheus_remote.proto, protobuf wire format):
+
+    WriteRequest  = { 0x0a len TimeSeries }             (other top-level fields, metadata, skipped)
+    TimeSeries    = { 0x0a len Label }  { 0x12 len Sample }   labels first, as Prometheus writes them
+    Sample        = [ 0x09 <8-byte little-endian double> ] [ 0x10 <varint int64> ]   (proto3 leaves
+                    a 0 value or timestamp out)
+
+The top level is split by protobuf (a ``repeated bytes`` view of field 1); the label and sample
+fields of all series are then walked in lock step with NumPy: one step per label, and one check of
+every sample at its series' stride when a series' samples have one length (the usual case).
+Anything else (another field order, exemplars or histograms, a sample of uneven length in a long
+series, a malformed field) makes :func:`scan` return None and the caller takes the message path,
+:func:`scan_messages`, which gives the same result for every body protobuf accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
+
+from metricsd.proto import prometheus_remote_pb2 as prom
+
+__all__ = ["Scanned", "labels_key", "scan", "scan_messages", "varints"]
+
+_PAD = bytes(16)  # lets a gather read a whole varint or double past the last byte
+_MAX_SAMPLE_STEPS = 256  # samples of uneven length a series may have on the fast path
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """The series entries of a request in arrival order: entry i's label bytes ``keys[i]`` and its
+    ``counts[i]`` samples, entry after entry, in ``timestamps`` / ``values`` as sent (not merged,
+    not sorted)."""
+
+    keys: list[bytes]
+    counts: np.ndarray  # int64, per entry
+    timestamps: np.ndarray  # int64
+    values: np.ndarray  # float64
+    # The timestamps' varints as sent, back to back, when all came in the usual form: a request
+    # passed on unchanged reuses them instead of encoding the timestamps again.
+    stamp_varints: bytes | None = None
+
+
+def _top_level_type() -> type[Message]:
+    """``prometheus.WriteRequest`` with field 1 seen as ``repeated bytes``: protobuf splits the
+    series in C, and nothing below the top level is parsed. A private pool keeps the name out of
+    the default one."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="metricsd_remote_write_scan.proto",
+                                             package="metricsd.scan", syntax="proto3")
+    msg = fdp.message_type.add(name="SeriesBytes")
+    msg.field.add(name="timeseries", number=1, label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+                  type=descriptor_pb2.FieldDescriptorProto.TYPE_BYTES)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("metricsd.scan.SeriesBytes"))
+
+
+_SeriesBytes = _top_level_type()
+
+
+def labels_key(labels: object) -> bytes:
+    """The label fields of a TimeSeries, re-encoded: the cache key of a series that came through
+    the message path (``labels`` a repeated ``prometheus.Label``)."""
+    return prom.TimeSeries(labels=labels).SerializeToString()  # type: ignore[arg-type]
+
+
+def scan_messages(req: prom.WriteRequest) -> Scanned:
+    """The message path: a Python loop per series and per sample, for any body protobuf accepts."""
+    keys = [labels_key(ts.labels) for ts in req.timeseries]
+    counts = np.array([len(ts.samples) for ts in req.timeseries], dtype=np.int64)
+    ts_list = [s.timestamp for ts in req.timeseries for s in ts.samples]
+    v_list = [s.value for ts in req.timeseries for s in ts.samples]
+    return Scanned(keys, counts, np.array(ts_list, dtype=np.int64), np.array(v_list, dtype=np.float64))
+
+
+def scan(raw: bytes) -> Scanned | None:
+    """The fast path over a decompressed body, or None when it is not in the usual shape (see the
+    module docstring). Raises google.protobuf.message.DecodeError when the top level is corrupt."""
+    series = _SeriesBytes.FromString(raw).timeseries  # type: ignore[attr-defined]
+    n = len(series)
+    if n == 0:
+        return Scanned([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
+    joined = b"".join([*series, _PAD])
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    ends = np.cumsum(np.fromiter(map(len, series), dtype=np.int64, count=n))
+    starts = np.empty(n, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = ends[:-1]
+    label_end = _walk_labels(buf, starts, ends)
+    if label_end is None:
+        return None
+    found = _walk_samples(buf, label_end, ends)
+    if found is None:
+        return None
+    counts, payload, size = found
+    decoded = _decode_samples(buf, payload, size)
+    if decoded is None:
+        return None
+    keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
+    return Scanned(keys, counts, *decoded)
+
+
+def _walk_labels(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+    """Where each series' leading run of label fields (tag 0x0a) ends; None if one overruns."""
+    pos = starts.copy()
+    last = len(buf) - 3  # a corrupt length may point past the end: read there as padding
+    while True:
+        at = np.minimum(pos, last)
+        walking = (buf[at] == 0x0A) & (pos < ends)
+        if not bool(walking.any()):
+            break
+        n1 = buf[at + 1].astype(np.int64)
+        long = (n1 >= 0x80) & walking
+        if bool(long.any()):  # a label of 128 bytes or more: a two-byte length
+            n2 = buf[at + 2].astype(np.int64)
+            if bool((n2[long] >= 0x80).any()):
+                return None
+            pos += np.where(walking, np.where(long, 3 + ((n1 & 0x7F) | (n2 << 7)), 2 + n1), 0)
+        else:
+            pos += np.where(walking, 2 + n1, 0)
+    if bool((pos > ends).any()):
+        return None
+    return pos
+
+
+def _walk_samples(buf: np.ndarray, begin: np.ndarray, ends: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per series its sample count, and per sample (series after series) its payload's offset and
+    size; None unless the rest of every series is sample fields (tag 0x12, one-byte length)."""
+    n = len(begin)
+    pos = begin.copy()
+    counts = np.zeros(n, dtype=np.int64)
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # series, index, offset, size
+    active = _stride(buf, pos, ends, counts, np.flatnonzero(pos < ends), steps)
+    for _ in range(_MAX_SAMPLE_STEPS):  # series whose samples differ in length: one field a step
+        if not active.size:
+            break
+        p = pos[active]
+        size = buf[p + 1].astype(np.int64)
+        if bool((buf[p] != 0x12).any()) or bool((size >= 0x80).any()):
+            return None
+        steps.append((active, counts[active], p + 2, size))
+        counts[active] += 1
+        pos[active] = p + 2 + size
+        active = active[pos[active] < ends[active]]
+    if active.size or bool((pos != ends).any()):
+        return None
+    if not steps:
+        return counts, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(steps) == 1:  # one stride pass: already series after series
+        return counts, steps[0][2], steps[0][3]
+    series = np.concatenate([s[0] for s in steps])
+    index = np.concatenate([s[1] for s in steps])
+    offset = np.concatenate([s[2] for s in steps])
+    size = np.concatenate([s[3] for s in steps])
+    slot = (np.cumsum(counts) - counts)[series] + index  # where each sample goes: series after series
+    out_offset, out_size = np.empty_like(offset), np.empty_like(size)
+    out_offset[slot], out_size[slot] = offset, size
+    return counts, out_offset, out_size
+
+
+def _stride(buf: np.ndarray, pos: np.ndarray, ends: np.ndarray, counts: np.ndarray, active: np.ndarray,
+            steps: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Finish, in one go, every active series whose remaining samples all have the length of its
+    next one: the k-th sample field starts k strides on, which one check of each field's tag and
+    length proves. Returns the series left for the step-by-step walk."""
+    p = pos[active]
+    entry = 2 + buf[p + 1].astype(np.int64)
+    left = ends[active] - p
+    even = (buf[p] == 0x12) & (entry < 0x82) & (left % entry == 0)
+    cand, p, entry = active[even], p[even], entry[even]
+    if not cand.size:
+        return active
+    k = left[even] // entry
+    if int(k.max()) == 1:  # one sample a series (a sender's live traffic): nothing to check
+        rep, within = np.arange(cand.size), np.zeros(cand.size, dtype=np.int64)
+    else:
+        rep = np.repeat(np.arange(cand.size), k)
+        within = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+    at = p[rep] + within * entry[rep]
+    bad = (buf[at] != 0x12) | (buf[at + 1].astype(np.int64) != entry[rep] - 2)
+    ok = np.ones(cand.size, dtype=bool)
+    ok[rep[bad]] = False
+    keep = ok[rep]
+    done = cand[ok]
+    steps.append((cand[rep[keep]], counts[cand[rep[keep]]] + within[keep], at[keep] + 2, entry[rep[keep]] - 2))
+    counts[done] += k[ok]
+    pos[done] = ends[done]
+    left_over = np.ones(active.size, dtype=bool)
+    left_over[np.flatnonzero(even)[ok]] = False
+    return active[left_over]
+
+
+def _decode_samples(buf: np.ndarray, at: np.ndarray, size: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, bytes | None] | None:
+    """Timestamps, values and (see Scanned) timestamp varints of the Sample payloads at ``at``
+    (``size`` bytes each); None unless each is [0x09 double] [0x10 varint] in that order."""
+    if not at.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64), b""
+    s0 = int(size[0])
+    if s0 >= 11 and bool((size == s0).all()):
+        # Fast path: every sample has a value and a timestamp of one varint size (same-era times).
+        rows = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - s0, s0), strides=(1, 1))[at]
+        w = s0 - 10
+        if bool((rows[:, 0] == 0x09).all()) and bool((rows[:, 9] == 0x10).all()):
+            digits = rows[:, 10:]
+            if bool((digits[:, : w - 1] >= 0x80).all()) and bool((digits[:, w - 1] < 0x80).all()):
+                values = np.ascontiguousarray(rows[:, 1:9]).view("<f8").ravel()
+                stamps = digits[:, 0].astype(np.uint64) & np.uint64(0x7F)
+                for k in range(1, w):
+                    stamps |= (digits[:, k].astype(np.uint64) & np.uint64(0x7F)) << np.uint64(7 * k)
+                # Ten bytes may carry bits past 64 that a parser would refuse: encode those afresh.
+                return stamps.view(np.int64), values, (np.ascontiguousarray(digits).tobytes() if w < 10 else None)
+    found = _decode_any(buf, at, size)
+    return None if found is None else (*found, None)
+
+
+def _decode_any(buf: np.ndarray, at: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """_decode_samples for payloads of several shapes (a 0 left out, timestamps of several sizes)."""
+    has_v = buf[at] == 0x09
+    if bool((has_v & (size < 9)).any()):
+        return None
+    t_at = at + 9 * has_v
+    end = at + size
+    has_t = t_at < end
+    if bool((buf[t_at[has_t]] != 0x10).any()):
+        return None
+    vlen = np.where(has_t, end - t_at - 1, 0)
+    if bool(((vlen < 1) & has_t).any()) or bool((vlen > 10).any()):
+        return None
+    values = np.zeros(at.size, dtype=np.float64)
+    if bool(has_v.any()):
+        v_at = at[has_v] + 1
+        values[has_v] = np.ascontiguousarray(buf[v_at[:, None] + np.arange(8)]).view("<f8").ravel()
+    stamps = np.zeros(at.size, dtype=np.uint64)
+    for k in range(int(vlen.max())):
+        inside = k < vlen
+        digit = buf[np.where(inside, t_at + 1 + k, 0)]
+        if bool((((digit >= 0x80) & inside) != (k < vlen - 1)).any()):
+            return None  # a continuation bit out of place: not one varint of exactly this size
+        stamps |= np.where(inside, digit & 0x7F, 0).astype(np.uint64) << np.uint64(7 * k)
+    return stamps.view(np.int64), values
+
+
+def varints(u: np.ndarray) -> bytes:
+    """Protobuf's packed varint encoding of ``u`` (uint64; an int64 array goes through ``.view``,
+    so a negative value takes ten bytes, as protobuf's int64 does)."""
+    u = np.ascontiguousarray(u, dtype=np.uint64)
+    if not u.size:
+        return b""
+    lo, hi = int(u.min()), int(u.max())
+    w = max(1, (hi.bit_length() + 6) // 7)
+    digits = np.empty((u.size, w), dtype=np.uint8)
+    for k in range(w):
+        digits[:, k] = (u >> np.uint64(7 * k)) & np.uint64(0x7F)
+    if max(1, (lo.bit_length() + 6) // 7) == w:  # every value has the same size (the usual case)
+        digits[:, : w - 1] |= 0x80
+        return digits.tobytes()
+    size = np.ones(u.size, dtype=np.int64)
+    for k in range(1, w):
+        size += u >= np.uint64(1 << (7 * k))
+    col = np.arange(w)
+    digits[col[None, :] < (size - 1)[:, None]] |= 0x80
+    return digits[col[None, :] < size[:, None]].tobytes()
