@@ -42,7 +42,9 @@ def parse(*argv: str) -> argparse.Namespace:
 def fake_sleep(clock: ManualClock) -> Callable[[float], Awaitable[None]]:
     async def sleep(seconds: float) -> None:
         clock.advance(max(1, math.ceil(seconds * 1000)))
-        await asyncio.sleep(0)
+        # Idle a moment for real: the collector runs in a worker thread, and a loop whose sleeps
+        # never block keeps the GIL from it (one pass then took minutes under the 5 ms switch interval).
+        await asyncio.sleep(0.0005)
 
     return sleep
 
@@ -119,7 +121,7 @@ async def test_a_pod_that_goes_away_ends_with_a_stale_marker_in_the_store(tmp_pa
     async def sleep_and_remove(seconds: float) -> None:
         shutil.rmtree(pod_dir(tmp_path / "cgroup2", "cgroupfs", DB_UID, "guaranteed"), ignore_errors=True)
         clock2.advance(max(1, math.ceil(seconds * 1000)))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0.0005)  # idle for real, so the collector's worker thread gets the GIL
 
     await run_agent(opts2, clock=clock2, sleep=sleep_and_remove,
                     backends=[("local", LocalBackend(StoreAPI(store2)))], max_passes=2)
