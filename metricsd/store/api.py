@@ -83,7 +83,8 @@ class StoreAPI:
 
     def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
         try:
-            found = self.store.rollup_points(matchers_from_pb(request.matchers), request.start_ms, request.end_ms)
+            found = self.store.rollup_points(matchers_from_pb(request.matchers), request.start_ms, request.end_ms,
+                                             slot_filter_from_pb(request.slots))
         except _BAD_INPUT as e:
             raise BadRequest(str(e)) from e
         resp = pb.RollupsResponse()

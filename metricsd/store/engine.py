@@ -345,10 +345,10 @@ class Store:
             out.append(SeriesSamples(self.index.ids[row], labels, t, v))
         return out
 
-    def rollup_points(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[tuple[int, Labels,
-                                                                                                     RollupPoints]]:
+    def rollup_points(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, slots: SlotFilter | None = None
+                      ) -> list[tuple[int, Labels, RollupPoints]]:
         out = []
-        for row in self.index.select(matchers).tolist():
+        for row in self.select(matchers, slots).tolist():
             labels = self.index.labels[row]
             assert labels is not None
             out.append((self.index.ids[row], labels, self.rollups.points(row, start_ms, end_ms)))

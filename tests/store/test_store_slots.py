@@ -64,3 +64,12 @@ def test_a_bad_slot_filter_is_rejected() -> None:
         api.read(pb.ReadRequest(slots=pb.SlotFilter(slot_count=4, slots=[4])))
     with pytest.raises(BadRequest, match="slot_count 0"):
         api.list_series(pb.ListSeriesRequest(slots=pb.SlotFilter(slots=[1])))
+
+
+def test_rollups_honour_the_slot_filter() -> None:
+    api = StoreAPI(_store())
+    every = api.rollups(pb.ReadRequest(start_ms=0, end_ms=10**9))
+    parts = [api.rollups(pb.ReadRequest(start_ms=0, end_ms=10**9, slots=pb.SlotFilter(slot_count=4, slots=[a, a + 1])))
+             for a in (0, 2)]
+    ids = [s.id for p in parts for s in p.series]
+    assert sorted(ids) == sorted(s.id for s in every.series) and len(set(ids)) == len(ids)
