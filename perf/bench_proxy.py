@@ -31,10 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_store import latency
 from procstat import cpu_seconds
 
 from metricsd.agent.batches import write_requests
@@ -154,26 +153,6 @@ def _agg_request(at_ms: int) -> pb.AggregateRequest:
     return req
 
 
-async def latency(client: MetricsClient, req: pb.AggregateRequest, n: int, concurrency: int, pods: int
-                  ) -> dict[str, float]:
-    for _ in range(5):
-        await client.aggregate(req)
-    times: list[float] = []
-    sem = asyncio.Semaphore(concurrency)
-
-    async def one() -> None:
-        async with sem:
-            t0 = time.perf_counter()
-            resp = await client.aggregate(req)
-            times.append(time.perf_counter() - t0)
-            if resp.series_scanned != pods:
-                raise RuntimeError(f"aggregate scanned {resp.series_scanned} series, want {pods}")
-
-    await asyncio.gather(*(one() for _ in range(n)))
-    a = np.array(times) * 1000
-    return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)), "n": n}
-
-
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     out: dict[str, object] = {"command": " ".join([".venv/bin/python", "perf/bench_proxy.py", *sys.argv[1:]]),
                               "cores": os.cpu_count(), "python": platform.python_version()}
@@ -193,8 +172,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             live = await ingest(client, pids, sim, args.live_ticks, 1, first=False)
             out["ingest"] = {"backfill_shape": backfill, "live_shape": live}
             at = sim.next_timestamp_ms - 1
-            out["aggregate"] = {f"c{c}": await latency(client, _agg_request(at), args.queries, c, args.pods)
-                                for c in (1, 8)}
+            out["aggregate"] = {
+                f"c{c}": await latency(client, _agg_request(at), args.queries, c, min_series=args.pods, warmup=5,
+                                       exact=True)
+                for c in (1, 8)}
             st = await client.stats()
             out["stats"] = {"series_raw": st.series, "samples_raw": st.samples,
                             "proxy": {k: v for k, v in st.rejected.items() if k.startswith("proxy_")}}

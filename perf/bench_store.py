@@ -126,8 +126,11 @@ def _agg_request(ratio: bool, at_ms: int) -> pb.AggregateRequest:
     return req
 
 
-async def latency(client: MetricsClient, req: pb.AggregateRequest, n: int, concurrency: int) -> dict[str, float]:
-    for _ in range(10):
+async def latency(client: MetricsClient, req: pb.AggregateRequest, n: int, concurrency: int,
+                  min_series: int = 5000, warmup: int = 10, exact: bool = False) -> dict[str, float]:
+    """p50 / p99 of ``n`` aggregates at ``concurrency``; each must have scanned ``min_series``
+    series (exactly that many with ``exact``: through a proxy, replicas must not be counted twice)."""
+    for _ in range(warmup):
         await client.aggregate(req)
     times: list[float] = []
     sem = asyncio.Semaphore(concurrency)
@@ -137,8 +140,8 @@ async def latency(client: MetricsClient, req: pb.AggregateRequest, n: int, concu
             t0 = time.perf_counter()
             resp = await client.aggregate(req)
             times.append(time.perf_counter() - t0)
-            if resp.series_scanned < 5000:
-                raise RuntimeError(f"aggregate scanned {resp.series_scanned} series")
+            if resp.series_scanned < min_series or (exact and resp.series_scanned != min_series):
+                raise RuntimeError(f"aggregate scanned {resp.series_scanned} series, want {min_series}")
 
     await asyncio.gather(*(one() for _ in range(n)))
     a = np.array(times) * 1000

@@ -268,16 +268,23 @@ def _read_text(path: str) -> tuple[str | None, FileProblem | None]:
         return None, FileProblem(path, "garbage", "not ASCII")
 
 
+def _read_noting(path: str, problems: list[FileProblem]) -> str | None:
+    """The file's text, or None with the reason appended to ``problems``."""
+    text, problem = _read_text(path)
+    if text is None:
+        assert problem is not None
+        problems.append(problem)
+    return text
+
+
 def read_flat_keyed(
     path: StrPath, required: tuple[str, ...], problems: list[FileProblem]
 ) -> dict[str, int] | None:
     """Read and parse a flat keyed file; None (and a problem appended) unless all ``required`` keys
     are there."""
     path = os.fspath(path)
-    text, problem = _read_text(path)
+    text = _read_noting(path, problems)
     if text is None:
-        assert problem is not None
-        problems.append(problem)
         return None
     values, problem = parse_flat_keyed(text, path)
     if problem is not None:
@@ -292,10 +299,8 @@ def read_flat_keyed(
 
 def read_single_int(path: StrPath, problems: list[FileProblem]) -> int | None:
     path = os.fspath(path)
-    text, problem = _read_text(path)
+    text = _read_noting(path, problems)
     if text is None:
-        assert problem is not None
-        problems.append(problem)
         return None
     value, problem = parse_single_int(text, path)
     if problem is not None:

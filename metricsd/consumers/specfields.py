@@ -6,12 +6,16 @@ exactly one of averageUtilization, averageValue is required` rather than a KeyEr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import yaml
 
 from metricsd.consumers.quantity import QuantityError, parse_quantity
 
-__all__ = ["Node", "SpecError"]
+__all__ = ["Node", "SpecError", "load_documents"]
+
+T = TypeVar("T")
 
 
 class SpecError(ValueError):
@@ -167,3 +171,22 @@ def _kind(value: object) -> str:
     if isinstance(value, Sequence):
         return "a list"
     return type(value).__name__
+
+
+def load_documents(text: str, kind: str, parse: Callable[[dict[str, Any]], T]) -> list[T]:
+    """Every document of ``kind`` in a (multi-document) YAML text, parsed; documents of other
+    kinds are skipped, so one file can hold a spec next to the workload it scales. Raises
+    SpecError naming ``documents[i]...``, or yaml.YAMLError for YAML that does not parse."""
+    out: list[T] = []
+    for i, doc in enumerate(yaml.safe_load_all(text)):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise SpecError(f"documents[{i}]", "must be a mapping")
+        if doc.get("kind", kind) != kind:
+            continue
+        try:
+            out.append(parse(doc))
+        except SpecError as e:
+            raise SpecError(f"documents[{i}].{e.path}", e.message) from None
+    return out

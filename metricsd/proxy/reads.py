@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
+from google.protobuf.message import Message
 
 from metricsd.backend import MetricsBackend, Unavailable
 from metricsd.clock import Clock
@@ -182,13 +183,7 @@ class ReadPath:
     # --- ListSeries, LabelValues, Rollups ---------------------------------------------------
 
     async def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
-        async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.ListSeriesResponse:
-            sub = pb.ListSeriesRequest()
-            sub.CopyFrom(request)
-            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
-            return await b.list_series(sub)
-
-        replies, _ = await self._fanout([request.matchers], call)
+        replies, _ = await self._fanout([request.matchers], _sliced(request, "list_series"))
         seen: dict[int, pb.SeriesLabels] = {}
         for r in replies.replies:
             for s in r.response.series:
@@ -199,26 +194,14 @@ class ReadPath:
         return pb.ListSeriesResponse(series=ordered)
 
     async def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
-        async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.LabelValuesResponse:
-            sub = pb.LabelValuesRequest()
-            sub.CopyFrom(request)
-            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
-            return await b.label_values(sub)
-
-        replies, _ = await self._fanout([request.matchers], call)
+        replies, _ = await self._fanout([request.matchers], _sliced(request, "label_values"))
         values: set[str] = set()
         for r in replies.replies:
             values.update(r.response.values)
         return pb.LabelValuesResponse(values=sorted(values))
 
     async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
-        async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.RollupsResponse:
-            sub = pb.ReadRequest()
-            sub.CopyFrom(request)
-            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
-            return await b.rollups(sub)
-
-        replies, _ = await self._fanout([request.matchers], call)
+        replies, _ = await self._fanout([request.matchers], _sliced(request, "rollups"))
         best: dict[int, pb.SeriesRollups] = {}
         for r in replies.replies:
             for s in r.response.series:
@@ -249,3 +232,15 @@ def _union(copies: Sequence[tuple[str, pb.SeriesData]]) -> tuple[np.ndarray, np.
     vals = np.concatenate([np.array(s.values, dtype=np.float64) for _, s in ordered])
     uniq, first = np.unique(ts, return_index=True)
     return uniq, vals[first]
+
+
+def _sliced(request: Message, method: str) -> Callable[[MetricsBackend, list[int], ShardMap], Awaitable[Any]]:
+    """A fan-out call that asks a member ``method`` with ``request`` restricted to its slots."""
+
+    async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> Any:
+        sub = type(request)()
+        sub.CopyFrom(request)
+        sub.slots.CopyFrom(slot_filter(m.num_slots, slots))  # type: ignore[attr-defined]
+        return await getattr(b, method)(sub)
+
+    return call

@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
-
 from metricsd.consumers.hpa.spec import (
     DEFAULT_CPU_UTILIZATION,
     Behavior,
@@ -29,7 +27,7 @@ from metricsd.consumers.hpa.spec import (
     default_scale_down,
     default_scale_up,
 )
-from metricsd.consumers.specfields import Node, SpecError
+from metricsd.consumers.specfields import Node, SpecError, load_documents
 
 __all__ = ["load_hpa_yaml", "parse_hpa"]
 
@@ -46,19 +44,8 @@ def load_hpa_yaml(text: str, settings: ControllerSettings | None = None) -> list
     Documents of other kinds are skipped, so one file can hold an HPA next to its Deployment.
     Raises SpecError (naming `documents[i]...`) for a malformed HPA, yaml.YAMLError for bad YAML.
     """
-    specs: list[HPASpec] = []
-    for i, doc in enumerate(yaml.safe_load_all(text)):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise SpecError(f"documents[{i}]", "must be a mapping")
-        if doc.get("kind", "HorizontalPodAutoscaler") != "HorizontalPodAutoscaler":
-            continue
-        try:
-            specs.append(parse_hpa(doc, settings))
-        except SpecError as e:
-            raise SpecError(f"documents[{i}].{e.path}", e.message) from None
-    return specs
+    return load_documents(text, "HorizontalPodAutoscaler", lambda doc: parse_hpa(doc, settings))
+
 
 
 def parse_hpa(doc: dict[str, Any], settings: ControllerSettings | None = None) -> HPASpec:

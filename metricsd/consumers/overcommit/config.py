@@ -19,10 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from metricsd.consumers.overcommit.advisor import DEFAULT_THRESHOLDS
-from metricsd.consumers.specfields import Node, SpecError
+from metricsd.consumers.specfields import Node, SpecError, load_documents
 
 __all__ = ["OvercommitConfig", "load_overcommit_yaml", "parse_overcommit"]
 
@@ -41,19 +39,8 @@ class OvercommitConfig:
 
 def load_overcommit_yaml(text: str) -> list[OvercommitConfig]:
     """Every OvercommitAdvisor document of a YAML text; other kinds are skipped. Raises SpecError."""
-    out: list[OvercommitConfig] = []
-    for i, doc in enumerate(yaml.safe_load_all(text)):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise SpecError(f"documents[{i}]", "must be a mapping")
-        if doc.get("kind", "OvercommitAdvisor") != "OvercommitAdvisor":
-            continue
-        try:
-            out.append(parse_overcommit(doc))
-        except SpecError as e:
-            raise SpecError(f"documents[{i}].{e.path}", e.message) from None
-    return out
+    return load_documents(text, "OvercommitAdvisor", parse_overcommit)
+
 
 
 def parse_overcommit(doc: dict[str, Any]) -> OvercommitConfig:

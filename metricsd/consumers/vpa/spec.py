@@ -11,9 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import yaml
-
-from metricsd.consumers.specfields import Node, SpecError
+from metricsd.consumers.specfields import Node, SpecError, load_documents
 
 __all__ = ["ContainerPolicy", "TargetRef", "VPASpec", "load_vpa_yaml", "parse_vpa"]
 
@@ -63,19 +61,8 @@ class VPASpec:
 
 def load_vpa_yaml(text: str) -> list[VPASpec]:
     """Every VerticalPodAutoscaler document of a (multi-document) YAML text; other kinds are skipped."""
-    specs: list[VPASpec] = []
-    for i, doc in enumerate(yaml.safe_load_all(text)):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise SpecError(f"documents[{i}]", "must be a mapping")
-        if doc.get("kind", "VerticalPodAutoscaler") != "VerticalPodAutoscaler":
-            continue
-        try:
-            specs.append(parse_vpa(doc))
-        except SpecError as e:
-            raise SpecError(f"documents[{i}].{e.path}", e.message) from None
-    return specs
+    return load_documents(text, "VerticalPodAutoscaler", parse_vpa)
+
 
 
 def parse_vpa(doc: dict[str, Any]) -> VPASpec:
