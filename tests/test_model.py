@@ -81,6 +81,15 @@ def test_matchers_follow_prometheus_semantics(matcher: Matcher, present: dict[st
     assert matches_all([matcher], ()) is absent_matches
 
 
+def test_match_ops_are_spelled_as_in_promql() -> None:
+    # selector_string() and error messages print op.value; it must read back as the same op
+    assert MatchOp.EQ.value == "="
+    assert [op.value for op in MatchOp] == ["=", "!=", "=~", "!~"]
+    for op in MatchOp:
+        (m,) = parse_selector(f'a{op.value}"x"')
+        assert m.op is op
+
+
 def test_parse_selector() -> None:
     got = parse_selector('{workload="web", pod=~"a.*",ns!="x\\"y"}', "cpu")
     assert [(m.op, m.name, m.value) for m in got] == [
