@@ -44,12 +44,11 @@ from cgroup_fixture_tree import (  # type: ignore[import-not-found, unused-ignor
 
 from metricsd.agent.buffer import BufferSettings, PushBuffer  # noqa: E402
 from metricsd.agent.collect import Collector, CollectorSettings  # noqa: E402
-from metricsd.agent.main import AgentOptions, run_agent  # noqa: E402
 from metricsd.agent.pods import load_pod_list  # noqa: E402
 from metricsd.agent.pusher import Pusher  # noqa: E402
-from metricsd.backend import LocalBackend  # noqa: E402
 from metricsd.clock import SystemClock  # noqa: E402
-from metricsd.store.api import StoreAPI  # noqa: E402
+from metricsd.cmd.agent import AgentOptions, run_agent  # noqa: E402
+from metricsd.store.api import LocalBackend, StoreAPI  # noqa: E402
 from metricsd.store.engine import Store  # noqa: E402
 
 BIN = Path(sys.executable).parent / "metricsd"

@@ -8,7 +8,7 @@ Measures, on simulated pod metrics (metricsd/agent/simulate.py, seeded):
    this process: (a) replaying the whole WAL with no snapshot; (b) loading a snapshot with nothing
    to replay; plus the snapshot's write time and size, and the WAL's bytes per sample;
 2. the WAL's cost on ingest over gRPC: a plain store (`metricsd up --no-simulate`) against a
-   durable one (`python -m metricsd.store.durable`) under each fsync policy, in the backfill shape
+   durable one (`metricsd store --data-dir`) under each fsync policy, in the backfill shape
    (1,000 series x 60 samples a request) and the agents' live shape (1,000 series x 1 sample):
    samples/s and server CPU seconds per million samples (from /proc).
 Prints a Markdown table to paste into perf/RESULTS.md and writes perf/results/bench_durability.json.
@@ -35,7 +35,7 @@ from procstat import cpu_seconds
 
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
-from metricsd.client import MetricsClient
+from metricsd.rpc.client import MetricsClient
 from metricsd.store.durable import open_store
 
 HERE = Path(__file__).resolve().parent
@@ -144,7 +144,7 @@ class Server(StoreProcess):
             if kind == "none":
                 return [str(BIN), "--log-level", "WARNING", "up", "--no-simulate", "--no-consumers", "--grpc-port",
                         str(port)]
-            return [sys.executable, "-m", "metricsd.store.durable", "--log-level", "WARNING", "--data-dir",
+            return [sys.executable, "-m", "metricsd", "--log-level", "WARNING", "store", "--data-dir",
                     str(self.data), "--grpc-port", str(port), "--wal-fsync", kind, "--snapshot-every", "86400"]
 
         super().__init__(command)

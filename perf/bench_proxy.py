@@ -38,10 +38,10 @@ from procstat import cpu_seconds
 
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
-from metricsd.client import MetricsClient
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.client import MetricsClient
+from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import parse_selector
-from metricsd.wire import matchers_to_pb
 
 HERE = Path(__file__).resolve().parent
 SLOTS = 64
@@ -57,8 +57,9 @@ def _free_port() -> int:
 
 
 async def _serve_store(port: int) -> None:
+    from metricsd.rpc.server import start_grpc_server
+    from metricsd.store.api import StoreServicer
     from metricsd.store.engine import Store
-    from metricsd.store.server import StoreServicer, start_grpc_server
 
     server, _ = await start_grpc_server(StoreServicer(Store(), f"store-{port}"), "127.0.0.1", port)
     await _until_signal()
@@ -72,7 +73,8 @@ async def _serve_proxy(port: int, stores: list[str]) -> None:
     from metricsd.cluster.shardmap import Member
     from metricsd.proxy.backend import ProxyBackend
     from metricsd.proxy.settings import ProxySettings
-    from metricsd.store.server import MetricsServicer, start_grpc_server
+    from metricsd.rpc.server import start_grpc_server
+    from metricsd.rpc.servicer import MetricsServicer
 
     members = [Member(f"store-{i}", addr) for i, addr in enumerate(stores)]
     proxy = ProxyBackend(StaticMapSource(assign(members, None, SLOTS, 3)), ProxySettings(call_timeout_s=30),

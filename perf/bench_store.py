@@ -36,10 +36,10 @@ from procstat import cpu_seconds, rss_bytes
 
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
-from metricsd.client import MetricsClient
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.client import MetricsClient
+from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import parse_selector
-from metricsd.wire import matchers_to_pb
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent / "metricsd"

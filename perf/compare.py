@@ -60,7 +60,7 @@ from compare_workload import Batch, Workload, WorkloadConfig
 from procstat import cpu_seconds, peak_rss_bytes, rss_bytes
 
 from metricsd import __version__
-from metricsd.client import MetricsClient
+from metricsd.rpc.client import MetricsClient
 
 HERE = Path(__file__).resolve().parent
 RTOL = 1e-6

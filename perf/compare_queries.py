@@ -24,8 +24,8 @@ import aiohttp
 import numpy as np
 
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import parse_selector
-from metricsd.wire import matchers_to_pb
 
 __all__ = [
     "Answer", "Comparison", "Question", "compare_answers", "from_aggregate", "from_prometheus_json",

@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from metricsd.consumers.daysim import DAY_START_MS, DayResult, DaySettings, run_day
+from metricsd.cmd.daysim import DAY_START_MS, DayResult, DaySettings, run_day
 
 _HOUR_MS = 3_600_000
 

@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from metricsd.agent import main as agent_main
-from metricsd.cluster import configserver, local, storeproc
-from metricsd.proxy import main as proxy_main
+from metricsd.cmd.main import build_parser
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
 NAMESPACE = "metricsd"
@@ -22,12 +20,8 @@ CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
 
 
 def parser() -> argparse.ArgumentParser:
-    """The subcommands the manifests run, built from the modules' own add_parser functions."""
-    p = argparse.ArgumentParser(prog="metricsd", exit_on_error=False)
-    sub = p.add_subparsers(dest="command", required=True)
-    for module in (agent_main, storeproc, proxy_main, configserver, local):
-        module.add_parser(sub)
-    return p
+    """The ``metricsd`` command's own parser, every subcommand as the modules register it."""
+    return build_parser()
 
 
 def documents() -> list[dict[str, Any]]:

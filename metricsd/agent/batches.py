@@ -15,7 +15,7 @@ import numpy as np
 
 from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.wire import length_delimited, varint
+from metricsd.rpc.wire import length_delimited, varint
 
 __all__ = ["SeriesSource", "write_requests"]
 

@@ -26,10 +26,10 @@ import grpc
 
 from metricsd.agent.buffer import Batch, PushBuffer
 from metricsd.agent.retry import BackoffPolicy, Failover
-from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.clock import Clock
 from metricsd.model import InvalidSeries, Labels, series_id, validate_labels
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["DELAY_BUCKETS_S", "DelayHistogram", "Pusher", "PusherSettings", "PusherStats", "Sample"]
 

@@ -1,4 +1,4 @@
-"""``metricsd config-server``: assigns slots to live store members and writes the shard map.
+"""The config server: assigns slots to live store members and writes the shard map.
 
 Several run; one leads through :class:`~metricsd.cluster.election.LeaderElection` on the leader
 key, the others stand by and campaign again when its key goes (it resigned, or its lease expired:
@@ -20,28 +20,22 @@ first map waits for ``min_members`` registrations; the slot count of an existing
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from metricsd import __version__
 from metricsd.cluster.assign import assign, moved_replicas
-from metricsd.cluster.cmdline import add_etcd_arguments, etcd_from_args, layout_from_args, run_service, run_standalone
-from metricsd.cluster.cmdline import stop_event as make_stop_event
 from metricsd.cluster.election import LeaderElection
 from metricsd.cluster.kv import KV, KVError, WatchCompacted, cancel_and_wait
 from metricsd.cluster.shardmap import KeyLayout, MemberState, ShardMap, ShardMapError, validate_member_id
-from metricsd.cluster.slots import DEFAULT_SLOTS
+from metricsd.maths.slots import DEFAULT_SLOTS
 from metricsd.proto import metricsd_pb2 as pb
 
-__all__ = ["ConfigServer", "ConfigServerSettings", "add_arguments", "add_parser", "describe_changes", "run"]
+__all__ = ["ConfigServer", "ConfigServerSettings", "describe_changes"]
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_HEALTH_PORT = 7403
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,61 +212,3 @@ class ConfigServer:
         for line in describe_changes(old, new):
             _log.info("%s:   %s", s.server_id, line)
         return True
-
-
-# --- the command ----------------------------------------------------------------------------------
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--id", required=True, help="this config server's id (unique among config servers)")
-    add_etcd_arguments(p)
-    p.add_argument("--slots", type=int, default=DEFAULT_SLOTS,
-                   help="slot count of a new cluster's map (fixed once the map exists; default %(default)s)")
-    p.add_argument("--rf", type=int, default=3, help="replicas per slot (default %(default)s)")
-    p.add_argument("--lease-ttl", type=int, default=5,
-                   help="leader lease, seconds: a stand-by takes over within it (default %(default)s)")
-    p.add_argument("--debounce", type=float, default=1.0, metavar="SECONDS",
-                   help="wait this long after a member change before assigning (default %(default)s)")
-    p.add_argument("--min-members", type=int, default=1,
-                   help="members to wait for before writing a cluster's first map (default %(default)s)")
-    p.add_argument("--host", default="127.0.0.1", help="address of the health endpoint (default %(default)s)")
-    p.add_argument("--grpc-port", type=int, default=DEFAULT_HEALTH_PORT,
-                   help="gRPC port serving grpc.health.v1 for probes; -1: none (default %(default)s)")
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("config-server", help="assign slots to store members and write the shard map (leader-elected)",
-                       description=__doc__.split("\n\n")[0] if __doc__ else None)
-    add_arguments(p)
-
-
-async def serve(args: argparse.Namespace) -> None:
-    from metricsd.cluster.healthcheck import start_cluster_grpc
-
-    settings = ConfigServerSettings(server_id=args.id, num_slots=args.slots, rf=args.rf, lease_ttl=args.lease_ttl,
-                                    debounce_s=args.debounce, min_members=args.min_members)
-    stop = make_stop_event()
-    kv = etcd_from_args(args)
-    server = ConfigServer(kv, layout_from_args(args), settings)
-    grpc_server = None
-    try:
-        if args.grpc_port >= 0:
-            grpc_server, bound = await start_cluster_grpc(None, server, args.host, args.grpc_port)
-            _log.info("config server %s: health on %s:%d", args.id, args.host, bound)
-        server.start()
-        print(f"metricsd config-server {args.id} running (etcd {args.etcd}, cluster {args.cluster})", flush=True)
-        await stop.wait()
-    finally:
-        _log.info("config server %s stopping", args.id)
-        await server.close()
-        if grpc_server is not None:
-            await grpc_server.stop(grace=1.0)
-        await kv.close()
-
-
-def run(args: argparse.Namespace) -> int:
-    return run_service("metricsd config-server", serve, args)
-
-
-if __name__ == "__main__":
-    sys.exit(run_standalone("metricsd config-server", add_arguments, run))

@@ -19,6 +19,7 @@ import logging
 
 from metricsd.cluster.kv import KV, KVError, Lease, cancel_and_wait
 from metricsd.cluster.mapwatch import EtcdMapSource
+from metricsd.cluster.membership import MemberEvent, drained, transition
 from metricsd.cluster.shardmap import KeyLayout, Member, MemberState, ShardMap
 
 __all__ = ["ClusterMember", "MemberRegistration", "describe_slots"]
@@ -131,6 +132,35 @@ class ClusterMember:
 
     async def set_state(self, state: MemberState) -> None:
         await self.registration.set_state(state)
+
+    async def leave(self, timeout_s: float, settle_s: float = 2.0, poll_s: float = 0.2) -> bool:
+        """Drain before a stop that leaves the cluster: publish ``leaving`` (the leader moves this
+        member's slots to the others), keep serving while they copy from it, and return True once
+        :func:`~metricsd.cluster.membership.drained` has held for ``settle_s`` (long enough for a
+        member that gained a slot to report ``joining`` while it copies); False after ``timeout_s``
+        (no config server, or no other member to take the slots). Raises nothing: a drain that
+        cannot publish its state logs it and times out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        try:
+            await self.set_state(transition(self.registration.member.state, MemberEvent.DRAIN))
+        except KVError as e:
+            _log.warning("member %s: cannot publish state leaving: %s", self.member.id, e)
+        since: float | None = None
+        while loop.time() < deadline:
+            if drained(self.maps.current(), self.member.id):
+                since = loop.time() if since is None else since
+                if loop.time() - since >= settle_s:
+                    _log.info("member %s drained: its slots are held by the other members", self.member.id)
+                    return True
+            else:
+                since = None
+            await asyncio.sleep(poll_s)
+        current = self.maps.current()
+        _log.warning("member %s: not drained after %.0f s (still holds %d slots); leaving anyway, its peers and "
+                     "hinted hand-off keep the data", self.member.id, timeout_s,
+                     len(current.slots_of(self.member.id)) if current else -1)
+        return False
 
     def held_slots(self) -> frozenset[int] | None:
         current = self.maps.current()

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metricsd.backend import MetricsBackend
 from metricsd.clock import Clock
-from metricsd.consumers.backends.base import Actuator, LogActuator
+from metricsd.consumers.actuators.base import Actuator, LogActuator
 from metricsd.consumers.hpa.controller import HPAController
 from metricsd.consumers.hpa.parse import load_hpa_yaml
 from metricsd.consumers.loop import Periodic
@@ -24,6 +23,7 @@ from metricsd.consumers.overcommit.controller import OvercommitController
 from metricsd.consumers.vpa.checkpoint import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
 from metricsd.consumers.vpa.controller import VPAController
 from metricsd.consumers.vpa.spec import load_vpa_yaml
+from metricsd.rpc.backend import MetricsBackend
 
 __all__ = ["ConsumerSet", "start_consumers"]
 

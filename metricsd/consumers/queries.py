@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from metricsd.backend import MetricsBackend
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import MetricsBackend
 
 __all__ = [
     "CPU_USAGE",

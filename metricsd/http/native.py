@@ -17,7 +17,6 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from metricsd.backend import MetricsBackend
 from metricsd.clock import Clock
 from metricsd.http.openapi import openapi_document
 from metricsd.http.params import ApiError, Params, bad, positive_int, read_params
@@ -25,9 +24,9 @@ from metricsd.http.promapi import success
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.querycmd import ACROSS_FNS, SERIES_FNS
+from metricsd.rpc.backend import MetricsBackend
+from metricsd.rpc.wire import ACROSS_FNS, SERIES_FNS, labels_from_pb, matchers_to_pb
 from metricsd.selector import InvalidSelector, Matcher, parse_selector
-from metricsd.wire import labels_from_pb, matchers_to_pb
 
 __all__ = ["NativeAPI"]
 

@@ -18,16 +18,16 @@ from typing import Any
 from aiohttp import web
 
 from metricsd import __version__
-from metricsd.backend import MetricsBackend
 from metricsd.clock import Clock
 from metricsd.http.params import ApiError, Params, bad, positive_int, read_params
-from metricsd.http.queries import QueryRunner
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.promql import to_prometheus_json
+from metricsd.promql.queries import QueryRunner
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import MetricsBackend
+from metricsd.rpc.wire import labels_from_pb, matchers_to_pb
 from metricsd.selector import Matcher, MatchOp
-from metricsd.wire import labels_from_pb, matchers_to_pb
 
 __all__ = ["PromAPI", "success"]
 

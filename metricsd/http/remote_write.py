@@ -17,7 +17,7 @@ series the backend has stored: a series seen before costs one dict lookup, its l
 parsed nor validated again, and it goes to the backend by id only, as an agent's gRPC writes do
 (proto WriteRequest). Labels go with the series not in the cache; when the backend reports ids it
 does not know (a store restarted empty, another proxy), the batch is resent once with their labels,
-the handshake of metricsd/client.py. Samples are decoded and re-encoded with NumPy, a few calls per
+the handshake of metricsd/rpc/client.py. Samples are decoded and re-encoded with NumPy, a few calls per
 request (remote_write_scan.py).
 """
 
@@ -32,7 +32,6 @@ import numpy as np
 from aiohttp import web
 from google.protobuf.message import DecodeError
 
-from metricsd.backend import BadRequest, MetricsBackend
 from metricsd.http.params import ApiError
 from metricsd.http.remote_write_scan import Scanned, scan, scan_messages, varints
 from metricsd.http.selfmetrics import SelfMetrics
@@ -40,7 +39,8 @@ from metricsd.http.settings import HttpSettings
 from metricsd.model import Labels, describe, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import prometheus_remote_pb2 as prom
-from metricsd.wire import labels_to_pb, length_delimited
+from metricsd.rpc.backend import BadRequest, MetricsBackend
+from metricsd.rpc.wire import labels_to_pb, length_delimited
 
 __all__ = ["DEFAULT_SERIES_CACHE", "PreparedWrite", "RemoteWriteReceiver", "SeriesCache", "decode_body",
            "prepare_write"]

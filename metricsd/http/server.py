@@ -14,18 +14,18 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
 
-from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.clock import Clock
 from metricsd.http.consumers import DocumentProvider, add_consumer_routes
 from metricsd.http.dashboard import add_dashboard_routes
 from metricsd.http.native import NativeAPI
 from metricsd.http.params import ApiError, error_body
 from metricsd.http.promapi import PromAPI
-from metricsd.http.queries import QueryRunner
 from metricsd.http.remote_write import RemoteWriteReceiver
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.promql import PromQLError
+from metricsd.promql.queries import QueryRunner
+from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["METRICS_KEY", "SETTINGS_KEY", "build_app", "serve_http", "start_http", "stop_http"]
 

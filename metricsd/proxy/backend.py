@@ -1,6 +1,6 @@
 """ProxyBackend: the metrics API served by fanning out to the stores of a sharded, replicated cluster.
 
-It implements :class:`metricsd.backend.MetricsBackend`, so the gRPC shell
+It implements :class:`metricsd.rpc.backend.MetricsBackend`, so the gRPC shell
 (``MetricsServicer(ProxyBackend(...))``), the HTTP API and the consumers use a proxy exactly as
 they use one store. The parts, one concern per module:
 
@@ -21,7 +21,6 @@ import asyncio
 from collections import Counter
 
 from metricsd import __version__
-from metricsd.backend import MetricsBackend, Unavailable
 from metricsd.clock import Clock
 from metricsd.cluster.mapsource import MapSource
 from metricsd.proto import metricsd_pb2 as pb
@@ -32,6 +31,7 @@ from metricsd.proxy.routing import SeriesRouter
 from metricsd.proxy.settings import ProxySettings
 from metricsd.proxy.view import ClusterView
 from metricsd.proxy.writes import WritePath
+from metricsd.rpc.backend import MetricsBackend, Unavailable
 
 __all__ = ["ProxyBackend"]
 

@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.cluster.shardmap import MemberState, ShardMap
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.members import SlotNotHeld
 from metricsd.proxy.quorum import QuorumTracker, ReplicaPlan, plan_read
 from metricsd.proxy.view import ClusterView
+from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["QuorumFailure", "Replies", "Reply", "consume", "read_fanout", "slot_filter"]
 

@@ -1,6 +1,6 @@
 """Connections to store members: one backend per member address, reused, closed when the map drops it.
 
-A store's "I do not hold this slot" answer arrives as :class:`metricsd.backend.NotOwner` (gRPC
+A store's "I do not hold this slot" answer arrives as :class:`metricsd.rpc.backend.NotOwner` (gRPC
 FAILED_PRECONDITION), so the fan-out can tell a stale map from a dead store.
 """
 
@@ -13,10 +13,11 @@ from typing import TypeVar
 
 import grpc
 
-from metricsd.backend import BadRequest, GrpcBackend, MetricsBackend, NotOwner, Unavailable
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
-from metricsd.store.server import GRPC_OPTIONS
+from metricsd.rpc.backend import BadRequest, MetricsBackend, NotOwner, Unavailable
+from metricsd.rpc.client import GrpcBackend
+from metricsd.rpc.server import GRPC_OPTIONS
 
 __all__ = [
     "RECONNECT_OPTIONS",

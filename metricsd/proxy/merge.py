@@ -3,7 +3,7 @@
 A proxy asks R replicas of every slot with ``per_series`` set, so each reply carries, per series,
 its value at each evaluation time and how many raw samples it came from. Series are then
 de-duplicated by id, keeping the reply that saw more samples (the more complete replica), and
-folded into groups exactly as a store folds them (metricsd/store/aggregate.py), so the answer
+folded into groups exactly as a store folds them (metricsd/maths/partials.py), so the answer
 equals what one store holding all the data would give. Where replicas disagree on a series the
 lagging replica is named, for read repair.
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from metricsd.maths.partials import AcrossFn, Partials, finalize, group_partials, quantile_across
 from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.store.aggregate import AcrossFn, Partials, finalize, group_partials, quantile_across
 
 __all__ = ["MergeError", "MergedAggregate", "merge_aggregates"]
 

@@ -25,16 +25,16 @@ from typing import Any, TypeVar
 import numpy as np
 from google.protobuf.message import Message
 
-from metricsd.backend import MetricsBackend, Unavailable
 from metricsd.clock import Clock
 from metricsd.cluster.shardmap import ShardMap
-from metricsd.cluster.slots import slot_of, slot_of_labels
+from metricsd.maths.slots import slot_of, slot_of_labels
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.fanout import QuorumFailure, Replies, read_fanout, slot_filter
 from metricsd.proxy.merge import MergeError, merge_aggregates
 from metricsd.proxy.repair import ReadRepair, missing_samples
 from metricsd.proxy.view import ClusterView
-from metricsd.wire import labels_from_pb
+from metricsd.rpc.backend import MetricsBackend, Unavailable
+from metricsd.rpc.wire import labels_from_pb
 
 __all__ = ["ReadPath", "slots_for"]
 

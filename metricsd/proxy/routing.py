@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metricsd.backend import BadRequest
-from metricsd.cluster.slots import pod_hash
+from metricsd.maths.slots import pod_hash
 from metricsd.model import InvalidSeries, pod_key, series_id
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.wire import labels_from_pb, length_delimited
+from metricsd.rpc.backend import BadRequest
+from metricsd.rpc.wire import labels_from_pb, length_delimited
 
 __all__ = ["Batch", "KnownIds", "SeriesRouter", "labels_field"]
 

@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.clock import Clock
 from metricsd.cluster.mapsource import MapSource
 from metricsd.cluster.shardmap import ShardMap
@@ -22,6 +21,7 @@ from metricsd.proxy.members import Connect, MemberPool, SlotNotHeld, call_with_r
 from metricsd.proxy.quorum import QuorumSettings
 from metricsd.proxy.routing import KnownIds
 from metricsd.proxy.settings import ProxySettings
+from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["ClusterView"]
 

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from metricsd.backend import BadRequest, Unavailable
 from metricsd.clock import Clock
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proto import metricsd_pb2 as pb
@@ -28,6 +27,7 @@ from metricsd.proxy.members import SlotNotHeld
 from metricsd.proxy.quorum import QuorumTracker, ReplicaPlan, plan_write
 from metricsd.proxy.routing import Batch, SeriesRouter
 from metricsd.proxy.view import ClusterView
+from metricsd.rpc.backend import BadRequest, Unavailable
 
 __all__ = ["WritePath"]
 

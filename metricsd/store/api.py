@@ -1,4 +1,8 @@
-"""The store's API in proto messages, without gRPC: what the servicer and in-process callers share.
+"""The store's side of the Metrics API: its calls in proto messages, and the backend over them.
+
+``StoreAPI`` answers in proto messages without gRPC; ``LocalBackend`` wraps it as the
+MetricsBackend that ``metricsd.rpc`` defines, so the gRPC servicer (metricsd/rpc/servicer.py) and
+in-process callers share one implementation.
 
 ``metricsd up`` serves HTTP from the same process as its store; it calls this directly instead of
 going through a loopback socket. Bad input raises BadRequest, which the gRPC shell turns into
@@ -7,15 +11,20 @@ INVALID_ARGUMENT and the HTTP shell into 400; nothing is stored when it is raise
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
 import numpy as np
 
 from metricsd import __version__
+from metricsd.maths.spec import InvalidAggregate
 from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.selector import InvalidSelector
-from metricsd.store.engine import Store
-from metricsd.store.query import InvalidAggregate, run_aggregate
-from metricsd.wire import (
+from metricsd.rpc.backend import BadRequest
+from metricsd.rpc.servicer import MetricsServicer
+from metricsd.rpc.wire import (
     aggregate_result_to_pb,
     aggregate_spec_from_pb,
     labels_from_pb,
@@ -23,13 +32,14 @@ from metricsd.wire import (
     matchers_from_pb,
     slot_filter_from_pb,
 )
+from metricsd.selector import InvalidSelector
+from metricsd.store.engine import Store
+from metricsd.store.query import run_aggregate
 
-__all__ = ["BadRequest", "StoreAPI"]
+__all__ = ["LocalBackend", "StoreAPI", "StoreServicer", "gc_loop"]
 
 
-class BadRequest(ValueError):
-    """The request is malformed; the message says what and names the series when there is one."""
-
+log = logging.getLogger("metricsd.store")
 
 _BAD_INPUT = (InvalidSeries, InvalidSelector, InvalidAggregate)
 
@@ -135,3 +145,54 @@ class StoreAPI:
             head_samples=int(st["head_samples"]), pods=int(st["pods"]), rejected=dict(self.store.rejected),
             rollup_buckets=int(st["rollup_buckets"]),
         )
+
+
+class LocalBackend:
+    """A store in this process. Each call runs to completion on the event loop thread."""
+
+    def __init__(self, api: StoreAPI) -> None:
+        self.api = api
+
+    async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        return self.api.write(request)
+
+    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        return self.api.read(request)
+
+    async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        return self.api.aggregate(request)
+
+    async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
+        return self.api.rollups(request)
+
+    async def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
+        return self.api.list_series(request)
+
+    async def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
+        return self.api.label_values(request)
+
+    async def health(self) -> pb.HealthResponse:
+        return self.api.health(pb.HealthRequest())
+
+    async def stats(self) -> pb.StatsResponse:
+        return self.api.stats(pb.StatsRequest())
+
+
+def StoreServicer(store: Store, member: str = "store") -> MetricsServicer:
+    """The gRPC servicer of a store in this process."""
+    return MetricsServicer(LocalBackend(StoreAPI(store, member)))
+
+
+async def gc_loop(gc: Callable[[], int], every_s: float = 60.0,
+                  skip: tuple[type[Exception], ...] = ()) -> None:
+    """Retention in the background (``gc`` is Store.gc or Durability.gc); logs what it dropped and
+    how long it took. An error in ``skip`` skips one pass with a warning."""
+    while True:
+        await asyncio.sleep(every_s)
+        t0 = time.perf_counter()
+        try:
+            removed = gc()
+        except skip as e:
+            log.warning("retention pass skipped: %s", e)
+            continue
+        log.info("retention pass: %d series removed in %.1f ms", removed, (time.perf_counter() - t0) * 1000)

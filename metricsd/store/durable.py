@@ -15,37 +15,31 @@ warning and the next older one is tried), then replay the WAL after it. Two snap
 by default and WAL segments are deleted only once the older of them covers them, so losing the
 newest snapshot costs a longer replay, not data.
 
-Run a durable store process:  python -m metricsd.store.durable --data-dir D --grpc-port P
+Run a durable store process:  metricsd store --data-dir D --grpc-port P (metricsd/cmd/store.py)
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import dataclasses
 import fcntl
 import logging
 import os
-import signal
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from metricsd.backend import LocalBackend, Unavailable
 from metricsd.clock import Clock, SystemClock
 from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.store.api import BadRequest, StoreAPI
+from metricsd.rpc.backend import BadRequest, Unavailable
+from metricsd.rpc.wire import labels_from_pb
+from metricsd.store.api import StoreAPI, gc_loop
 from metricsd.store.engine import Store, ValidWrite, WriteResult
-from metricsd.store.node import StoreNodeServicer
 from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, replay_wal, request_arrays
-from metricsd.store.server import start_grpc_server
 from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import capture, list_snapshots, write_snapshot
 from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
 from metricsd.store.wal.log import DEFAULT_SEGMENT_BYTES
-from metricsd.wire import labels_from_pb
 
 __all__ = ["Durability", "DurabilitySettings", "DurableStoreAPI", "RecoveryReport", "open_store", "run_durability",
            "run_snapshots", "run_wal_sync"]
@@ -107,7 +101,7 @@ class Durability:
         """Validate, log, apply. Raises InvalidSeries (nothing logged or stored) or WalError
         (nothing stored; the caller must not acknowledge).
 
-        ``catch_up``: samples copied from a peer (metricsd/store/catchup_client.py), applied
+        ``catch_up``: samples copied from a peer (metricsd/replica/catchup_client.py), applied
         without the out-of-order window and logged as CATCH_UP so that replay does the same."""
         new = {s.id: labels_from_pb(s.labels) for s in request.series}
         window = CATCH_UP_WINDOW_MS if catch_up else None
@@ -314,82 +308,9 @@ async def run_snapshots(d: Durability, every_s: float | None = None) -> None:
         await d.snapshot()
 
 
-async def _run_gc(d: Durability, every_s: float) -> None:
-    while True:
-        await asyncio.sleep(every_s)
-        t0 = d.clock.monotonic()
-        try:
-            removed = d.gc()
-        except WalError as e:
-            log.warning("retention pass skipped: %s", e)
-            continue
-        log.info("retention pass: %d series removed in %.1f ms", removed, (d.clock.monotonic() - t0) * 1000)
-
-
 async def run_durability(d: Durability, gc_every_s: float | None = 60.0) -> None:
     """Everything a durable store runs in the background: WAL fsync, snapshots, logged retention."""
     tasks = [run_wal_sync(d), run_snapshots(d)]
     if gc_every_s:
-        tasks.append(_run_gc(d, gc_every_s))
+        tasks.append(gc_loop(d.gc, gc_every_s, skip=(WalError,)))
     await asyncio.gather(*tasks)
-
-
-# --- a store process -----------------------------------------------------------------------
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("store", help="a durable store process serving gRPC (WAL + snapshots in --data-dir)")
-    add_arguments(p)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", type=Path, required=True, help="directory for the WAL and snapshots")
-    p.add_argument("--grpc-port", type=int, default=7401, help="gRPC port (0: any free port)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--member", default="store", help="name reported by Health")
-    p.add_argument("--wal-fsync", choices=[p.value for p in FsyncPolicy], default="interval",
-                   help="always: fsync each write before acknowledging; interval (default): every second; never")
-    p.add_argument("--snapshot-every", type=float, default=600.0, help="seconds between snapshots")
-
-
-async def serve(args: argparse.Namespace) -> None:
-    dset = DurabilitySettings(fsync=FsyncPolicy(args.wal_fsync), snapshot_interval_s=args.snapshot_every)
-    _, d = open_store(args.data_dir, durability=dset)
-    api = d.api(args.member)
-    server, port = await start_grpc_server(StoreNodeServicer(LocalBackend(api), api), args.host, args.grpc_port)
-    bg = asyncio.create_task(run_durability(d))
-    print(f"metricsd store serving gRPC on {args.host}:{port} (data dir {args.data_dir})", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await server.stop(grace=2.0)
-        bg.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await bg
-        d.close(snapshot=True)
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        asyncio.run(serve(args))
-    except (OSError, RuntimeError) as e:
-        print(f"metricsd store: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m metricsd.store.durable", description="A durable metricsd store.")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    add_arguments(p)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from metricsd.maths.slots import SlotFilter
 from metricsd.model import InvalidSeries, Labels, describe, series_id, validate_labels
 from metricsd.selector import Matcher
 from metricsd.store.chunks import ChunkList
@@ -49,14 +50,6 @@ class ValidWrite:
     rows: np.ndarray  # per series: its row, or -1 for a series new to the store
     generation: int
     ooo_window_ms: int | None = None  # None: the settings' window (see Store.validate)
-
-
-@dataclass(frozen=True)
-class SlotFilter:
-    """Only series whose slot (pod hash mod slot_count) is in ``slots``; slot_count 0: all."""
-
-    slot_count: int
-    slots: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -107,7 +100,7 @@ class Store:
         naming the unknown ids. Raises InvalidSeries. A write-ahead log goes between the halves.
 
         ``ooo_window_ms`` overrides the settings' out-of-order window for this batch only: a
-        replica catching up from its peers (metricsd/store/catchup.py) fills gaps far older than
+        replica catching up from its peers (metricsd/replica/catchup.py) fills gaps far older than
         its newest samples, which live writes may not do."""
         new_series = new_series or {}
         ids = np.asarray(ids, dtype=np.uint64)

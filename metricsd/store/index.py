@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 from sortedcontainers import SortedDict
 
-from metricsd.cluster.slots import pod_hash
+from metricsd.maths.slots import pod_hash
 from metricsd.model import Labels, pod_key
 from metricsd.selector import Matcher, MatchOp
 

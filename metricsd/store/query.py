@@ -8,65 +8,15 @@ Python work is done per series.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from metricsd.model import Labels
-from metricsd.selector import Matcher
-from metricsd.store.aggregate import AcrossFn, Partials, finalize, group_partials, quantile_across
-from metricsd.store.engine import SlotFilter, Store
+from metricsd.maths.partials import AcrossFn, finalize, group_partials, quantile_across
+from metricsd.maths.spec import AggregateResult, AggregateSpec, InvalidAggregate, SideQuery, SideResult
+from metricsd.maths.window import SeriesFn, reduce_windows
+from metricsd.store.engine import Store
 from metricsd.store.head import NO_TS
-from metricsd.store.window import SeriesFn, reduce_windows
 
-__all__ = ["AggregateResult", "AggregateSpec", "SideQuery", "SideResult", "eval_times", "run_aggregate"]
-
-
-class InvalidAggregate(ValueError):
-    """An aggregate request that cannot be answered as asked."""
-
-
-@dataclass(frozen=True)
-class SideQuery:
-    matchers: Sequence[Matcher]
-    fn: SeriesFn
-    window_ms: int
-
-
-@dataclass(frozen=True)
-class AggregateSpec:
-    query: SideQuery
-    across: AcrossFn
-    start_ms: int
-    end_ms: int
-    step_ms: int = 0
-    group_by: Sequence[str] = ()
-    denominator: SideQuery | None = None
-    quantile: float = 0.5
-    per_series: bool = False
-    slots: SlotFilter | None = None
-
-
-@dataclass
-class SideResult:
-    partials: Partials
-    ids: np.ndarray  # uint64 per series
-    group: np.ndarray  # group index per series
-    values: np.ndarray  # series x times
-    samples: np.ndarray  # series x times
-
-
-@dataclass
-class AggregateResult:
-    times: np.ndarray
-    groups: list[Labels]
-    values: np.ndarray  # groups x times
-    numerator: SideResult
-    denominator: SideResult | None = None
-    series_scanned: int = 0
-    samples_scanned: int = 0
-    notes: list[str] = field(default_factory=list)
+__all__ = ["eval_times", "run_aggregate"]
 
 
 def eval_times(start_ms: int, end_ms: int, step_ms: int, max_times: int) -> np.ndarray:

@@ -17,12 +17,12 @@ import numpy as np
 from metricsd.clock import Clock
 from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.wire import labels_from_pb
 from metricsd.store.engine import Store, WriteResult
 from metricsd.store.progress import Progress
 from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import SnapshotError, list_snapshots, read_snapshot, restore
 from metricsd.store.wal import RecordType, WalPosition, WriteAheadLog
-from metricsd.wire import labels_from_pb
 
 __all__ = ["CATCH_UP_WINDOW_MS", "RecoveryReport", "load_snapshot", "replay_wal", "request_arrays"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from metricsd.agent.main import add_arguments, options_from_args
+from metricsd.cmd.agent import add_arguments, options_from_args
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "agent-daemonset.yaml"
 

@@ -89,7 +89,7 @@ def test_a_30_second_store_outage_loses_nothing(
 
     agent_log = tmp_path / "agent.log"
     agent = start(
-        [sys.executable, "-m", "metricsd.agent.main", "--targets", f"127.0.0.1:{grpc_port}", "--simulate",
+        [sys.executable, "-m", "metricsd", "agent", "--targets", f"127.0.0.1:{grpc_port}", "--simulate",
          "--pods", str(SIM.pods), "--workloads", str(SIM.workloads), "--nodes", str(SIM.nodes),
          "--seed", str(SIM.seed), "--interval", "1s", "--write-timeout", "2s", "--metrics-port", str(metrics_port),
          "--buffer-dir", str(tmp_path / "spool")],

@@ -18,16 +18,16 @@ from cgroup_fixture_tree import PODS_JSON, build_proc, build_tree, standard_pods
 from prometheus_client import CollectorRegistry
 
 from metricsd.agent.buffer import PushBuffer
-from metricsd.agent.main import AgentOptions, add_arguments, add_parser, options_from_args, run_agent
 from metricsd.agent.pusher import Pusher
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.agent.telemetry import AgentExporter, LoopStats, health, start_http
-from metricsd.backend import LocalBackend, Unavailable
 from metricsd.clock import ManualClock
+from metricsd.cmd.agent import AgentOptions, add_arguments, add_parser, options_from_args, run_agent
 from metricsd.model import is_stale
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import Unavailable
 from metricsd.selector import parse_selector
-from metricsd.store.api import StoreAPI
+from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
 T0 = 1_714_550_400_000

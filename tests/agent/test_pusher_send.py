@@ -12,12 +12,12 @@ import pytest
 from metricsd.agent.buffer import BufferSettings, PushBuffer
 from metricsd.agent.pusher import DelayHistogram, Pusher, PusherSettings
 from metricsd.agent.retry import BackoffPolicy
-from metricsd.backend import BadRequest, LocalBackend, Unavailable
 from metricsd.clock import ManualClock
 from metricsd.model import Labels, make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.selector import parse_selector
-from metricsd.store.api import StoreAPI
+from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
 T0 = 1_714_550_400_000

@@ -1,6 +1,6 @@
 """Real cluster processes for the fault tests: stores, config servers and proxies on loopback.
 
-Each process is the command an operator runs (``python -m <module>``), with its output in a log
+Each process is the command an operator runs (``python -m metricsd <command>``), with its output in a log
 file under the test's tmp_path; :meth:`Procs.close` stops whatever is left.
 """
 
@@ -68,25 +68,25 @@ class Procs:
         return ["--etcd", self.etcd, "--etcd-root", self.layout.root, "--cluster", self.layout.cluster,
                 "--etcd-timeout", "1.0"]
 
-    def start(self, name: str, module: str, args: list[str], port: int | None = None) -> Proc:
-        argv = [sys.executable, "-m", module, "--log-level", "INFO", *args, *self._cluster()]
+    def start(self, name: str, command: str, args: list[str], port: int | None = None) -> Proc:
+        argv = [sys.executable, "-m", "metricsd", "--log-level", "INFO", command, *args, *self._cluster()]
         proc = Proc(name, argv, self.tmp / f"{name}.log", port)
         self.procs.append(proc)
         return proc
 
-    def store(self, member_id: str, port: int | None = None, ttl: int = 2) -> Proc:
+    def store(self, member_id: str, port: int | None = None, ttl: int = 2, extra: tuple[str, ...] = ()) -> Proc:
         port = port or free_port()
-        return self.start(member_id, "metricsd.cluster.storeproc",
-                          ["--member-id", member_id, "--grpc-port", str(port), "--lease-ttl", str(ttl)], port)
+        return self.start(member_id, "store",
+                          ["--member-id", member_id, "--grpc-port", str(port), "--lease-ttl", str(ttl), *extra], port)
 
     def config_server(self, server_id: str, slots: int = 16, rf: int = 2, ttl: int = 2, min_members: int = 1) -> Proc:
-        return self.start(server_id, "metricsd.cluster.configserver",
+        return self.start(server_id, "config-server",
                           ["--id", server_id, "--slots", str(slots), "--rf", str(rf), "--lease-ttl", str(ttl),
                            "--debounce", "0.2", "--min-members", str(min_members), "--grpc-port", "-1"])
 
     def proxy(self, name: str, w: int = 2, r: int = 2) -> Proc:
         port = free_port()
-        return self.start(name, "metricsd.proxy.main",
+        return self.start(name, "proxy",
                           ["--grpc-port", str(port), "--http-port", "-1", "--w", str(w), "--r", str(r),
                            "--call-timeout", "2.0"], port)
 

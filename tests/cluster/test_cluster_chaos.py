@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from metricsd.cluster.chaos import ChaosOptions, run_chaos
+from metricsd.cmd.chaos import ChaosOptions, run_chaos
 
 
 @pytest.mark.slow

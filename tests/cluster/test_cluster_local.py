@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from metricsd.cluster.local import ClusterPlan
 from metricsd.cluster.shardmap import KeyLayout, Member, ShardMap
-from metricsd.cluster.status import ClusterStatus, format_status
+from metricsd.cmd.cluster import ClusterPlan
+from metricsd.cmd.status import ClusterStatus, format_status
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,7 @@ def _free_base() -> int:
 def test_cluster_up_starts_every_role_reports_status_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     base = _free_base()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    up = subprocess.Popen([sys.executable, "-m", "metricsd.cluster.local", "up", "--base-port", str(base),
+    up = subprocess.Popen([sys.executable, "-m", "metricsd", "cluster", "up", "--base-port", str(base),
                            "--stores", "2", "--config-servers", "1", "--rf", "2", "--slots", "8", "--pods", "20",
                            "--data-dir", str(tmp_path)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
@@ -81,7 +81,7 @@ def test_cluster_up_starts_every_role_reports_status_and_stops_cleanly_on_ctrl_c
         assert f"proxy-1         gRPC 127.0.0.1:{base + 1}" in "".join(banner), "".join(banner)
         deadline = time.monotonic() + 20
         while True:
-            status = subprocess.run([sys.executable, "-m", "metricsd.cluster.local", "status", "--etcd",
+            status = subprocess.run([sys.executable, "-m", "metricsd", "cluster", "status", "--etcd",
                                      f"127.0.0.1:{base + 79}"], cwd=ROOT, env=env, capture_output=True, text=True)
             if "shard map: version" in status.stdout and status.stdout.count("SERVING") == 2:
                 break

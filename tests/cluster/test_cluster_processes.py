@@ -12,14 +12,15 @@ import grpc
 import pytest
 from cluster_procs import Procs, wait_listening, wait_map, wait_until
 
-from metricsd.backend import GrpcBackend, NotOwner
 from metricsd.cluster.etcd_kv import EtcdKV
 from metricsd.cluster.etcd_server import EtcdServer
 from metricsd.cluster.shardmap import KeyLayout
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
-from metricsd.wire import labels_to_pb
+from metricsd.rpc.backend import NotOwner
+from metricsd.rpc.client import GrpcBackend
+from metricsd.rpc.wire import labels_to_pb
 
 pytestmark = pytest.mark.slow
 

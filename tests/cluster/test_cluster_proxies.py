@@ -16,17 +16,18 @@ from cluster_procs import Proc, Procs, wait_listening, wait_map, wait_until
 
 from metricsd.agent.buffer import BufferSettings, PushBuffer
 from metricsd.agent.pusher import Pusher
-from metricsd.backend import GrpcBackend, Unavailable
 from metricsd.clock import SystemClock
 from metricsd.cluster.etcd_kv import EtcdKV
 from metricsd.cluster.etcd_server import EtcdServer
 from metricsd.cluster.shardmap import KeyLayout, ShardMap
-from metricsd.cluster.slots import slot_of
+from metricsd.maths.slots import slot_of
 from metricsd.model import Labels, make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
-from metricsd.store.server import GRPC_OPTIONS
-from metricsd.wire import labels_to_pb
+from metricsd.rpc.backend import Unavailable
+from metricsd.rpc.client import GrpcBackend
+from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.rpc.wire import labels_to_pb
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,6 @@ import grpc
 import numpy as np
 import pytest
 
-from metricsd.backend import LocalBackend
 from metricsd.clock import SystemClock
 from metricsd.cluster.assign import assign
 from metricsd.cluster.chaosplan import AckLog, Workload, lost_samples, plan_events
@@ -25,13 +24,13 @@ from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.fanout import plan_reads
 from metricsd.proxy.quorum import QuorumSettings
-from metricsd.store.api import StoreAPI
-from metricsd.store.catchup_client import local_apply
-from metricsd.store.digest import store_digest
+from metricsd.replica.catchup_client import local_apply
+from metricsd.replica.digest import store_digest
+from metricsd.replica.replication import ReplicaSync, SyncSettings
+from metricsd.replica.servicer import StoreNodeServicer
+from metricsd.rpc.server import start_grpc_server
+from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
-from metricsd.store.node import StoreNodeServicer
-from metricsd.store.replication import ReplicaSync, SyncSettings
-from metricsd.store.server import start_grpc_server
 
 T0 = (int(time.time() * 1000) - 600_000) // 1000 * 1000  # ReplicaSync looks back from the real clock
 SLOTS = 8
@@ -138,7 +137,7 @@ async def test_a_restarted_replica_catches_up_its_slots_then_a_gained_slot(nodes
 
 
 def _slot(lab: tuple[tuple[str, str], ...]) -> int:
-    from metricsd.cluster.slots import slot_of_labels
+    from metricsd.maths.slots import slot_of_labels
 
     return slot_of_labels(lab, SLOTS)
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from metricsd.backend import LocalBackend
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.store.api import StoreAPI
+from metricsd.rpc.wire import labels_to_pb
+from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
-from metricsd.wire import labels_to_pb
 
 MIN = 60_000
 HOUR = 3_600_000

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from metricsd.consumers.backends import (
+from metricsd.consumers.actuators import (
     ActuatorError,
     KubernetesActuator,
     KubernetesSettings,
@@ -29,7 +29,7 @@ from metricsd.consumers.backends import (
     WebhookSettings,
     WorkloadRef,
 )
-from metricsd.consumers.backends.kubernetes import DELETION_COST
+from metricsd.consumers.actuators.kubernetes import DELETION_COST
 
 REF = WorkloadRef("shop", "Deployment", "web")
 

@@ -16,8 +16,8 @@ from consumers_data import local_store
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.clock import ManualClock
-from metricsd.consumers.backends.base import InMemoryScale
-from metricsd.consumers.cli import add_parsers, fetch_status, run
+from metricsd.cmd.consumers import add_parser, fetch_status, run
+from metricsd.consumers.actuators.base import InMemoryScale
 from metricsd.consumers.consumerset import start_consumers
 from metricsd.consumers.statusfmt import format_status
 
@@ -28,7 +28,7 @@ START = 1_704_153_600_000 + 20 * 3_600_000
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="metricsd")
-    add_parsers(p.add_subparsers(dest="command", required=True))
+    add_parser(p.add_subparsers(dest="command", required=True))
     return p
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from metricsd.consumers.daysim import DAY_START_MS, DaySettings, run_day
+from metricsd.cmd.daysim import DAY_START_MS, DaySettings, run_day
 
 HOUR = 3_600_000
 

@@ -7,12 +7,12 @@ from typing import Any
 
 from consumers_data import DAY0, HOUR, MIN, local_store, pod_labels, write
 
-from metricsd.backend import Unavailable
 from metricsd.clock import ManualClock
-from metricsd.consumers.backends.base import InMemoryScale, LogActuator, WorkloadRef
+from metricsd.consumers.actuators.base import InMemoryScale, LogActuator, WorkloadRef
 from metricsd.consumers.hpa.controller import HPAController
 from metricsd.consumers.hpa.parse import parse_hpa
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import Unavailable
 from metricsd.store.api import StoreAPI
 
 REF = WorkloadRef("shop", "Deployment", "web")

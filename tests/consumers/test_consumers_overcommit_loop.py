@@ -11,13 +11,12 @@ import json
 
 from consumers_data import DAY0, HOUR, MIN, local_store, write
 
-from metricsd.backend import LocalBackend
 from metricsd.clock import ManualClock
-from metricsd.consumers.backends.base import InMemoryScale
+from metricsd.consumers.actuators.base import InMemoryScale
 from metricsd.consumers.overcommit.config import OvercommitConfig, parse_overcommit
 from metricsd.consumers.overcommit.controller import OvercommitController
 from metricsd.consumers.statusfmt import format_status
-from metricsd.store.api import StoreAPI
+from metricsd.store.api import LocalBackend, StoreAPI
 
 GI = 2**30
 NOW = DAY0 + 48 * HOUR + 5 * MIN

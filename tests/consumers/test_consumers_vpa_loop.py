@@ -13,7 +13,7 @@ from consumers_data import DAY0, HOUR, MIN, local_store, pod_labels, write
 from metricsd.clock import ManualClock
 from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
 from metricsd.cluster.etcd_server import EtcdServer
-from metricsd.consumers.backends.base import InMemoryScale, WorkloadRef
+from metricsd.consumers.actuators.base import InMemoryScale, WorkloadRef
 from metricsd.consumers.quantity import parse_quantity
 from metricsd.consumers.vpa.checkpoint import CheckpointStore, EtcdCheckpointStore, FileCheckpointStore
 from metricsd.consumers.vpa.controller import VPAController

@@ -8,15 +8,14 @@ from dataclasses import dataclass
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from metricsd.backend import LocalBackend
 from metricsd.clock import ManualClock
 from metricsd.http import HttpSettings, build_app, start_http
 from metricsd.model import Labels, make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.store.api import StoreAPI
+from metricsd.rpc.wire import labels_to_pb
+from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
-from metricsd.wire import labels_to_pb
 
 __all__ = ["Env", "start_env", "write_request"]
 

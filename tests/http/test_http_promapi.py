@@ -124,7 +124,7 @@ async def test_buildinfo_and_metadata(env: Env) -> None:
 
 
 async def test_unavailable_backend_is_503(env: Env) -> None:
-    from metricsd.backend import Unavailable
+    from metricsd.rpc.backend import Unavailable
 
     async def down(*args: object) -> object:
         raise Unavailable("no quorum for slot 3")

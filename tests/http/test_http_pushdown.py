@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from http_fixtures import write_request
 
-from metricsd.backend import LocalBackend
-from metricsd.http.queries import QueryRunner
 from metricsd.model import make_labels, stale_marker
 from metricsd.promql import Matrix, Result, Vector
-from metricsd.store.api import StoreAPI
+from metricsd.promql.queries import QueryRunner
+from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
 QUERIES = [

@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from metricsd.backend import LocalBackend
 from metricsd.http.params import ApiError
 from metricsd.http.remote_write import RemoteWriteReceiver, SeriesCache, decode_body, prepare_write
 from metricsd.http.remote_write_scan import scan, scan_messages, varints
@@ -23,7 +22,7 @@ from metricsd.http.settings import HttpSettings
 from metricsd.model import Labels, make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import prometheus_remote_pb2 as prom
-from metricsd.store.api import StoreAPI
+from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
 Series = tuple[dict[str, str], list[tuple[int, float]]]

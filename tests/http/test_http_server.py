@@ -115,10 +115,9 @@ async def test_root_is_the_dashboard(env: Env) -> None:
 async def test_serve_http_is_what_metricsd_up_calls() -> None:
     from prometheus_client import CollectorRegistry
 
-    from metricsd.backend import LocalBackend
     from metricsd.clock import SystemClock
     from metricsd.http import serve_http
-    from metricsd.store.api import StoreAPI
+    from metricsd.store.api import LocalBackend, StoreAPI
     from metricsd.store.engine import Store
 
     runner, port = await serve_http(LocalBackend(StoreAPI(Store())), "127.0.0.1", 0, CollectorRegistry(),

@@ -23,15 +23,15 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 from promql_script_backend import LoadSeries
 
-from metricsd.backend import BadRequest, LocalBackend
 from metricsd.clock import ManualClock
 from metricsd.http import HttpSettings, build_app, start_http, stop_http
 from metricsd.model import series_id
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.store.api import StoreAPI
+from metricsd.rpc.backend import BadRequest
+from metricsd.rpc.wire import labels_to_pb
+from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
-from metricsd.wire import labels_to_pb
 
 __all__ = ["HttpBackend"]
 

@@ -14,16 +14,17 @@ from metricsd.clock import SystemClock
 from metricsd.cluster.assign import assign
 from metricsd.cluster.mapsource import StaticMapSource
 from metricsd.cluster.shardmap import Member, ShardMap
-from metricsd.cluster.slots import slot_of_labels
+from metricsd.maths.slots import slot_of_labels
 from metricsd.model import Labels, make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.backend import ProxyBackend
 from metricsd.proxy.members import Connect
 from metricsd.proxy.settings import HandoffSettings, HealthSettings, ProxySettings
+from metricsd.rpc.server import start_grpc_server
+from metricsd.rpc.wire import labels_to_pb, matchers_to_pb
 from metricsd.selector import parse_selector
+from metricsd.store.api import StoreServicer
 from metricsd.store.engine import Store
-from metricsd.store.server import StoreServicer, start_grpc_server
-from metricsd.wire import labels_to_pb, matchers_to_pb
 
 SLOTS = 16
 

@@ -17,15 +17,16 @@ from proxy_cluster import (
     write_request,
 )
 
-from metricsd.backend import BadRequest, LocalBackend, Unavailable
-from metricsd.client import MetricsClient
-from metricsd.cluster.slots import slot_of_labels
+from metricsd.maths.slots import slot_of_labels
 from metricsd.model import series_id
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.store.api import StoreAPI
+from metricsd.rpc.backend import BadRequest, Unavailable
+from metricsd.rpc.client import MetricsClient
+from metricsd.rpc.server import start_grpc_server
+from metricsd.rpc.servicer import MetricsServicer
+from metricsd.rpc.wire import labels_to_pb
+from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
-from metricsd.store.server import MetricsServicer, start_grpc_server
-from metricsd.wire import labels_to_pb
 
 TIMES = [1_700_000_000_000 + k * 10_000 for k in range(12)]
 

@@ -20,14 +20,14 @@ from proxy_cluster import (
     write_request,
 )
 
-from metricsd.backend import MetricsBackend
 from metricsd.cluster.mapsource import StaticMapSource
 from metricsd.cluster.shardmap import ShardMap
-from metricsd.cluster.slots import slot_of_labels
+from metricsd.maths.slots import slot_of_labels
 from metricsd.model import Labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.members import SlotNotHeld, grpc_connect
 from metricsd.proxy.settings import HandoffSettings, RepairSettings
+from metricsd.rpc.backend import MetricsBackend
 
 T0 = 1_700_000_000_000
 

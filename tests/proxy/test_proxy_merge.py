@@ -10,10 +10,10 @@ import pytest
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.merge import MergeError, merge_aggregates
+from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import parse_selector
 from metricsd.store.api import StoreAPI
 from metricsd.store.engine import Store
-from metricsd.wire import matchers_to_pb
 
 SLOTS = 6
 
@@ -29,7 +29,7 @@ def _cluster(seed: int, drop_in_replica: bool) -> tuple[Store, list[Store], dict
     truth = Store()
     members = [Store() for _ in range(3)]
     replicas = {s: [s % 3, (s + 1) % 3] for s in range(SLOTS)}
-    from metricsd.cluster.slots import slot_of_labels
+    from metricsd.maths.slots import slot_of_labels
 
     for p in range(40):
         for metric in ("usage", "request"):

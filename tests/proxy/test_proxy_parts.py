@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 
-from metricsd.backend import BadRequest, Unavailable
 from metricsd.clock import ManualClock
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
@@ -16,7 +15,8 @@ from metricsd.proxy.health import MemberHealth
 from metricsd.proxy.members import SlotNotHeld, call_with_retries
 from metricsd.proxy.routing import SeriesRouter
 from metricsd.proxy.settings import HandoffSettings, HealthSettings, ProxySettings
-from metricsd.wire import labels_to_pb
+from metricsd.rpc.backend import BadRequest, Unavailable
+from metricsd.rpc.wire import labels_to_pb
 
 
 def _hint(n: int) -> pb.WriteRequest:

@@ -13,17 +13,16 @@ import numpy as np
 import pytest
 from store_state import assert_same_state
 
-from metricsd.backend import Unavailable
 from metricsd.clock import ManualClock
 from metricsd.model import InvalidSeries, make_labels, series_id, stale_marker
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.store.api import BadRequest
+from metricsd.rpc.backend import BadRequest, Unavailable
+from metricsd.rpc.wire import labels_to_pb
 from metricsd.store.durable import Durability, DurabilitySettings, open_store
 from metricsd.store.engine import Store
 from metricsd.store.progress import Progress
 from metricsd.store.settings import StoreSettings
 from metricsd.store.wal import FsyncPolicy, WalError
-from metricsd.wire import labels_to_pb
 
 HOUR = 3_600_000
 SETTINGS = StoreSettings(chunk_samples=8, head_keep=3, retention_ms=2 * HOUR, ooo_window_ms=HOUR)

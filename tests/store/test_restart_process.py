@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from metricsd.client import MetricsClient
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.client import MetricsClient
+from metricsd.rpc.wire import labels_to_pb, matchers_to_pb
 from metricsd.selector import parse_selector
-from metricsd.wire import labels_to_pb, matchers_to_pb
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ class StoreProc:
     def __init__(self, data_dir: Path, port: int, fsync: str, tmp: Path) -> None:
         self.log = open(tmp / f"store-{port}-{os.getpid()}-{len(list(tmp.iterdir()))}.log", "w+")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "metricsd.store.durable", "--data-dir", str(data_dir), "--grpc-port", str(port),
+            [sys.executable, "-m", "metricsd", "store", "--data-dir", str(data_dir), "--grpc-port", str(port),
              "--wal-fsync", fsync, "--snapshot-every", "0.7"],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.proc.stdout is not None

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 from oracle import reduce_one
 
+from metricsd.maths.partials import AcrossFn, finalize, group_partials, merge_partials
+from metricsd.maths.spec import AggregateSpec, SideQuery
+from metricsd.maths.window import SeriesFn
 from metricsd.model import make_labels, series_id
 from metricsd.selector import parse_selector
-from metricsd.store.aggregate import AcrossFn, finalize, group_partials, merge_partials
 from metricsd.store.engine import Store
-from metricsd.store.query import AggregateSpec, SideQuery, run_aggregate
+from metricsd.store.query import run_aggregate
 from metricsd.store.settings import StoreSettings
-from metricsd.store.window import SeriesFn
 
 
 @functools.cache

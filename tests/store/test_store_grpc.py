@@ -8,13 +8,14 @@ import grpc
 import numpy as np
 import pytest
 
-from metricsd.client import MetricsClient
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.client import MetricsClient
+from metricsd.rpc.server import start_grpc_server
+from metricsd.rpc.wire import labels_to_pb, matchers_to_pb, values_matrix
 from metricsd.selector import parse_selector
+from metricsd.store.api import StoreServicer
 from metricsd.store.engine import Store
-from metricsd.store.server import StoreServicer, start_grpc_server
-from metricsd.wire import labels_to_pb, matchers_to_pb, values_matrix
 
 LABELS = [make_labels("cpu", {"namespace": "ns", "pod": f"p{i}", "workload": "web" if i < 3 else "db"})
           for i in range(5)]

@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metricsd.cluster.slots import slot_of_labels
+from metricsd.maths.partials import AcrossFn, finalize, merge_partials
+from metricsd.maths.slots import SlotFilter, slot_of_labels
+from metricsd.maths.spec import AggregateSpec, SideQuery
+from metricsd.maths.window import SeriesFn
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import BadRequest
 from metricsd.selector import parse_selector
-from metricsd.store.aggregate import AcrossFn, finalize, merge_partials
-from metricsd.store.api import BadRequest, StoreAPI
-from metricsd.store.engine import SlotFilter, Store
-from metricsd.store.query import AggregateSpec, SideQuery, run_aggregate
-from metricsd.store.window import SeriesFn
+from metricsd.store.api import StoreAPI
+from metricsd.store.engine import Store
+from metricsd.store.query import run_aggregate
 
 
 def _store() -> Store:

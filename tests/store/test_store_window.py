@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import reduce_one
 
+from metricsd.maths.window import SeriesFn, reduce_windows
 from metricsd.model import stale_marker
-from metricsd.store.window import SeriesFn, reduce_windows
 
 FNS = {f.name.lower(): f for f in SeriesFn}
 

@@ -12,14 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.clock import Clock
-from metricsd.consumers.backends.base import Actuator, ActuatorError, ScaleRequest, WorkloadRef
+from metricsd.consumers.actuators.base import Actuator, ActuatorError, ScaleRequest, WorkloadRef
 from metricsd.consumers.history import DecisionLog, iso_time
 from metricsd.consumers.hpa.algorithm import Decision, HPAInput, HPAState, apply_scale, decide
 from metricsd.consumers.hpa.observe import HPAObserver, ObserveSettings
 from metricsd.consumers.hpa.replicas import MetricObservation, PodInfo
 from metricsd.consumers.hpa.spec import ControllerSettings, HPASpec
+from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["HPAController", "HPAControllerSettings"]
 

@@ -15,7 +15,6 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.consumers.hpa.replicas import HistoryPoint, MetricObservation, PodSample
 from metricsd.consumers.hpa.spec import HPASpec, MetricSpec
 from metricsd.consumers.queries import (
@@ -29,6 +28,7 @@ from metricsd.consumers.queries import (
     rollups,
 )
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["HPAObserver", "ObserveSettings"]
 

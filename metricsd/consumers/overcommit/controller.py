@@ -17,9 +17,8 @@ from collections import defaultdict
 from dataclasses import asdict
 from typing import Any
 
-from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.clock import Clock
-from metricsd.consumers.backends.base import Actuator, ActuatorError
+from metricsd.consumers.actuators.base import Actuator, ActuatorError
 from metricsd.consumers.history import DecisionLog, iso_time
 from metricsd.consumers.overcommit.advisor import (
     ContainerSeries,
@@ -43,6 +42,7 @@ from metricsd.consumers.queries import (
     rollups,
 )
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["OvercommitController"]
 

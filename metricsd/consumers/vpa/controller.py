@@ -5,7 +5,7 @@ metricsd for the minutes not yet fed, one value per container per `step_ms` (the
 over the step, the working set's peak over the step, OOM kills counted by
 `container_oom_events_total`), feed them to `ContainerAggregate` in time order, and recommend.
 Auto and Recreate modes hand the target to the backend when a running container's request lies
-outside [lowerBound, upperBound] (the updater's rule), once per new target. The aggregates are
+outside [lowerBound, upperBound], once per new target (the updater's rule, pure, in updater.py). The aggregates are
 saved to a CheckpointStore every `checkpoint_interval_s` and on `stop`, and loaded on start, so a
 restart keeps the history and recommends the same.
 """
@@ -19,16 +19,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from metricsd.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.clock import Clock
-from metricsd.consumers.backends.base import Actuator, ActuatorError, ResourceUpdate, WorkloadRef
+from metricsd.consumers.actuators.base import Actuator, ActuatorError, ResourceUpdate, WorkloadRef
 from metricsd.consumers.history import DecisionLog, iso_time
 from metricsd.consumers.queries import CPU_USAGE, OOM_EVENTS, REQUESTS, WORKING_SET, eq, group_instant, group_range
 from metricsd.consumers.vpa.checkpoint import CheckpointStore, MemoryCheckpointStore
 from metricsd.consumers.vpa.model import AggregationConfig, ContainerAggregate
 from metricsd.consumers.vpa.recommender import ContainerRecommendation, RecommenderConfig, recommend, to_status
 from metricsd.consumers.vpa.spec import VPASpec
+from metricsd.consumers.vpa.updater import decide_update
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["VPAController", "VPAControllerSettings"]
 
@@ -236,41 +237,18 @@ class VPAController:
     async def _act(self, t: _Target, recs: tuple[ContainerRecommendation, ...],
                    requests: dict[str, dict[str, float]], limits: dict[str, dict[str, float]],
                    errors: list[str]) -> tuple[str, str, str]:
-        mode = t.spec.update_mode
-        if not recs:
-            return "NoData", "no usage of this workload's containers has been seen yet", "none"
-        if mode in ("Off", "Initial"):
-            why = "recommendation only" if mode == "Off" else "applied by admission when pods are created"
-            return "RecommendOnly", f"updateMode {mode}: {why}", "none"
-        outside = [
-            f"{r.container_name} {res} request {have:g} outside [{r.lower_bound[res]:g}, {r.upper_bound[res]:g}]"
-            for r in recs for res, have in sorted(requests.get(r.container_name, {}).items())
-            if res in r.target and not r.lower_bound[res] <= have <= r.upper_bound[res]
-        ]
-        if not outside:
-            return "WithinBounds", "every running container's requests lie within the recommended bounds", "none"
-        wanted = {r.container_name: dict(r.target) for r in recs}
-        if wanted == t.applied:
-            return "Update", "; ".join(outside) + " (target already handed to the backend)", "none"
-        containers: dict[str, dict[str, dict[str, float]]] = {}
-        for r in recs:
-            entry: dict[str, dict[str, float]] = {"requests": dict(r.target)}
-            policy = t.spec.policy_for(r.container_name)
-            old_req, old_lim = requests.get(r.container_name, {}), limits.get(r.container_name, {})
-            if policy.controlled_values == "RequestsAndLimits":
-                # Keep the limit-to-request ratio, as the VPA admission controller does.
-                entry["limits"] = {res: old_lim[res] * v / old_req[res] for res, v in r.target.items()
-                                   if old_req.get(res) and res in old_lim}
-            containers[r.container_name] = entry
+        decision = decide_update(t.spec, recs, requests, limits, t.applied)
+        if decision.containers is None:
+            return decision.rule, decision.reason, "none"
         try:
-            await self.actuator.update_resources(ResourceUpdate(t.ref, mode, containers,
+            await self.actuator.update_resources(ResourceUpdate(t.ref, t.spec.update_mode, decision.containers,
                                                                 {"vpa": t.key, "recommendation": t.recommendation}))
         except ActuatorError as e:
             errors.append(f"updating resources: {e}")
-            return "Update", "; ".join(outside), "failed"
-        t.applied = wanted
+            return decision.rule, decision.reason, "failed"
+        t.applied = decision.wanted
         t.updates += 1
-        return "Update", "; ".join(outside), "dry-run" if self.actuator.dry_run else "updated"
+        return decision.rule, decision.reason, "dry-run" if self.actuator.dry_run else "updated"
 
     def recommendations(self) -> dict[str, dict[str, Any] | None]:
         """Each VPA's status.recommendation as Kubernetes would print it."""

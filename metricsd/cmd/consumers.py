@@ -1,0 +1,193 @@
+"""`metricsd hpa|vpa|overcommit`: run one consumer against a gRPC endpoint, or print its decisions.
+
+    metricsd hpa --spec deploy/examples/hpa.yaml --addr 127.0.0.1:7401 [--backend log|webhook|kubernetes]
+    metricsd hpa status --url http://127.0.0.1:7400
+
+`--once` runs a single sync and prints its decisions (a quick check of a spec).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import grpc
+
+from metricsd.clock import SystemClock
+from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args
+from metricsd.consumers.actuators import (
+    Actuator,
+    KubernetesActuator,
+    KubernetesSettings,
+    LogActuator,
+    WebhookActuator,
+    WebhookSettings,
+)
+from metricsd.consumers.actuators.base import ActuatorError
+from metricsd.consumers.hpa.controller import HPAController
+from metricsd.consumers.hpa.parse import load_hpa_yaml
+from metricsd.consumers.loop import Periodic
+from metricsd.consumers.overcommit.config import load_overcommit_yaml
+from metricsd.consumers.overcommit.controller import OvercommitController
+from metricsd.consumers.specfields import SpecError
+from metricsd.consumers.statusfmt import format_status
+from metricsd.consumers.vpa.checkpoint import (
+    CheckpointStore,
+    EtcdCheckpointStore,
+    FileCheckpointStore,
+    MemoryCheckpointStore,
+)
+from metricsd.consumers.vpa.controller import VPAController
+from metricsd.consumers.vpa.spec import load_vpa_yaml
+from metricsd.defaults import grpc_address, http_url
+from metricsd.proto import metricsd_pb2_grpc as pb_grpc
+from metricsd.rpc.client import GrpcBackend
+from metricsd.rpc.server import GRPC_OPTIONS
+
+__all__ = ["KINDS", "add_parser", "build_actuator", "fetch_status", "run"]
+
+KINDS = {
+    "hpa": "horizontal autoscaler: Kubernetes' HPA rule plus schedules, step limit, history fallback",
+    "vpa": "vertical recommender: the Kubernetes VPA recommender's model, checkpointed",
+    "overcommit": "overcommit advisor: request sizes from weekly peaks, borrowable capacity, tidal table",
+}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add `hpa`, `vpa` and `overcommit` to the `metricsd` command's subparsers."""
+    for kind, text in KINDS.items():
+        p = sub.add_parser(kind, help=text, description=text)
+        p.set_defaults(consumer=kind, run=run)
+        p.add_argument("--spec", type=Path, help="YAML file of the specs (see deploy/examples/)")
+        p.add_argument("--addr", default=grpc_address(), help="gRPC address of a store or proxy")
+        p.add_argument("--backend", choices=("log", "webhook", "kubernetes"), default="log",
+                       help="how decisions are carried out (log: dry run)")
+        p.add_argument("--webhook-url", help="POST decisions here (the webhook backend; alerts with any backend)")
+        p.add_argument("--webhook-timeout", type=float, default=5.0)
+        p.add_argument("--webhook-retries", type=int, default=3)
+        p.add_argument("--kube-api", help="API server URL; default: in-cluster service account")
+        p.add_argument("--kube-token-file", type=Path, help="bearer token file (default: the service account's)")
+        p.add_argument("--kube-ca-file", type=Path, help="CA bundle of the API server (default: the account's)")
+        p.add_argument("--colocation-selector", default="metricsd.io/colocation-pool=true",
+                       help="label selector of the colocation-pool nodes (HPA scale-down preference)")
+        p.add_argument("--once", action="store_true", help="run one sync, print its decisions, exit")
+        if kind == "vpa":
+            p.add_argument("--checkpoint", type=Path, help="JSON file for the histograms (default: memory only, "
+                           "or etcd with --etcd)")
+            add_etcd_arguments(p, required=False)
+        actions = p.add_subparsers(dest="action", metavar="{status}")
+        st = actions.add_parser("status", help=f"print the {kind} decisions from the HTTP API as a table")
+        st.add_argument("--url", default=http_url(), help="base URL of the metricsd HTTP API")
+        st.add_argument("--limit", type=int, default=20, help="how many recent decisions")
+        st.add_argument("--json", action="store_true", help="print the JSON document instead of a table")
+
+
+
+
+def build_actuator(args: argparse.Namespace) -> Actuator:
+    """The backend the options ask for. Raises ValueError or ActuatorError when it cannot be built."""
+    if args.backend == "log":
+        return LogActuator()
+    if args.backend == "webhook":
+        if not args.webhook_url:
+            raise ValueError("--backend webhook needs --webhook-url")
+        return WebhookActuator(WebhookSettings(args.webhook_url, args.webhook_timeout, args.webhook_retries))
+    settings = KubernetesSettings.in_cluster() if not args.kube_api else KubernetesSettings(args.kube_api)
+    defaults = KubernetesSettings(settings.api_url)
+    return KubernetesActuator(KubernetesSettings(
+        api_url=settings.api_url,
+        token_file=args.kube_token_file or defaults.token_file,
+        ca_file=args.kube_ca_file or defaults.ca_file,
+        colocation_node_selector=args.colocation_selector,
+    ))
+
+
+async def fetch_status(kind: str, url: str, timeout_s: float = 10.0) -> object:
+    """The JSON document of /api/v1/metricsd/<kind>. Raises aiohttp.ClientError or ValueError."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session, \
+            session.get(f"{url.rstrip('/')}/api/v1/metricsd/{kind}") as resp:
+        if resp.status != 200:
+            raise ValueError(f"HTTP {resp.status} from {resp.url}: {(await resp.text())[:200]}")
+        return await resp.json()
+
+
+async def _status(args: argparse.Namespace) -> int:
+    try:
+        doc = await fetch_status(args.consumer, args.url)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+        print(f"metricsd {args.consumer} status: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(doc, indent=1) if args.json else format_status(args.consumer, doc, args.limit))
+    return 0
+
+
+async def _run_loop(args: argparse.Namespace) -> int:
+    kind = args.consumer
+    text = args.spec.read_text()
+    clock = SystemClock()
+    actuator = build_actuator(args)
+    alerts = WebhookActuator(WebhookSettings(args.webhook_url)) if args.webhook_url and args.backend != "webhook" \
+        else None
+    channel = grpc.aio.insecure_channel(args.addr, options=GRPC_OPTIONS)
+    backend = GrpcBackend(pb_grpc.MetricsStub(channel))
+    controller: HPAController | VPAController | OvercommitController
+    if kind == "hpa":
+        controller = HPAController(load_hpa_yaml(text), backend, actuator, clock, alerts=alerts)
+    elif kind == "vpa":
+        store: CheckpointStore
+        if args.checkpoint:
+            store = FileCheckpointStore(args.checkpoint)
+        elif args.etcd:
+            kv = etcd_from_args(args)
+            store = EtcdCheckpointStore(kv, f"{layout_from_args(args).base}/checkpoints/vpa")
+        else:
+            store = MemoryCheckpointStore()
+        controller = VPAController(load_vpa_yaml(text), backend, actuator, clock, store)
+    else:
+        configs = load_overcommit_yaml(text)
+        if not configs:
+            raise SpecError("documents", "no OvercommitAdvisor in the file")
+        controller = OvercommitController(configs[0], backend, actuator, clock)
+    try:
+        if args.once:
+            await controller.sync_once()
+            print(format_status(kind, controller.history()))
+            return 0
+        loop = Periodic(controller)
+        loop.start()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await loop.stop()
+        return 0
+    finally:
+        if isinstance(controller, VPAController):
+            await controller.save()
+        await actuator.close()
+        if alerts is not None:
+            await alerts.close()
+        await channel.close(None)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point for `metricsd hpa|vpa|overcommit [status]`; returns the exit code."""
+    if getattr(args, "action", None) == "status":
+        return asyncio.run(_status(args))
+    if args.spec is None:
+        print(f"metricsd {args.consumer}: --spec FILE is required (see deploy/examples/)", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_run_loop(args))
+    except (OSError, SpecError, ValueError, ActuatorError) as e:
+        print(f"metricsd {args.consumer}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,100 @@
+"""``metricsd proxy``: a stateless proxy process over a cluster's stores.
+
+It follows the shard map in etcd (:class:`~metricsd.cluster.mapwatch.EtcdMapSource`, keeping the
+last map while etcd is unreachable) and serves :class:`~metricsd.proxy.backend.ProxyBackend` over
+the same gRPC API as a store, plus grpc.health.v1 for probes, and the HTTP API (Prometheus query
+API, remote write, native JSON, /metrics) on ``--http-port``. Run several; clients may use any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from prometheus_client import CollectorRegistry
+
+from metricsd.clock import SystemClock
+from metricsd.cluster.mapwatch import EtcdMapSource
+from metricsd.cmd.runner import (
+    add_etcd_arguments,
+    etcd_from_args,
+    layout_from_args,
+    port,
+    run_service,
+)
+from metricsd.cmd.runner import stop_event as make_stop_event
+from metricsd.http.server import serve_http, stop_http
+from metricsd.proxy.settings import ProxySettings
+from metricsd.rpc.health import start_cluster_grpc
+from metricsd.rpc.servicer import MetricsServicer
+
+__all__ = ["add_arguments", "add_parser", "run", "serve"]
+
+from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
+
+log = logging.getLogger("metricsd.proxy")
+
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_etcd_arguments(p)
+    p.add_argument("--host", default=HOST, help="address to bind (default %(default)s; 0.0.0.0 in a pod)")
+    p.add_argument("--grpc-port", type=port, default=GRPC_PORT, help="gRPC API port (default %(default)s)")
+    p.add_argument("--http-port", type=int, default=HTTP_PORT,
+                   help="HTTP API port; -1: no HTTP API (default %(default)s)")
+    p.add_argument("--w", type=int, default=2, help="write acknowledgements per slot (default %(default)s)")
+    p.add_argument("--r", type=int, default=2, help="read replies per slot (default %(default)s)")
+    p.add_argument("--call-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="timeout of each call to a store (default %(default)s)")
+    p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
+                   help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
+                        "until the map arrives)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("proxy", help="a stateless proxy: quorum writes and reads over the cluster's stores",
+                       description=__doc__.split("\n\n")[0] if __doc__ else None)
+    add_arguments(p)
+    p.set_defaults(run=run)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    from metricsd.proxy.backend import ProxyBackend
+
+    settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout)
+    clock = SystemClock()
+    stop = make_stop_event()
+    kv = etcd_from_args(args)
+    maps = EtcdMapSource(kv, layout_from_args(args), name="proxy")
+    maps.start()
+    if args.map_timeout > 0:
+        try:
+            await maps.wait_ready(args.map_timeout)
+        except TimeoutError:
+            log.warning("no shard map after %.1fs; serving anyway (requests fail until it arrives)", args.map_timeout)
+    backend = ProxyBackend(maps, settings, clock)
+    await backend.start()
+    grpc_server = http_runner = None
+    try:
+        grpc_server, grpc_port = await start_cluster_grpc(MetricsServicer(backend), backend, args.host,
+                                                          args.grpc_port)
+        where = f"gRPC {args.host}:{grpc_port}"
+        if args.http_port >= 0:
+            http_runner, http_port = await serve_http(backend, args.host, args.http_port, CollectorRegistry(), clock)
+            where += f", HTTP http://{args.host}:{http_port}"
+        print(f"metricsd proxy serving {where} (etcd {args.etcd}, cluster {args.cluster}, W {args.w}, R {args.r})",
+              flush=True)
+        await stop.wait()
+    finally:
+        log.info("proxy stopping")
+        if http_runner is not None:
+            await stop_http(http_runner)
+        if grpc_server is not None:
+            await grpc_server.stop(grace=2.0)
+        await backend.close()
+        await maps.close()
+        await kv.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_service("metricsd proxy", serve, args)

@@ -1,0 +1,207 @@
+"""``metricsd up``: the embedded default, one process with a store and a simulated agent.
+
+The simulator backfills the last hour before the first query can be asked, then feeds one tick
+per interval in real time, through the same gRPC Write path that node agents use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from metricsd.agent.batches import write_requests
+from metricsd.agent.simulate import SimConfig, Simulator
+from metricsd.clock import Clock, SystemClock
+from metricsd.cmd.runner import port, run_main, stop_event
+from metricsd.consumers.consumerset import ConsumerSet, start_consumers
+from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
+from metricsd.http.server import serve_http, stop_http
+from metricsd.replica.servicer import StoreNodeServicer
+from metricsd.rpc.client import MetricsClient
+from metricsd.rpc.server import start_grpc_server
+from metricsd.rpc.wire import labels_to_pb
+from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
+from metricsd.store.durable import Durability, open_store, run_durability
+from metricsd.store.engine import Store
+
+log = logging.getLogger("metricsd.cmd.up")
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    grpc_port: int = GRPC_PORT
+    http_port: int = HTTP_PORT
+    data_dir: Path | None = None
+    simulate: bool = True
+    pods: int = 200
+    workloads: int = 10
+    nodes: int = 5
+    seed: int = 0
+    interval_ms: int = 10_000
+    backfill_ms: int = 3_600_000
+    host: str = HOST
+    consumers: bool = True
+    wal_fsync: str = "interval"
+    examples_dir: Path = field(default_factory=lambda: EXAMPLES_DIR)
+
+
+class SimulatedAgent:
+    """Feeds a simulator's ticks into a metricsd gRPC endpoint."""
+
+    def __init__(self, sim: Simulator, client: MetricsClient, clock: Clock) -> None:
+        self.sim = sim
+        self.client = client
+        self.clock = clock
+        self.labels_of = {int(sid): labels_to_pb(lab) for sid, lab in zip(sim.series_ids.tolist(), sim.series,
+                                                                            strict=True)}
+        self.samples_sent = 0
+        self._labels_sent = False
+
+    async def _send(self, ts: int | object, values: object) -> None:
+        reqs = write_requests(self.sim, ts, values, max_samples=60_000,  # type: ignore[arg-type]
+                              send_labels_for=None if not self._labels_sent else set())
+        self._labels_sent = True
+        for req in reqs:
+            resp = await self.client.write(req, self.labels_of)
+            if resp.unknown_ids:
+                raise RuntimeError(f"store does not know {len(resp.unknown_ids)} series even after resending labels")
+            self.samples_sent += len(req.values)
+
+    async def backfill(self, until_ms: int, ticks_per_batch: int = 60) -> None:
+        t0 = time.perf_counter()
+        while self.sim.next_timestamp_ms <= until_ms:
+            n = min(ticks_per_batch, (until_ms - self.sim.next_timestamp_ms) // self.sim.config.interval_ms + 1)
+            ts, values = self.sim.block(int(n))
+            await self._send(ts, values)
+        log.info("backfilled %d samples in %.1f s", self.samples_sent, time.perf_counter() - t0)
+
+    async def run_live(self) -> None:
+        while True:
+            wait_ms = self.sim.next_timestamp_ms - self.clock.now_ms()
+            if wait_ms > 0:
+                await asyncio.sleep(wait_ms / 1000)
+            ts, values = self.sim.next_tick()
+            try:
+                await self._send(ts, values)
+            except Exception as e:  # keep feeding: a demo outlives a hiccup
+                log.warning("simulated agent: write at %d failed: %s", ts, e)
+
+
+async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
+    clock = SystemClock()
+    durability: Durability | None = None
+    if opts.data_dir is not None:
+        # Recover what the last run acknowledged (snapshot + WAL replay), then log every write.
+        store, durability = open_store(opts.data_dir, fsync=opts.wal_fsync, clock=clock)
+        api: StoreAPI = durability.api(member="up")
+        log.info("store recovered from %s: %d series, %d samples", opts.data_dir, store.stats()["series"],
+                 store.stats()["samples"])
+    else:
+        store = Store()
+        api = StoreAPI(store, member="up")
+        log.info("no --data-dir: data lives in memory only and is lost when metricsd stops")
+    backend = LocalBackend(api)
+    server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port)
+    tasks = [asyncio.create_task(run_durability(durability) if durability is not None else gc_loop(store.gc))]
+    addr = f"{opts.host}:{port}"
+    log.info("store serving gRPC on %s", addr)
+    consumers: ConsumerSet | None = None
+    if opts.consumers and opts.examples_dir.is_dir():
+        consumers = start_consumers(backend, clock, opts.examples_dir, checkpoint_dir=opts.data_dir)
+    elif opts.consumers:
+        log.warning("no consumer specs at %s: HPA, VPA and overcommit are not running", opts.examples_dir)
+    http_runner, http_port = await serve_http(backend, opts.host, opts.http_port, CollectorRegistry(), clock,
+                                              consumers=consumers.document if consumers is not None else None)
+    client = MetricsClient(addr)
+    if opts.simulate:
+        cfg = SimConfig(pods=opts.pods, workloads=opts.workloads, nodes=opts.nodes, seed=opts.seed,
+                        interval_ms=opts.interval_ms)
+        now = clock.now_ms()
+        sim = Simulator(cfg, max(0, now - opts.backfill_ms))
+        agent = SimulatedAgent(sim, client, clock)
+        await agent.backfill(now)
+        tasks.append(asyncio.create_task(agent.run_live()))
+        st = await client.stats()
+        log.info("simulating %d pods in %d workloads on %d nodes: %d series, %d samples", opts.pods,
+                 opts.workloads, opts.nodes, st.series, st.samples)
+    if consumers is not None:
+        await consumers.start()
+    print(_banner(addr, f"http://{opts.host}:{http_port}", consumers is not None), flush=True)
+    if ready is not None:
+        ready.set()
+    stop = stop_event()
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        for t in tasks:
+            t.cancel()
+        if consumers is not None:
+            await consumers.stop()
+        await stop_http(http_runner)
+        await client.close()
+        await server.stop(grace=2.0)
+        if durability is not None:
+            durability.close()  # a final snapshot: the next start replays nothing
+
+
+def _banner(addr: str, http: str, consumers: bool) -> str:
+    lines = [
+        "",
+        f"metricsd is up. gRPC API: {addr}   HTTP API: {http}",
+        "Ask it a question from another shell, e.g. the average CPU use (cores) per pod of a workload:",
+        f"  metricsd query --addr {addr} --metric container_cpu_usage_seconds_total \\",
+        "      --selector 'workload=\"feed-api\"' --fn rate --across avg --window 1m",
+        "or CPU utilisation against requests, per workload:",
+        f"  metricsd query --addr {addr} --metric container_cpu_usage_seconds_total --fn rate --across sum \\",
+        "      --by workload --ratio-metric kube_pod_container_resource_requests --ratio-selector 'resource=\"cpu\"'",
+        "or in PromQL over HTTP (Grafana's Prometheus data source works too):",
+        f"  curl -sG {http}/api/v1/query \\",
+        "      --data-urlencode 'query=avg by (workload) (rate(container_cpu_usage_seconds_total[1m]))'",
+    ]
+    if consumers:
+        lines += [
+            "The HPA, VPA and overcommit advisor run on deploy/examples/ (dry run); their decisions:",
+            f"  metricsd hpa status --url {http}    (likewise vpa, overcommit)",
+        ]
+    lines.append("Stop with Ctrl-C.")
+    return "\n".join(lines)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    up = sub.add_parser("up", help="one process: a store fed by a simulated cluster (the embedded default)")
+    up.add_argument("--grpc-port", type=port, default=GRPC_PORT, help="gRPC API port on 127.0.0.1")
+    up.add_argument("--http-port", type=port, default=HTTP_PORT,
+                    help="HTTP API port on 127.0.0.1 (Prometheus query API, remote write, native JSON, /metrics)")
+    up.add_argument("--data-dir", type=Path, default=None,
+                    help="directory for the store's write-ahead log and snapshots (created if missing); without it "
+                         "data lives in memory only")
+    up.add_argument("--wal-fsync", choices=["always", "interval", "never"], default="interval",
+                    help="when the WAL is fsynced: a process crash loses nothing acknowledged under any policy; "
+                         "a machine crash may lose up to the interval (1 s) with 'interval', everything unsynced "
+                         "with 'never'")
+    up.add_argument("--no-simulate", action="store_true", help="do not run the simulated agent")
+    up.add_argument("--pods", type=int, default=200, help="simulated pods")
+    up.add_argument("--workloads", type=int, default=10, help="simulated workloads")
+    up.add_argument("--nodes", type=int, default=5, help="simulated nodes")
+    up.add_argument("--seed", type=int, default=0, help="simulator seed")
+    up.add_argument("--no-consumers", action="store_true", help="do not run the HPA, VPA and overcommit advisor")
+    up.add_argument("--examples-dir", type=Path, default=EXAMPLES_DIR,
+                    help="consumer specs (hpa.yaml, vpa.yaml, overcommit.yaml) to run in dry-run mode")
+    up.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = UpOptions(grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,
+                     simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
+                     seed=args.seed, consumers=not args.no_consumers, examples_dir=args.examples_dir,
+                     wal_fsync=args.wal_fsync)
+    return run_main("metricsd up", run_up(opts), errors=(OSError,))

@@ -1,0 +1,122 @@
+"""Fetch a query's data before evaluating it, the way Prometheus' queriers do.
+
+The PromQL engine asks a synchronous :class:`SeriesSource`; the backend is async and may be a
+proxy fanning out over the network. So the parsed query is walked first: every selector, with the
+time range it will read (its steps, ``@`` and ``offset`` moved, widened by its range or the
+lookback), is fetched through ``backend.read()`` concurrently, and the engine then runs over a
+:class:`PrefetchedSource` holding exactly that data. A selector the walk did not plan for is an
+error, never a silently empty answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from metricsd.promql.selectors import EvalContext, td_ms, to_matchers
+from metricsd.promql.source import SeriesData
+from metricsd.promql.values import PromQLError
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import MetricsBackend
+from metricsd.rpc.wire import labels_from_pb, matchers_to_pb
+from metricsd.selector import Matcher
+
+__all__ = ["Fetch", "PrefetchedSource", "fetch_all", "plan_fetches"]
+
+_CHILDREN = ("expr", "lhs", "rhs", "param", "vector_selector")
+
+
+@dataclass
+class Fetch:
+    """One read: the series matching ``matchers`` with samples in [start_ms, end_ms]."""
+
+    matchers: tuple[Matcher, ...]
+    start_ms: int
+    end_ms: int
+
+
+def _walk(node: Any) -> Iterator[Any]:
+    yield node
+    kind = type(node).__name__
+    if kind == "MatrixSelector":
+        return  # its vector selector is read with the matrix's range, not the lookback
+    for attr in _CHILDREN:
+        child = getattr(node, attr, None)
+        if child is not None and not isinstance(child, str | int | float):
+            yield from _walk(child)
+    if kind == "Call":
+        for arg in node.args:
+            yield from _walk(arg)
+
+
+def plan_fetches(ast: Any, ctx: EvalContext) -> list[Fetch]:
+    """Every selector in ``ast`` with the range the engine will ask of it, merged per selector.
+
+    ``ctx`` carries the query's steps, lookback and the negative-``@`` placeholders (its source
+    is not used).
+    """
+    ranges: dict[tuple[Matcher, ...], Fetch] = {}
+    for node in _walk(ast):
+        kind = type(node).__name__
+        if kind == "VectorSelector":
+            vs, width = node, ctx.lookback_ms
+        elif kind == "MatrixSelector":
+            vs, width = node.vector_selector, td_ms(node.range)
+        else:
+            continue
+        times = ctx.selector_times(vs.at, vs.offset)
+        lo, hi = int(times.min()) - width + 1, int(times.max())
+        key = tuple(to_matchers(vs))
+        cur = ranges.get(key)
+        if cur is None:
+            ranges[key] = Fetch(key, lo, hi)
+        else:
+            cur.start_ms, cur.end_ms = min(cur.start_ms, lo), max(cur.end_ms, hi)
+    return list(ranges.values())
+
+
+class PrefetchedSource:
+    """The data of a query's planned fetches; answers only the selectors that were planned.
+
+    Immutable after construction, so the engine may run on a worker thread.
+    """
+
+    def __init__(self, fetched: dict[tuple[Matcher, ...], tuple[Fetch, list[SeriesData]]]) -> None:
+        self._fetched = fetched
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        got = self._fetched.get(tuple(matchers))
+        if got is None or start_ms < got[0].start_ms or end_ms > got[0].end_ms:
+            raise PromQLError("execution", f"internal error: selector {list(matchers)} was not prefetched")
+        out = []
+        for sd in got[1]:
+            lo = int(np.searchsorted(sd.timestamps, start_ms, side="left"))
+            hi = int(np.searchsorted(sd.timestamps, end_ms, side="right"))
+            if hi > lo:
+                out.append(SeriesData(sd.labels, sd.timestamps[lo:hi], sd.values[lo:hi]))
+        return out
+
+    @property
+    def samples(self) -> int:
+        return sum(int(sd.timestamps.size) for _, data in self._fetched.values() for sd in data)
+
+
+def _series_of(resp: pb.ReadResponse) -> list[SeriesData]:
+    return [
+        SeriesData(labels_from_pb(s.labels), np.array(s.timestamps, dtype=np.int64),
+                   np.array(s.values, dtype=np.float64))
+        for s in resp.series
+    ]
+
+
+async def fetch_all(backend: MetricsBackend, fetches: Sequence[Fetch]) -> PrefetchedSource:
+    """Read every planned selector concurrently. Raises what the backend raises."""
+    reqs = [pb.ReadRequest(matchers=matchers_to_pb(f.matchers), start_ms=f.start_ms, end_ms=f.end_ms)
+            for f in fetches]
+    resps = await asyncio.gather(*(backend.read(r) for r in reqs))
+    return PrefetchedSource({f.matchers: (f, _series_of(r)) for f, r in zip(fetches, resps, strict=True)})
+

@@ -1,0 +1,270 @@
+"""A cluster store keeping level with the other replicas of its slots.
+
+:class:`ReplicaSync` runs in the store process, next to its gRPC server:
+
+1. **Catch-up.** When the first shard map arrives (the store started: after a crash it holds what
+   its WAL kept, after a wipe nothing) it brings every slot it holds level with a healthy replica
+   over the window (default: the store's retention), copying only the time buckets whose digests
+   differ (catchup_client.sync_slots). Slots a later map gives it are caught up the same way.
+   While any catch-up runs the store answers Health with CATCHING_UP; once a slot's digests show
+   that it lacks data its member record says ``joining`` too, so proxies leave it out of read
+   quorums (it still takes writes); when all are done it says SERVING / ``active`` again. A store
+   that finds nothing to copy (a new cluster, a quick restart that missed nothing) never leaves
+   ``active``, so the map does not change for it.
+2. **Anti-entropy.** Every ``interval_s`` it compares a few slots (``slots_per_round``, round
+   robin) with one other replica each (rotating) up to ``settle_ms`` ago, and copies what differs.
+   Each replica pulls what it lacks, so replicas converge without a coordinator.
+
+Peers are chosen among the slot's other replicas in the map, ``active`` ones first; a peer that
+fails is skipped for the rest of that pass and the slot retried after ``retry_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from metricsd.clock import Clock
+from metricsd.cluster.mapsource import MapSource
+from metricsd.cluster.member import describe_slots
+from metricsd.cluster.membership import MemberEvent, transition
+from metricsd.cluster.shardmap import MemberState, ShardMap
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proto import metricsd_pb2_grpc as pb_grpc
+from metricsd.replica.catchup_client import Apply, CatchUpError, CatchUpStats, sync_slots
+from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.store.api import StoreAPI
+from metricsd.store.engine import Store
+from metricsd.store.wal import WalError
+
+__all__ = ["ReplicaSync", "SyncSettings"]
+
+log = logging.getLogger("metricsd.replica.replication")
+
+Publish = Callable[[MemberState], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    """How a store keeps level with its peers.
+
+    interval_s: seconds between anti-entropy rounds.
+    slots_per_round: slots compared per round (bounded work; a full pass takes
+        held slots / slots_per_round rounds).
+    window_ms: how far back catch-up and anti-entropy look; None: the store's retention.
+    settle_ms: anti-entropy leaves the newest samples alone: writes still in flight (or in
+        hinted hand-off) would look like differences.
+    lead_ms: a catch-up copies up to this far past the clock (writers' clocks may run ahead).
+    bucket_ms: width of the digest time buckets; a differing bucket is copied whole.
+    page_samples: samples per CatchUp page.
+    retry_s: pause before retrying slots whose catch-up failed.
+    call_timeout_s: per Digest call and per CatchUp stream (a stream cut by it resumes).
+    """
+
+    interval_s: float = 30.0
+    slots_per_round: int = 16
+    window_ms: int | None = None
+    settle_ms: int = 10_000
+    lead_ms: int = 60_000
+    bucket_ms: int = 600_000
+    page_samples: int = 20_000
+    retry_s: float = 1.0
+    call_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or self.slots_per_round < 1 or self.bucket_ms < 1 or self.retry_s <= 0:
+            raise ValueError("interval, slots per round, bucket width and retry must be positive")
+
+
+@dataclass
+class SyncCounters:
+    catch_ups: int = 0
+    level_seconds: list[float] = field(default_factory=list)
+    rounds: int = 0
+    repaired_samples: int = 0
+    failures: int = 0
+    copied: CatchUpStats = field(default_factory=CatchUpStats)
+
+
+class ReplicaSync:
+    """Not thread-safe: runs on the store's event loop, like its gRPC handlers."""
+
+    def __init__(self, store: Store, apply: Apply, api: StoreAPI, member_id: str, maps: MapSource, clock: Clock,
+                 settings: SyncSettings | None = None, *, publish: Publish | None = None) -> None:
+        self.store = store
+        self.apply = apply
+        self.api = api
+        self.member_id = member_id
+        self.maps = maps
+        self.clock = clock
+        self.settings = settings or SyncSettings()
+        self.publish = publish
+        self.counters = SyncCounters()
+        self._held: set[int] = set()
+        self._pending: set[int] = set()
+        self._published = MemberState.ACTIVE  # what a store registers as (metricsd/cmd/store.py)
+        self._cursor = 0
+        self._rotation = 0
+        self._channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.MetricsStub]] = {}
+
+    @property
+    def level(self) -> bool:
+        return self.api.status == pb.HealthResponse.SERVING
+
+    def _window(self) -> int:
+        return self.settings.window_ms or self.store.settings.retention_ms
+
+    def stub(self, address: str) -> pb_grpc.MetricsStub:
+        have = self._channels.get(address)
+        if have is None:
+            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            have = (channel, pb_grpc.MetricsStub(channel))
+            self._channels[address] = have
+        return have[1]
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel, _ in channels.values():
+            with contextlib.suppress(Exception):
+                await channel.close(None)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Catch up, then keep level; until cancelled."""
+        self.api.status = pb.HealthResponse.CATCHING_UP
+        shard_map = await self._first_map()
+        self._held = set(shard_map.slots_of(self.member_id))
+        await self.catch_up(self._held)
+        next_round = self.clock.monotonic() + self.settings.interval_s
+        while True:
+            await asyncio.sleep(0.5)
+            current = self.maps.current()
+            if current is not None:
+                held = set(current.slots_of(self.member_id))
+                gained = held - self._held
+                self._held = held
+                if gained:
+                    log.info("member %s gained slots %s: catching up", self.member_id, describe_slots(gained))
+                    await self.catch_up(gained)
+            if self.clock.monotonic() >= next_round:
+                await self.anti_entropy_round()
+                next_round = self.clock.monotonic() + self.settings.interval_s
+
+    async def _first_map(self) -> ShardMap:
+        while True:
+            current = self.maps.current()
+            if current is not None:
+                return current
+            await asyncio.sleep(0.2)
+
+    async def _set_state(self, event: MemberEvent) -> None:
+        state = transition(self._published, event)
+        self.api.status = (pb.HealthResponse.CATCHING_UP if state is MemberState.JOINING
+                           else pb.HealthResponse.SERVING)
+        await self._publish(event)
+
+    async def _publish(self, event: MemberEvent) -> None:
+        state = transition(self._published, event)
+        if self.publish is not None and state is not self._published:
+            self._published = state
+            try:
+                await self.publish(state)
+            except Exception as e:  # etcd unreachable: the registration loop writes the state later
+                log.warning("member %s: cannot publish state %s: %s", self.member_id, state.value, e)
+
+    async def catch_up(self, slots: set[int]) -> CatchUpStats:
+        """Bring ``slots`` level with a peer each (retrying until done or no longer held); reports
+        CATCHING_UP / joining meanwhile."""
+        t0 = self.clock.monotonic()
+        self._pending |= slots
+        self.api.status = pb.HealthResponse.CATCHING_UP
+        total = CatchUpStats()
+        now = self.clock.now_ms()
+        start, end = now - self._window(), now + self.settings.lead_ms
+        while self._pending:
+            current = self.maps.current()
+            assert current is not None
+            self._pending &= set(current.slots_of(self.member_id))
+            stats = await self._sync(current, sorted(self._pending), start, end, exclude_failed=True,
+                                     on_differ=lambda: self._publish(MemberEvent.BEHIND))
+            total.add(stats)
+            if self._pending:
+                await asyncio.sleep(self.settings.retry_s)
+        took = self.clock.monotonic() - t0
+        self.counters.catch_ups += 1
+        self.counters.level_seconds.append(took)
+        self.counters.copied.add(total)
+        log.info("member %s level with its peers after %.2f s: %d slots compared, %d differed, %d samples copied "
+                 "(%d pages, %d resumes)", self.member_id, took, total.slots_compared, total.slots_differing,
+                 total.samples_written, total.pages, total.resumes)
+        await self._set_state(MemberEvent.LEVEL)
+        return total
+
+    async def anti_entropy_round(self) -> CatchUpStats:
+        """Compare the next ``slots_per_round`` held slots with one peer each; copy what differs."""
+        current = self.maps.current()
+        held = sorted(self._held)
+        if current is None or not held:
+            return CatchUpStats()
+        n = min(self.settings.slots_per_round, len(held))
+        picked = [held[(self._cursor + i) % len(held)] for i in range(n)]
+        self._cursor = (self._cursor + n) % len(held)
+        self._rotation += 1
+        now = self.clock.now_ms()
+        end = now - self.settings.settle_ms
+        stats = await self._sync(current, picked, end - self._window(), end, exclude_failed=False)
+        self.counters.rounds += 1
+        self.counters.repaired_samples += stats.samples_written
+        self.counters.copied.add(stats)
+        if stats.samples_written:
+            log.info("anti-entropy: %d of %d slots differed; %d samples copied", stats.slots_differing,
+                     stats.slots_compared, stats.samples_written)
+        return stats
+
+    def _peers(self, shard_map: ShardMap, slot: int, skip: set[str]) -> list[str]:
+        others = [m for m in shard_map.replicas(slot) if m != self.member_id and m not in skip]
+        k = self._rotation % len(others) if others else 0
+        others = others[k:] + others[:k]
+        active = [m for m in others if shard_map.members[m].state is MemberState.ACTIVE]
+        return active + [m for m in others if m not in active]
+
+    async def _sync(self, shard_map: ShardMap, slots: list[int], start: int, end: int, exclude_failed: bool,
+                    on_differ: Callable[[], Awaitable[None]] | None = None) -> CatchUpStats:
+        """One pass: each slot against its first usable peer. Slots done are removed from _pending."""
+        total = CatchUpStats()
+        failed: set[str] = set()
+        todo = list(slots)
+        while todo:
+            by_peer: dict[str, list[int]] = {}
+            for slot in todo:
+                peers = self._peers(shard_map, slot, failed)
+                if peers:
+                    by_peer.setdefault(peers[0], []).append(slot)
+                elif not [m for m in shard_map.replicas(slot) if m != self.member_id]:
+                    self._pending.discard(slot)  # the only replica: nothing to copy from
+            todo = []
+            for peer, peer_slots in by_peer.items():
+                s = self.settings
+                try:
+                    stats = await sync_slots(self.stub(shard_map.address(peer)), self.store, self.apply,
+                                             shard_map.num_slots, peer_slots, start, end, s.bucket_ms,
+                                             page_samples=s.page_samples, timeout_s=s.call_timeout_s,
+                                             on_differ=on_differ)
+                except (grpc.aio.AioRpcError, CatchUpError, WalError) as e:
+                    self.counters.failures += 1
+                    why = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else str(e)
+                    log.warning("member %s: syncing slots %s from %s failed: %s", self.member_id,
+                                describe_slots(peer_slots), peer, why)
+                    failed.add(peer)
+                    if exclude_failed:
+                        todo.extend(peer_slots)
+                    continue
+                total.add(stats)
+                self._pending.difference_update(peer_slots)
+        return total

@@ -1,0 +1,108 @@
+"""Clients of the metricsd gRPC API (a store or a proxy alike).
+
+``GrpcBackend`` is the MetricsBackend over a stub, mapping status codes back onto the interface's
+errors. ``MetricsClient`` owns the series-id handshake of Write: labels go with a series the first time, then only
+its id; when a receiver reports ids it does not know (a restart, another proxy), the batch is
+resent with their labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import grpc
+
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proto import metricsd_pb2_grpc as pb_grpc
+from metricsd.rpc.backend import BadRequest, NotOwner, Unavailable
+from metricsd.rpc.server import GRPC_OPTIONS
+
+__all__ = ["GrpcBackend", "MetricsClient"]
+
+
+class MetricsClient:
+    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self.channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        self.stub = pb_grpc.MetricsStub(self.channel)
+
+    async def close(self) -> None:
+        await self.channel.close(None)
+
+    async def __aenter__(self) -> MetricsClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def write(self, req: pb.WriteRequest, labels_of: Mapping[int, Sequence[pb.Label]] | None = None
+                    ) -> pb.WriteResponse:
+        """Write a batch; if the receiver reports unknown ids and ``labels_of`` has them, resend once."""
+        resp: pb.WriteResponse = await self.stub.Write(req, timeout=self.timeout_s)
+        if resp.unknown_ids and labels_of is not None:
+            retry = pb.WriteRequest()
+            retry.CopyFrom(req)
+            for sid in resp.unknown_ids:
+                if sid in labels_of:
+                    retry.series.add(id=sid).labels.extend(labels_of[sid])
+            resp = await self.stub.Write(retry, timeout=self.timeout_s)
+        return resp
+
+    async def aggregate(self, req: pb.AggregateRequest) -> pb.AggregateResponse:
+        resp: pb.AggregateResponse = await self.stub.Aggregate(req, timeout=self.timeout_s)
+        return resp
+
+    async def read(self, req: pb.ReadRequest) -> pb.ReadResponse:
+        resp: pb.ReadResponse = await self.stub.Read(req, timeout=self.timeout_s)
+        return resp
+
+    async def stats(self) -> pb.StatsResponse:
+        resp: pb.StatsResponse = await self.stub.Stats(pb.StatsRequest(), timeout=self.timeout_s)
+        return resp
+
+    async def health(self) -> pb.HealthResponse:
+        resp: pb.HealthResponse = await self.stub.Health(pb.HealthRequest(), timeout=self.timeout_s)
+        return resp
+
+
+class GrpcBackend:
+    """A store or proxy over gRPC; maps status codes onto BadRequest / NotOwner / Unavailable."""
+
+    def __init__(self, stub: pb_grpc.MetricsStub, timeout_s: float = 10.0) -> None:
+        self.stub = stub
+        self.timeout_s = timeout_s
+
+    async def _call(self, method: str, request: object) -> object:
+        try:
+            return await getattr(self.stub, method)(request, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise BadRequest(e.details() or "invalid argument") from e
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise NotOwner(f"{method}: {e.details()}") from e
+            raise Unavailable(f"{method}: {e.code().name}: {e.details()}") from e
+
+    async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        return await self._call("Write", request)  # type: ignore[return-value]
+
+    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        return await self._call("Read", request)  # type: ignore[return-value]
+
+    async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        return await self._call("Aggregate", request)  # type: ignore[return-value]
+
+    async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
+        return await self._call("Rollups", request)  # type: ignore[return-value]
+
+    async def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
+        return await self._call("ListSeries", request)  # type: ignore[return-value]
+
+    async def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
+        return await self._call("LabelValues", request)  # type: ignore[return-value]
+
+    async def health(self) -> pb.HealthResponse:
+        return await self._call("Health", pb.HealthRequest())  # type: ignore[return-value]
+
+    async def stats(self) -> pb.StatsResponse:
+        return await self._call("Stats", pb.StatsRequest())  # type: ignore[return-value]

@@ -1,0 +1,162 @@
+"""Conversions between the gRPC messages (proto/metricsd.proto) and metricsd's own types.
+
+Shared by the store's servicer, the proxy and the clients so each message is read one way.
+Bulk fields go through ``np.array(repeated_field)``, which copies packed scalars in C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from metricsd.maths.partials import AcrossFn
+from metricsd.maths.slots import SlotFilter
+from metricsd.maths.spec import AggregateResult, AggregateSpec, InvalidAggregate, SideQuery, SideResult
+from metricsd.maths.window import SeriesFn
+from metricsd.model import InvalidSeries, Labels
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.selector import InvalidSelector, Matcher, MatchOp
+
+__all__ = [
+    "ACROSS_FNS",
+    "SERIES_FNS",
+    "aggregate_result_to_pb",
+    "aggregate_spec_from_pb",
+    "labels_from_pb",
+    "labels_to_pb",
+    "length_delimited",
+    "matchers_from_pb",
+    "matchers_to_pb",
+    "varint",
+]
+
+# The names of the wire enums, as the CLI and the native HTTP API spell them.
+SERIES_FNS = {"avg": pb.SERIES_AVG, "min": pb.SERIES_MIN, "max": pb.SERIES_MAX, "last": pb.SERIES_LAST,
+              "sum": pb.SERIES_SUM, "count": pb.SERIES_COUNT, "rate": pb.SERIES_RATE, "increase": pb.SERIES_INCREASE}
+ACROSS_FNS = {"avg": pb.ACROSS_AVG, "sum": pb.ACROSS_SUM, "min": pb.ACROSS_MIN, "max": pb.ACROSS_MAX,
+              "count": pb.ACROSS_COUNT, "quantile": pb.ACROSS_QUANTILE}
+
+_OPS = {pb.Matcher.EQ: MatchOp.EQ, pb.Matcher.NEQ: MatchOp.NEQ, pb.Matcher.RE: MatchOp.RE, pb.Matcher.NRE: MatchOp.NRE}
+_OPS_BACK = {v: k for k, v in _OPS.items()}
+
+
+def varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative int (< 2**64)."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def length_delimited(field: int, data: bytes) -> bytes:
+    """A wire-type-2 field (packed repeated scalars, bytes, an embedded message) as raw bytes.
+
+    The hot write paths build messages from NumPy buffers and pre-encoded parts this way, then
+    parse once, instead of filling message objects per series.
+    """
+    return varint(field << 3 | 2) + varint(len(data)) + data
+
+
+def labels_from_pb(labels: Iterable[pb.Label]) -> Labels:
+    items = [(lab.name, lab.value) for lab in labels]
+    out = tuple(sorted(items))
+    if len({k for k, _ in out}) != len(out):
+        raise InvalidSeries(f"duplicate label name in {out}")
+    return out
+
+
+def labels_to_pb(labels: Labels) -> list[pb.Label]:
+    return [pb.Label(name=k, value=v) for k, v in labels]
+
+
+def matchers_from_pb(matchers: Iterable[pb.Matcher]) -> list[Matcher]:
+    out = []
+    for m in matchers:
+        if m.type not in _OPS:
+            raise InvalidSelector(f"unknown matcher type {m.type}")
+        if not m.name:
+            raise InvalidSelector("matcher with an empty label name")
+        out.append(Matcher(_OPS[m.type], m.name, m.value))
+    return out
+
+
+def matchers_to_pb(matchers: Sequence[Matcher]) -> list[pb.Matcher]:
+    return [pb.Matcher(type=_OPS_BACK[m.op], name=m.name, value=m.value) for m in matchers]
+
+
+def slot_filter_from_pb(f: pb.SlotFilter) -> SlotFilter | None:
+    """None when the request does not restrict slots; raises InvalidSelector for a bad filter."""
+    if f.slot_count == 0:
+        if len(f.slots):
+            raise InvalidSelector("slot filter lists slots but has slot_count 0")
+        return None
+    bad = [s for s in f.slots if s >= f.slot_count]
+    if bad:
+        raise InvalidSelector(f"slot {bad[0]} is out of range for slot_count {f.slot_count}")
+    return SlotFilter(f.slot_count, tuple(f.slots))
+
+
+def _side_from_pb(q: pb.AggregateQuery) -> SideQuery:
+    if q.series_fn not in {int(f) for f in SeriesFn}:
+        raise InvalidAggregate(f"unknown or missing series_fn {q.series_fn}")
+    return SideQuery(matchers_from_pb(q.matchers), SeriesFn(q.series_fn), q.window_ms)
+
+
+def aggregate_spec_from_pb(req: pb.AggregateRequest) -> AggregateSpec:
+    if not req.HasField("query"):
+        raise InvalidAggregate("aggregate request without a query")
+    if req.across not in {int(f) for f in AcrossFn}:
+        raise InvalidAggregate(f"unknown or missing across function {req.across}")
+    if req.across == pb.ACROSS_QUANTILE and not 0.0 <= req.quantile <= 1.0:
+        raise InvalidAggregate(f"quantile {req.quantile} is outside [0, 1]")
+    return AggregateSpec(
+        query=_side_from_pb(req.query),
+        denominator=_side_from_pb(req.denominator) if req.HasField("denominator") else None,
+        across=AcrossFn(req.across),
+        quantile=req.quantile,
+        group_by=list(req.group_by),
+        start_ms=req.start_ms,
+        end_ms=req.end_ms,
+        step_ms=req.step_ms,
+        per_series=req.per_series,
+        slots=slot_filter_from_pb(req.slots),
+    )
+
+
+def _partials_to_pb(side: SideResult, out: pb.Partials) -> None:
+    p = side.partials
+    out.sum.extend(p.sum.ravel().tolist())
+    out.count.extend(p.count.ravel().tolist())
+    out.min.extend(p.min.ravel().tolist())
+    out.max.extend(p.max.ravel().tolist())
+
+
+def _series_to_pb(side: SideResult, out: pb.SeriesPartials) -> None:
+    out.ids.extend(side.ids.tolist())
+    out.group.extend(side.group.tolist())
+    out.values.extend(side.values.ravel().tolist())
+    out.samples.extend(side.samples.ravel().tolist())
+
+
+def aggregate_result_to_pb(res: AggregateResult, spec: AggregateSpec) -> pb.AggregateResponse:
+    resp = pb.AggregateResponse(series_scanned=res.series_scanned, samples_scanned=res.samples_scanned)
+    resp.timestamps.extend(res.times.tolist())
+    for g in res.groups:
+        resp.groups.add().labels.extend(labels_to_pb(g))
+    _partials_to_pb(res.numerator, resp.numerator)
+    if res.denominator is not None:
+        _partials_to_pb(res.denominator, resp.denominator)
+    resp.values.extend(res.values.ravel().tolist())
+    if spec.per_series or spec.across is AcrossFn.QUANTILE:
+        _series_to_pb(res.numerator, resp.numerator_series)
+        if res.denominator is not None:
+            _series_to_pb(res.denominator, resp.denominator_series)
+    return resp
+
+
+def values_matrix(resp: pb.AggregateResponse) -> np.ndarray:
+    """The response's final values as groups x times."""
+    return np.array(resp.values, dtype=np.float64).reshape(len(resp.groups), len(resp.timestamps))

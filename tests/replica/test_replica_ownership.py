@@ -1,0 +1,183 @@
+"""A cluster store refuses slots its shard map does not give it, naming the slot and the map version."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from metricsd.cluster.mapsource import StaticMapSource
+from metricsd.cluster.shardmap import Member, ShardMap
+from metricsd.maths.slots import slot_of
+from metricsd.model import make_labels, series_id
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proto import metricsd_pb2_grpc as pb_grpc
+from metricsd.replica.ownership import OwnershipBackend, store_write_slots
+from metricsd.rpc.backend import NotOwner, Unavailable
+from metricsd.rpc.client import GrpcBackend
+from metricsd.rpc.health import (
+    HEALTH_SERVICE,
+    NOT_SERVING,
+    SERVING,
+    decode_check_request,
+    encode_check_response,
+    start_cluster_grpc,
+)
+from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.rpc.servicer import MetricsServicer
+from metricsd.rpc.wire import labels_to_pb
+from metricsd.store.api import LocalBackend, StoreAPI
+from metricsd.store.engine import Store
+
+SLOTS = 8
+
+
+def two_member_map(version: int = 3) -> ShardMap:
+    """store-a holds the even slots, store-b the odd ones."""
+    members = {m: Member(m, f"127.0.0.1:{port}") for m, port in (("store-a", 7001), ("store-b", 7002))}
+    slots = tuple(("store-a",) if i % 2 == 0 else ("store-b",) for i in range(SLOTS))
+    return ShardMap(version=version, rf=1, slots=slots, members=members)
+
+
+def pod_in_slot(parity: int) -> str:
+    """A pod name whose slot has the given parity."""
+    for i in range(1000):
+        if slot_of(f"ns/pod-{i}", SLOTS) % 2 == parity:
+            return f"pod-{i}"
+    raise AssertionError("no pod found")
+
+
+def write_of(pod: str, with_labels: bool = True, ts: int = 1000) -> pb.WriteRequest:
+    labels = make_labels("cpu", {"namespace": "ns", "pod": pod})
+    sid = series_id(labels)
+    req = pb.WriteRequest(ids=[sid], counts=[1], timestamps=[ts], values=[1.0])
+    if with_labels:
+        req.series.add(id=sid).labels.extend(labels_to_pb(labels))
+    return req
+
+
+def backend_for(member: str, shard_map: ShardMap | None) -> tuple[OwnershipBackend, StaticMapSource, Store]:
+    store = Store()
+    source = StaticMapSource(shard_map if shard_map is not None else two_member_map())
+    if shard_map is None:
+        source.set(None)  # type: ignore[arg-type]  # no map yet
+    backend = OwnershipBackend(LocalBackend(StoreAPI(store, member)), member, source, store_write_slots(store))
+    return backend, source, store
+
+
+async def test_a_write_of_a_held_slot_is_stored() -> None:
+    backend, _, store = backend_for("store-a", two_member_map())
+    resp = await backend.write(write_of(pod_in_slot(0)))
+    assert resp.samples_written == 1 and store.index.n_alive == 1
+
+
+async def test_a_write_of_a_slot_not_held_is_refused_naming_the_slot_and_version() -> None:
+    backend, _, store = backend_for("store-a", two_member_map(version=3))
+    pod = pod_in_slot(1)
+    with pytest.raises(NotOwner) as e:
+        await backend.write(write_of(pod))
+    slot = slot_of(f"ns/{pod}", SLOTS)
+    assert str(e.value) == (f"member store-a does not hold slot {slot} in shard map version 3 (it holds 4 of 8); "
+                            "write refused")
+    assert store.index.n_alive == 0 and backend.refused == 1
+
+
+async def test_a_write_by_id_only_is_checked_against_the_series_the_store_knows() -> None:
+    backend, source, _ = backend_for("store-a", two_member_map())
+    pod = pod_in_slot(0)
+    await backend.write(write_of(pod))
+    # The map moves the slot away: a label-less resend by id is now refused too.
+    moved = tuple(("store-b",) for _ in range(SLOTS))
+    source.set(ShardMap(version=4, rf=1, slots=moved, members=two_member_map().members))
+    with pytest.raises(NotOwner, match="version 4"):
+        await backend.write(write_of(pod, with_labels=False, ts=2000))
+
+
+async def test_an_unknown_id_without_labels_is_left_to_the_store_which_asks_for_labels() -> None:
+    backend, _, _ = backend_for("store-a", two_member_map())
+    resp = await backend.write(write_of(pod_in_slot(1), with_labels=False))
+    assert len(resp.unknown_ids) == 1 and resp.samples_written == 0
+
+
+@pytest.mark.parametrize("kind", ["read", "aggregate", "list_series", "label_values", "rollups"])
+async def test_requests_naming_a_slot_not_held_are_refused(kind: str) -> None:
+    backend, _, _ = backend_for("store-a", two_member_map())
+    f = pb.SlotFilter(slot_count=SLOTS, slots=[0, 2, 3])
+    m = [pb.Matcher(name="__name__", value="cpu")]
+    call = {
+        "read": lambda: backend.read(pb.ReadRequest(matchers=m, start_ms=0, end_ms=10, slots=f)),
+        "rollups": lambda: backend.rollups(pb.ReadRequest(matchers=m, start_ms=0, end_ms=10, slots=f)),
+        "aggregate": lambda: backend.aggregate(pb.AggregateRequest(
+            query=pb.AggregateQuery(matchers=m, series_fn=pb.SERIES_LAST, window_ms=1000),
+            across=pb.ACROSS_SUM, start_ms=10, end_ms=10, slots=f)),
+        "list_series": lambda: backend.list_series(pb.ListSeriesRequest(matchers=m, slots=f)),
+        "label_values": lambda: backend.label_values(pb.LabelValuesRequest(name="pod", slots=f)),
+    }[kind]
+    with pytest.raises(NotOwner, match=r"does not hold slot 3 in shard map version 3"):
+        await call()
+
+
+async def test_held_slots_and_unfiltered_requests_are_served() -> None:
+    backend, _, _ = backend_for("store-a", two_member_map())
+    pod = pod_in_slot(0)
+    await backend.write(write_of(pod))
+    held = pb.SlotFilter(slot_count=SLOTS, slots=[0, 2, 4, 6])
+    got = await backend.read(pb.ReadRequest(start_ms=0, end_ms=5000, slots=held,
+                                            matchers=[pb.Matcher(name="__name__", value="cpu")]))
+    assert [s.timestamps[0] for s in got.series] == [1000]
+    unfiltered = await backend.read(pb.ReadRequest(start_ms=0, end_ms=5000,
+                                                   matchers=[pb.Matcher(name="__name__", value="cpu")]))
+    assert len(unfiltered.series) == 1
+
+
+async def test_a_filter_with_another_slot_count_is_refused() -> None:
+    backend, _, _ = backend_for("store-a", two_member_map())
+    with pytest.raises(NotOwner, match="slot_count 16 but shard map version 3 has 8 slots"):
+        await backend.read(pb.ReadRequest(start_ms=0, end_ms=1, slots=pb.SlotFilter(slot_count=16, slots=[0])))
+
+
+async def test_without_a_map_data_requests_are_unavailable_but_health_answers() -> None:
+    backend, _, _ = backend_for("store-a", None)
+    with pytest.raises(Unavailable, match="no shard map yet") as e:
+        await backend.write(write_of(pod_in_slot(0)))
+    assert not isinstance(e.value, NotOwner)
+    assert (await backend.health()).status == pb.HealthResponse.NOT_SERVING
+
+
+def test_health_check_messages_round_trip_by_hand() -> None:
+    assert decode_check_request(b"") == ""
+    assert decode_check_request(b"\x0a\x08liveness") == "liveness"
+    assert encode_check_response(SERVING) == b"\x08\x01"
+
+
+async def test_over_grpc_a_refused_slot_is_failed_precondition_and_health_is_served() -> None:
+    backend, _, _ = backend_for("store-b", two_member_map())
+    server, port = await start_cluster_grpc(MetricsServicer(backend), backend, "127.0.0.1", 0)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS) as ch:
+            stub = pb_grpc.MetricsStub(ch)
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await stub.Write(write_of(pod_in_slot(0)))
+            assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "member store-b does not hold slot" in (e.value.details() or "")
+            with pytest.raises(NotOwner, match="Write: member store-b does not hold slot"):
+                await GrpcBackend(stub).write(write_of(pod_in_slot(0)))
+            check = ch.unary_unary(f"/{HEALTH_SERVICE}/Check", None, None)
+            assert await check(b"") == encode_check_response(SERVING)
+            assert await check(b"\x0a\x08liveness") == encode_check_response(SERVING)
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await check(b"\x0a\x03foo")
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        await server.stop(None)
+
+
+async def test_the_readiness_check_fails_while_the_store_has_no_map() -> None:
+    backend, _, _ = backend_for("store-a", None)
+    server, port = await start_cluster_grpc(MetricsServicer(backend), backend, "127.0.0.1", 0)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            check = ch.unary_unary(f"/{HEALTH_SERVICE}/Check", None, None)
+            assert await check(b"\x0a\x09readiness") == encode_check_response(NOT_SERVING)
+            assert await check(b"\x0a\x08liveness") == encode_check_response(SERVING)
+    finally:
+        await server.stop(None)
