@@ -32,7 +32,7 @@ from metricsd.agent.pusher import Pusher, PusherSettings
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.agent.telemetry import AgentExporter, LoopStats, health, start_http
 from metricsd.clock import Clock, SystemClock
-from metricsd.cmd.runner import run_main
+from metricsd.cmd.runner import run_main, stop_event
 from metricsd.defaults import AGENT_METRICS_PORT, HOST, grpc_address
 from metricsd.durations import parse_duration_ms
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
@@ -267,9 +267,7 @@ async def run_agent(
         log.info("agent metrics on http://%s:%d/metrics, health on /healthz", opts.metrics_host, port)
         stats.extra["metrics_port"] = str(port)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
+    stop_event(stop)  # removed again below: run_agent also runs inside other programs' loops
     sender = asyncio.create_task(pusher.run(), name="pusher")
     main = asyncio.create_task(producer, name="producer")
     stopper = asyncio.create_task(stop.wait(), name="stop")

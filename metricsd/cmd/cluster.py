@@ -39,6 +39,7 @@ from metricsd.maths.slots import DEFAULT_SLOTS
 
 __all__ = ["ClusterPlan", "LocalCluster", "ProcessSpec", "add_parser", "run"]
 
+from metricsd.cmd.runner import stop_event
 from metricsd.defaults import HOST, HTTP_PORT, LEASE_TTL_S
 
 log = logging.getLogger("metricsd.cluster")
@@ -220,10 +221,7 @@ class LocalCluster:
 
 
 async def _wait_for_stop(cluster: LocalCluster) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     reported: set[str] = set()
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):

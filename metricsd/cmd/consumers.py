@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -20,7 +18,7 @@ import aiohttp
 import grpc
 
 from metricsd.clock import SystemClock
-from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args
+from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args, run_main, stop_event
 from metricsd.consumers.actuators import (
     Actuator,
     KubernetesActuator,
@@ -161,11 +159,7 @@ async def _run_loop(args: argparse.Namespace) -> int:
             return 0
         loop = Periodic(controller)
         loop.start()
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await stop_event().wait()
         await loop.stop()
         return 0
     finally:
@@ -184,10 +178,5 @@ def run(args: argparse.Namespace) -> int:
     if args.spec is None:
         print(f"metricsd {args.consumer}: --spec FILE is required (see deploy/examples/)", file=sys.stderr)
         return 2
-    try:
-        return asyncio.run(_run_loop(args))
-    except (OSError, SpecError, ValueError, ActuatorError) as e:
-        print(f"metricsd {args.consumer}: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
+    return run_main(f"metricsd {args.consumer}", _run_loop(args),
+                    errors=(OSError, SpecError, ValueError, ActuatorError))

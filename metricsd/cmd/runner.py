@@ -55,9 +55,10 @@ def etcd_from_args(args: argparse.Namespace) -> EtcdKV:
                                watch_backoff_max_s=1.0))
 
 
-def stop_event() -> asyncio.Event:
-    """An event set by SIGINT or SIGTERM (handlers installed on the running loop)."""
-    stop = asyncio.Event()
+def stop_event(stop: asyncio.Event | None = None) -> asyncio.Event:
+    """An event (``stop``, or a new one) set by SIGINT or SIGTERM (handlers installed on the
+    running loop)."""
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -69,15 +70,16 @@ def run_main(name: str, main: Coroutine[Any, Any, object],
              errors: tuple[type[Exception], ...] = (OSError, ValueError)) -> int:
     """Run a command's coroutine to its end (SIGINT / SIGTERM end a service cleanly). The expected
     start-up failures (a port in use, an unusable flag value, a locked data directory) become one
-    line on stderr and exit status 1 instead of a traceback; Ctrl-C is a clean exit."""
+    line on stderr and exit status 1 instead of a traceback; Ctrl-C is a clean exit. A coroutine
+    that returns an int returns the exit status itself."""
     try:
-        asyncio.run(main)
+        result = asyncio.run(main)
     except errors as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        pass
-    return 0
+        return 0
+    return result if isinstance(result, int) else 0
 
 
 def run_service(name: str, serve: Callable[[argparse.Namespace], Coroutine[Any, Any, None]],

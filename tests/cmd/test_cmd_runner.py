@@ -1,0 +1,51 @@
+"""One way to run a command: start-up errors as one line and exit 1, the coroutine's own status,
+and every subcommand registered with the parser that ``metricsd`` and ``python -m metricsd`` use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from metricsd.cmd.main import build_parser
+from metricsd.cmd.runner import run_main
+
+
+async def _fails() -> None:
+    raise OSError("cannot listen on 127.0.0.1:7401 (in use?)")
+
+
+async def _returns(code: int) -> int:
+    return code
+
+
+def test_an_expected_start_up_error_is_one_line_and_exit_status_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main("metricsd store", _fails()) == 1
+    assert capsys.readouterr().err == "metricsd store: cannot listen on 127.0.0.1:7401 (in use?)\n"
+
+
+def test_an_unexpected_error_is_not_swallowed() -> None:
+    with pytest.raises(OSError):
+        run_main("metricsd store", _fails(), errors=(ValueError,))
+
+
+def test_a_coroutine_returning_a_status_returns_it() -> None:
+    assert run_main("metricsd hpa", _returns(3)) == 3
+
+
+@pytest.mark.parametrize("command", ["up", "query", "hpa", "vpa", "overcommit", "agent", "store", "proxy",
+                                     "config-server", "cluster", "chaos"])
+def test_every_subcommand_has_a_run(command: str) -> None:
+    parser = build_parser()
+    argv = {"cluster": ["cluster", "status", "--etcd", "127.0.0.1:2379"],
+            "config-server": ["config-server", "--id", "cs-1", "--etcd", "127.0.0.1:2379"],
+            "proxy": ["proxy", "--etcd", "127.0.0.1:1"],
+            "query": ["query", "--metric", "m"]}.get(command, [command])
+    args = parser.parse_args(argv)
+    assert callable(args.run)
+
+
+def test_python_dash_m_metricsd_is_the_command() -> None:
+    out = subprocess.run([sys.executable, "-m", "metricsd", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("metricsd ")
