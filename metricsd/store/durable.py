@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metricsd.clock import Clock, SystemClock
+from metricsd.defaults import SNAPSHOT_INTERVAL_S
 from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, Unavailable
@@ -64,7 +65,7 @@ class DurabilitySettings:
     fsync: FsyncPolicy = FsyncPolicy.INTERVAL
     fsync_interval_s: float = 1.0
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
-    snapshot_interval_s: float = 600.0
+    snapshot_interval_s: float = SNAPSHOT_INTERVAL_S
     keep_snapshots: int = 2
     progress_every_s: float = 5.0
 
