@@ -60,15 +60,15 @@ class StoreAPI:
     def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         """Raises BadRequest (malformed, or past a per-request or label limit) or LimitExceeded (past a
         series limit); either way nothing is stored and the batch's samples are counted in
-        ``store.rejected`` under the reason."""
+        ``store.refused`` under the reason (Stats.rejected)."""
         refusal = check_write_request(request, self.store.settings.request_limits)
         if refusal is not None:
-            self.store.rejected[refusal.reason] += len(request.timestamps)
+            self.store.refused[refusal.reason] += len(request.timestamps)
             raise BadRequest(refusal.message)
         try:
             res = self._write(request)
         except InvalidSeries as e:
-            self.store.rejected[e.reason] += len(request.timestamps)
+            self.store.refused[e.reason] += len(request.timestamps)
             raise BadRequest(str(e)) from e
         except SeriesLimitExceeded as e:  # counted by the store
             raise LimitExceeded(str(e)) from e
@@ -155,7 +155,8 @@ class StoreAPI:
         return pb.StatsResponse(
             series=int(st["series"]), samples=int(st["samples"]), chunk_bytes=int(st["chunk_bytes"]),
             chunk_samples=int(st["chunk_samples"]), bytes_per_sample=float(st["bytes_per_sample"]),
-            head_samples=int(st["head_samples"]), pods=int(st["pods"]), rejected=dict(self.store.rejected),
+            head_samples=int(st["head_samples"]), pods=int(st["pods"]),
+            rejected=dict(self.store.rejected + self.store.refused),
             rollup_buckets=int(st["rollup_buckets"]),
         )
 

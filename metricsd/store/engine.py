@@ -70,7 +70,10 @@ class Store:
         self.head = Head(self.settings.head_capacity, self.settings.head_keep)
         self.chunks: list[ChunkList] = []
         self.rollups = Rollups()
-        self.rejected: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()  # samples dropped from applied batches (replayed from the WAL)
+        # Samples of refused writes by reason, since the process started: not data, so neither
+        # logged nor snapshotted. Stats.rejected reports both.
+        self.refused: Counter[str] = Counter()
         self.max_ts = np.iinfo(np.int64).min
         self.samples_written = 0
         self._stamp_buf = np.zeros(64, dtype=np.int64)
@@ -130,7 +133,7 @@ class Store:
     def _admit(self, ids: np.ndarray, rows: np.ndarray, new_series: Mapping[int, Labels], n_samples: int,
                now_s: float) -> dict[str, int] | None:
         """New series per namespace of a live write within the series limits (None: it creates none).
-        Raises SeriesLimitExceeded, counting the batch's samples under the limit's reason."""
+        Raises SeriesLimitExceeded, counting the batch's samples in ``refused`` under the limit's reason."""
         new_ids = [int(i) for i in ids[rows < 0].tolist()]
         if not new_ids:
             return None
@@ -149,7 +152,7 @@ class Store:
         if msg is None:
             msg, reason = self.new_series_rate.refusal(wanted, now_s, example), "new_series_rate"
         if msg is not None:
-            self.rejected[reason] += n_samples
+            self.refused[reason] += n_samples
             raise SeriesLimitExceeded(reason, msg)
         return dict(wanted)
 

@@ -101,7 +101,7 @@ def test_store_series_limit_refuses_new_series_whole_batch_and_keeps_existing() 
         _write(store, [_labels(0), _labels(2), _labels(3)], 2000)  # one known, two new: all refused
     assert e.value.reason == "series_limit"
     assert store.stats() == before
-    assert store.rejected["series_limit"] == 3
+    assert store.refused["series_limit"] == 3 and store.rejected["series_limit"] == 0
     assert _write(store, [_labels(0), _labels(1)], 2000) == 2  # existing series: accepted
     assert _write(store, [_labels(2)], 2000) == 1  # up to the limit
     assert store.stats()["series"] == 3
