@@ -37,3 +37,15 @@ def tune_malloc(mmap_threshold: int = 128 * 1024, arena_max: int = 2) -> bool:
     if "MALLOC_ARENA_MAX" not in os.environ:
         ok = bool(mallopt(_M_ARENA_MAX, arena_max)) and ok
     return ok
+
+
+def total_memory_bytes() -> int:
+    """Memory this process may use: the machine's RAM, or the cgroup v2 limit when lower (a pod's
+    memory limit). What the default series limit (metricsd/store/limits.py) is sized from."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            text = f.read().strip()
+    except OSError:
+        return int(total)
+    return int(min(total, int(text))) if text.isdigit() else int(total)

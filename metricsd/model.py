@@ -48,12 +48,23 @@ _METRIC_NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
 class InvalidSeries(ValueError):
-    """A series or sample that fails validation; the message names the series and the fault."""
+    """A series or sample that fails validation; the message names the series and the fault, and
+    ``reason`` the counter it is counted under (``invalid``, or the label limit it broke)."""
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Validation limits. Defaults are generous for pod metrics and block abuse.
+
+    Lengths are UTF-8 bytes, what a series costs in memory. Kubernetes caps label values at 63
+    characters and object names (pods, namespaces) at 253; the longest values pod metrics carry
+    are image references with a digest (about 100 - 300 bytes). A 1 KiB value and a 256-byte name
+    take all of them with room to spare, and bound a series' labels to about 42 KiB
+    (32 x (256 + 1024) bytes) however a sender misbehaves.
 
     Timestamps may be as old as the Unix epoch (PromQL test data lives in 1970) and up to
     ``max_timestamp_ms`` (year 2200): anything else is a unit mistake (seconds or nanoseconds).
@@ -61,7 +72,7 @@ class Limits:
 
     max_labels: int = 32
     max_name_length: int = 256
-    max_value_length: int = 2048
+    max_value_length: int = 1024
     min_timestamp_ms: int = -(2**62)
     max_timestamp_ms: int = 7_258_118_400_000  # 2200-01-01T00:00:00Z
 
@@ -112,6 +123,17 @@ def series_id(labels: Labels) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
+def _utf8_len(s: str) -> int:
+    """Bytes of ``s`` in UTF-8, encoding only when it is not ASCII."""
+    return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
+
+
+def _short(labels: Labels, limit: int = 200) -> str:
+    """describe(), cut to ``limit`` characters: an error about an oversized series stays readable."""
+    text = describe(labels)
+    return text if len(text) <= limit else text[:limit] + "...}"
+
+
 def validate_labels(labels: Labels, limits: Limits = DEFAULT_LIMITS, *, require_pod: bool = True) -> None:
     """Raise InvalidSeries naming the series and what is wrong with it."""
     names = [k for k, _ in labels]
@@ -121,29 +143,33 @@ def validate_labels(labels: Labels, limits: Limits = DEFAULT_LIMITS, *, require_
         raise InvalidSeries(f"series {describe(labels)}: labels not in canonical (sorted) order")
     if len(labels) > limits.max_labels + 1:  # +1 for __name__
         raise InvalidSeries(
-            f"series {describe(labels)}: {len(labels) - 1} labels, more than the limit of {limits.max_labels}"
-        )
+            f"series {_short(labels)}: {len(labels) - 1} labels, more than the limit of {limits.max_labels} "
+            "labels per series", "labels_per_series")
     d = dict(labels)
     name = d.get(METRIC_NAME, "")
     if not name:
         raise InvalidSeries(f"series {describe(labels)}: empty metric name")
-    if len(name) > limits.max_name_length:
+    if _utf8_len(name) > limits.max_name_length:
         raise InvalidSeries(
-            f"series {describe(labels)[:80]}...: metric name longer than {limits.max_name_length} characters"
-        )
+            f"series {_short(labels)}: metric name is {_utf8_len(name)} bytes, more than the limit of "
+            f"{limits.max_name_length} bytes", "label_name_length")
     if not _METRIC_NAME_RE.match(name):
-        raise InvalidSeries(f"series {describe(labels)}: metric name {name!r} is not [a-zA-Z_:][a-zA-Z0-9_:]*")
+        raise InvalidSeries(f"series {_short(labels)}: metric name {name!r} is not [a-zA-Z_:][a-zA-Z0-9_:]*")
     for k, v in labels:
         if k == METRIC_NAME:
             continue
-        if not k or len(k) > limits.max_name_length or not _LABEL_NAME_RE.match(k):
-            raise InvalidSeries(f"series {describe(labels)}: label name {k!r} is not [a-zA-Z_][a-zA-Z0-9_]*")
-        if k.startswith("__"):
-            raise InvalidSeries(f"series {describe(labels)}: label name {k!r} is reserved (starts with __)")
-        if len(v) > limits.max_value_length:
+        if _utf8_len(k) > limits.max_name_length:
             raise InvalidSeries(
-                f"series {describe(labels)[:80]}...: value of {k} longer than {limits.max_value_length}"
-            )
+                f"series {_short(labels)}: label name {k[:40]!r}... is {_utf8_len(k)} bytes, more than the limit of "
+                f"{limits.max_name_length} bytes", "label_name_length")
+        if not k or not _LABEL_NAME_RE.match(k):
+            raise InvalidSeries(f"series {_short(labels)}: label name {k!r} is not [a-zA-Z_][a-zA-Z0-9_]*")
+        if k.startswith("__"):
+            raise InvalidSeries(f"series {_short(labels)}: label name {k!r} is reserved (starts with __)")
+        if _utf8_len(v) > limits.max_value_length:
+            raise InvalidSeries(
+                f"series {_short(labels)}: value of label {k} is {_utf8_len(v)} bytes, more than the limit of "
+                f"{limits.max_value_length} bytes", "label_value_length")
     if require_pod:
         for req in REQUIRED_LABELS:
             if not d.get(req):

@@ -40,11 +40,11 @@ def test_series_id_is_pinned() -> None:
         (make_labels("cpu", {"namespace": "n"}), "required label 'pod' is missing"),
         (make_labels("cpu", {"namespace": "n", "pod": ""}), "required label 'pod' is missing or empty"),
         (make_labels("9cpu", {"namespace": "n", "pod": "p"}), "metric name '9cpu'"),
-        (make_labels("x" * 300, {"namespace": "n", "pod": "p"}), "longer than 256"),
+        (make_labels("x" * 300, {"namespace": "n", "pod": "p"}), "metric name is 300 bytes, more than the lim"),
         (make_labels("cpu", {"namespace": "n", "pod": "p", "__x": "1"}), "reserved"),
         (make_labels("cpu", {"namespace": "n", "pod": "p", "a.b": "1"}), "label name 'a.b'"),
         ((("namespace", "n"), ("__name__", "cpu"), ("pod", "p")), "canonical"),
-        (make_labels("cpu", {"namespace": "n", "pod": "p", "v": "x" * 3000}), "value of v longer"),
+        (make_labels("cpu", {"namespace": "n", "pod": "p", "v": "x" * 3000}), "value of label v is 3000 bytes"),
     ],
 )
 def test_invalid_series_are_named_in_the_message(labels: tuple[tuple[str, str], ...], message: str) -> None:
@@ -57,6 +57,28 @@ def test_label_count_limit_is_configurable() -> None:
     validate_labels(labels)
     with pytest.raises(InvalidSeries, match="4 labels, more than the limit of 3"):
         validate_labels(labels, Limits(max_labels=3))
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason", "message"),
+    [
+        ({"v": "x" * 1025}, "label_value_length", "value of label v is 1025 bytes, more than the limit of 1024 bytes"),
+        ({"v": "é" * 513}, "label_value_length", "value of label v is 1026 bytes"),  # UTF-8 bytes, not characters
+        ({"n" * 257: "1"}, "label_name_length", "is 257 bytes, more than the limit of 256 bytes"),
+        ({f"l{i}": "1" for i in range(31)}, "labels_per_series", "33 labels, more than the limit of 32"),
+    ],
+)
+def test_label_limits_name_the_limit_and_its_reason(extra: dict[str, str], reason: str, message: str) -> None:
+    labels = make_labels("cpu", {"namespace": "n", "pod": "p", **extra})
+    with pytest.raises(InvalidSeries, match=message) as e:
+        validate_labels(labels)
+    assert e.value.reason == reason
+    assert len(str(e.value)) < 400  # the oversized series is cut in the message
+
+
+def test_label_limits_accept_their_exact_values() -> None:
+    validate_labels(make_labels("cpu", {"namespace": "n", "pod": "p", "v": "é" * 512, "n" * 256: "1",
+                                        **{f"l{i}": "1" for i in range(28)}}))
 
 
 def test_stale_marker_is_a_specific_nan() -> None:

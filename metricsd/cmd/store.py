@@ -32,12 +32,15 @@ from metricsd.cmd.runner import (
     run_service,
 )
 from metricsd.cmd.runner import stop_event as make_stop_event
+from metricsd.memory import total_memory_bytes
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.health import start_cluster_grpc
 from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
 from metricsd.store.engine import Store
+from metricsd.store.limits import DEFAULT_NEW_SERIES_PER_MINUTE, SeriesLimits, default_max_series
+from metricsd.store.settings import StoreSettings
 
 __all__ = ["add_arguments", "add_parser", "advertised_address", "run", "serve"]
 
@@ -74,6 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "under the same id moves nothing")
     p.add_argument("--drain-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="with --deregister-on-exit: how long to wait for the slots to move (default %(default)s)")
+    add_limit_arguments(p)
     p.add_argument("--data-dir", type=Path, default=None,
                    help="keep a write-ahead log and snapshots here (default: memory only)")
     p.add_argument("--wal-fsync", choices=["always", "interval", "never"], default="interval",
@@ -90,6 +94,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[0] if __doc__ else None)
     add_arguments(p)
     p.set_defaults(run=run)
+
+
+def add_limit_arguments(p: argparse.ArgumentParser) -> None:
+    """The store's series limits (README, "Write limits"); shared by ``metricsd store`` and ``up``."""
+    p.add_argument("--max-series", type=int, default=None, metavar="N",
+                   help="series the store holds at most; writes creating more are refused (RESOURCE_EXHAUSTED, "
+                        "HTTP 429). Default: half the memory (RAM or cgroup limit) / 24 KiB per series; 0: unlimited")
+    p.add_argument("--max-new-series-per-minute", type=int, default=DEFAULT_NEW_SERIES_PER_MINUTE, metavar="N",
+                   help="new series a namespace may create per minute (default %(default)s; 0: unlimited)")
+
+
+def store_settings(args: argparse.Namespace) -> StoreSettings:
+    """StoreSettings from the limit flags; logs the series limit when it was sized to the machine."""
+    max_series = args.max_series
+    if max_series is None:
+        mem = total_memory_bytes()
+        max_series = default_max_series(mem)
+        _log.info("series limit %d (%.1f GiB of memory; --max-series to change)", max_series, mem / 2**30)
+    if max_series < 0 or args.max_new_series_per_minute < 0:
+        raise SystemExit("--max-series and --max-new-series-per-minute must be >= 0")
+    return StoreSettings(series_limits=SeriesLimits(max_series, args.max_new_series_per_minute))
 
 
 def advertised_address(host: str, grpc_port: int, advertise: str | None) -> str:
@@ -111,11 +136,11 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
         from metricsd.store.wal import FsyncPolicy
 
         dset = DurabilitySettings(fsync=FsyncPolicy(args.wal_fsync), snapshot_interval_s=args.snapshot_every)
-        store, durability = open_store(args.data_dir, durability=dset)
+        store, durability = open_store(args.data_dir, settings=store_settings(args), durability=dset)
         api: StoreAPI = durability.api(member_id)
         background.append(asyncio.create_task(run_durability(durability), name="durability"))
     else:
-        store = Store()
+        store = Store(store_settings(args))
         api = StoreAPI(store, member_id)
         background.append(asyncio.create_task(gc_loop(store.gc), name="retention"))
     backend: MetricsBackend = LocalBackend(api)

@@ -19,6 +19,7 @@ from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.clock import Clock, SystemClock
 from metricsd.cmd.runner import port, run_main, stop_event
+from metricsd.cmd.store import add_limit_arguments, store_settings
 from metricsd.consumers.consumerset import ConsumerSet, start_consumers
 from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
 from metricsd.http.server import serve_http, stop_http
@@ -29,6 +30,7 @@ from metricsd.rpc.wire import labels_to_pb
 from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
 from metricsd.store.durable import Durability, open_store, run_durability
 from metricsd.store.engine import Store
+from metricsd.store.settings import StoreSettings
 
 log = logging.getLogger("metricsd.cmd.up")
 
@@ -51,6 +53,7 @@ class UpOptions:
     consumers: bool = True
     wal_fsync: str = "interval"
     examples_dir: Path = field(default_factory=lambda: EXAMPLES_DIR)
+    store_settings: StoreSettings | None = None  # None: StoreSettings() (no series limit)
 
 
 class SimulatedAgent:
@@ -100,13 +103,13 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     durability: Durability | None = None
     if opts.data_dir is not None:
         # Recover what the last run acknowledged (snapshot + WAL replay), then log every write.
-        store, durability = open_store(opts.data_dir, fsync=opts.wal_fsync, clock=clock)
+        store, durability = open_store(opts.data_dir, settings=opts.store_settings, fsync=opts.wal_fsync, clock=clock)
         api: StoreAPI = durability.api(member="up")
         log.info("store recovered from %s: %d series, %d samples", opts.data_dir, store.stats()["series"],
                  store.stats()["samples"])
     else:
-        store = Store()
-        api = StoreAPI(store, member="up")
+        store = Store(opts.store_settings)
+        api = StoreAPI(store, member="up", clock=clock)
         log.info("no --data-dir: data lives in memory only and is lost when metricsd stops")
     backend = LocalBackend(api)
     server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port)
@@ -188,6 +191,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="when the WAL is fsynced: a process crash loses nothing acknowledged under any policy; "
                          "a machine crash may lose up to the interval (1 s) with 'interval', everything unsynced "
                          "with 'never'")
+    add_limit_arguments(up)
     up.add_argument("--no-simulate", action="store_true", help="do not run the simulated agent")
     up.add_argument("--pods", type=int, default=200, help="simulated pods")
     up.add_argument("--workloads", type=int, default=10, help="simulated workloads")
@@ -203,5 +207,5 @@ def run(args: argparse.Namespace) -> int:
     opts = UpOptions(grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,
                      simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
                      seed=args.seed, consumers=not args.no_consumers, examples_dir=args.examples_dir,
-                     wal_fsync=args.wal_fsync)
+                     wal_fsync=args.wal_fsync, store_settings=store_settings(args))
     return run_main("metricsd up", run_up(opts), errors=(OSError,))

@@ -39,7 +39,8 @@ from metricsd.http.settings import HttpSettings
 from metricsd.model import Labels, describe, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import prometheus_remote_pb2 as prom
-from metricsd.rpc.backend import BadRequest, MetricsBackend
+from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
+from metricsd.rpc.limits import check_counts
 from metricsd.rpc.wire import labels_to_pb, length_delimited
 
 __all__ = ["DEFAULT_SERIES_CACHE", "PreparedWrite", "RemoteWriteReceiver", "SeriesCache", "decode_body",
@@ -282,6 +283,11 @@ class RemoteWriteReceiver:
         (4xx, nothing stored) and whatever the backend raises (Unavailable)."""
         scanned = decode_body(body, self.settings.max_decompressed_bytes)
         n = len(scanned.timestamps)
+        # Before a label is parsed: a request of a million series costs nothing to refuse.
+        refusal = check_counts(len(scanned.keys), n, self.settings.request_limits)
+        if refusal is not None:
+            self.metrics.samples_rejected.labels(reason=refusal.reason).inc(n)
+            raise ApiError("bad_data", refusal.message)
         try:
             prepared = prepare_write(scanned, self.cache, self.settings)
             if prepared is None:
@@ -292,6 +298,9 @@ class RemoteWriteReceiver:
                 resp = await self.backend.write(prepared.with_labels(resp.unknown_ids, self.settings))
         except (ApiError, BadRequest):
             self.metrics.samples_rejected.labels(reason="invalid").inc(n)
+            raise
+        except LimitExceeded:
+            self.metrics.samples_rejected.labels(reason="series_limit").inc(n)
             raise
         if resp.unknown_ids:
             raise ApiError("internal", f"backend reported {len(resp.unknown_ids)} unknown series although their "

@@ -25,7 +25,7 @@ from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.promql import PromQLError
 from metricsd.promql.queries import QueryRunner
-from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
+from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
 
 __all__ = ["METRICS_KEY", "SETTINGS_KEY", "build_app", "serve_http", "start_http", "stop_http"]
 
@@ -50,6 +50,8 @@ def _as_api_error(e: Exception, settings: HttpSettings) -> ApiError | None:
         return ApiError(e.kind, e.message)
     if isinstance(e, BadRequest):
         return ApiError("bad_data", str(e))
+    if isinstance(e, LimitExceeded):  # 429: remote-write senders back off instead of retrying at once
+        return ApiError("resource_exhausted", str(e), 429)
     if isinstance(e, Unavailable):
         return ApiError("unavailable", str(e))
     if isinstance(e, TimeoutError):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from metricsd.rpc.limits import RequestLimits
 
 __all__ = ["HttpSettings"]
 
@@ -27,6 +29,8 @@ class HttpSettings:
     pod_label: remote write: a label whose value becomes ``pod`` when a series lacks one
         (``instance`` is the usual choice for scraped targets); None rejects such series.
     access_log: log one line per request to the ``metricsd.http.access`` logger.
+    request_limits: remote write: series entries and samples per request (400 past them), checked
+        before any label is parsed; the same defaults as a store's gRPC Write.
     """
 
     client_max_size: int = 32 * 1024 * 1024
@@ -40,6 +44,7 @@ class HttpSettings:
     default_namespace: str | None = None
     pod_label: str | None = None
     access_log: bool = True
+    request_limits: RequestLimits = field(default_factory=RequestLimits)
 
     def __post_init__(self) -> None:
         if self.client_max_size <= 0 or self.max_decompressed_bytes <= 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from metricsd.proxy.quorum import QuorumSettings
+from metricsd.rpc.limits import RequestLimits
 
 __all__ = ["HandoffSettings", "HealthSettings", "ProxySettings", "RepairSettings"]
 
@@ -78,6 +79,8 @@ class ProxySettings:
         (WriteResponse.unknown_ids), exactly as a restarted store would.
     known_ids_per_member: ids remembered per member as acknowledged with labels; past it the set is
         cleared, and labels are resent as a member reports them unknown.
+    request_limits: series and samples per Write request, checked before a batch is split (the
+        stores check their parts again, and their series limits).
     """
 
     w: int = 2
@@ -88,6 +91,7 @@ class ProxySettings:
     series_cache: int = 1_000_000
     known_ids_per_member: int = 2_000_000
     handoff: HandoffSettings = field(default_factory=HandoffSettings)
+    request_limits: RequestLimits = field(default_factory=RequestLimits)
     repair: RepairSettings = field(default_factory=RepairSettings)
     health: HealthSettings = field(default_factory=HealthSettings)
 

@@ -27,7 +27,8 @@ from metricsd.proxy.members import SlotNotHeld
 from metricsd.proxy.quorum import QuorumTracker, ReplicaPlan, plan_write
 from metricsd.proxy.routing import Batch, SeriesRouter
 from metricsd.proxy.view import ClusterView
-from metricsd.rpc.backend import BadRequest, Unavailable
+from metricsd.rpc.backend import BadRequest, LimitExceeded, Unavailable
+from metricsd.rpc.limits import check_write_request
 
 __all__ = ["WritePath"]
 
@@ -46,7 +47,13 @@ class WritePath:
         self._plan_cache: tuple[tuple[int, int, frozenset[str]], list[ReplicaPlan]] | None = None
 
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
-        """Raises BadRequest (malformed batch) or Unavailable (no W acks for some slot, naming them)."""
+        """Raises BadRequest (malformed batch, or past the per-request limits), LimitExceeded (a store's
+        series limits refused its part: not handed off, as a retry would be refused too; the other
+        stores' parts may be stored) or Unavailable (no W acks for some slot, naming them)."""
+        refusal = check_write_request(request, self.view.settings.request_limits)
+        if refusal is not None:
+            self.counters[f"write_rejected_{refusal.reason}"] += 1
+            raise BadRequest(refusal.message)
         local = self.router.learn(request.series) if request.series else {}
         hashes, unknown = self.router.resolve(list(request.ids), local)
         if unknown:
@@ -97,7 +104,7 @@ class WritePath:
                     if exc is None:
                         tracker.record_success(member)
                         acks.append(task.result())
-                    elif isinstance(exc, BadRequest):
+                    elif isinstance(exc, (BadRequest, LimitExceeded)):
                         raise exc
                     else:
                         stale = stale or isinstance(exc, SlotNotHeld)
@@ -167,7 +174,7 @@ class WritePath:
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None and not isinstance(exc, (BadRequest, SlotNotHeld)):
+        if exc is not None and not isinstance(exc, (BadRequest, SlotNotHeld, LimitExceeded)):
             self._hand_off(member, batch, slots)
 
     def _hand_off(self, member: str, batch: Batch, slots: Sequence[int]) -> None:

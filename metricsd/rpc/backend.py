@@ -17,12 +17,20 @@ from typing import Protocol
 
 from metricsd.proto import metricsd_pb2 as pb
 
-__all__ = ["BadRequest", "MetricsBackend", "NotOwner", "Unavailable"]
+__all__ = ["BadRequest", "LimitExceeded", "MetricsBackend", "NotOwner", "Unavailable"]
 
 
 class BadRequest(ValueError):
     """The request is malformed; the message says what and names the series when there is one.
     Nothing was stored when it is raised."""
+
+
+class LimitExceeded(RuntimeError):
+    """A store's capacity limit refused the write (its total series, or a namespace's new series
+    per minute): the request is well formed, but storing it would create series the store will not
+    hold now. RESOURCE_EXHAUSTED over gRPC, 429 over HTTP. The message names the limit, its value
+    and a series; nothing was stored. Samples of series the store already holds are still accepted,
+    so a sender that splits new series from known ones loses only the new ones."""
 
 
 class Unavailable(RuntimeError):

@@ -14,7 +14,7 @@ import grpc
 
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
-from metricsd.rpc.backend import BadRequest, NotOwner, Unavailable
+from metricsd.rpc.backend import BadRequest, LimitExceeded, NotOwner, Unavailable
 from metricsd.rpc.server import GRPC_OPTIONS
 
 __all__ = ["GrpcBackend", "MetricsClient"]
@@ -67,7 +67,9 @@ class MetricsClient:
 
 
 class GrpcBackend:
-    """A store or proxy over gRPC; maps status codes onto BadRequest / NotOwner / Unavailable."""
+    """A store or proxy over gRPC; maps status codes onto BadRequest / NotOwner / LimitExceeded /
+    Unavailable. RESOURCE_EXHAUSTED is also gRPC's own answer to a message over the size limit:
+    neither is helped by a retry, so both are LimitExceeded."""
 
     def __init__(self, stub: pb_grpc.MetricsStub, timeout_s: float = 10.0) -> None:
         self.stub = stub
@@ -79,6 +81,8 @@ class GrpcBackend:
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise BadRequest(e.details() or "invalid argument") from e
+            if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise LimitExceeded(e.details() or "resource exhausted") from e
             if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 raise NotOwner(f"{method}: {e.details()}") from e
             raise Unavailable(f"{method}: {e.code().name}: {e.details()}") from e

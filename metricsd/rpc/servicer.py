@@ -14,7 +14,7 @@ import grpc
 
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
-from metricsd.rpc.backend import BadRequest, MetricsBackend, NotOwner, Unavailable
+from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
 
 __all__ = ["MetricsServicer"]
 
@@ -25,7 +25,8 @@ log = logging.getLogger("metricsd.rpc")
 
 class MetricsServicer(pb_grpc.MetricsServicer):
     """Serves a MetricsBackend over gRPC: BadRequest becomes INVALID_ARGUMENT, Unavailable UNAVAILABLE,
-    NotOwner (a cluster store asked for a slot it does not hold) FAILED_PRECONDITION.
+    NotOwner (a cluster store asked for a slot it does not hold) FAILED_PRECONDITION, LimitExceeded
+    (a store's series limits) RESOURCE_EXHAUSTED.
 
     A store serves its LocalBackend through it; a proxy serves its fan-out backend the same way,
     so clients cannot tell them apart.
@@ -40,6 +41,9 @@ class MetricsServicer(pb_grpc.MetricsServicer):
         except BadRequest as e:
             log.info("%s rejected: %s", method, e)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except LimitExceeded as e:
+            log.info("%s refused: %s", method, e)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except NotOwner as e:
             log.info("%s refused: %s", method, e)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))

@@ -16,13 +16,13 @@ import logging
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from metricsd import __version__
+from metricsd.clock import Clock, SystemClock
 from metricsd.maths.spec import InvalidAggregate
 from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.backend import BadRequest
+from metricsd.rpc.backend import BadRequest, LimitExceeded
+from metricsd.rpc.limits import check_write_request
 from metricsd.rpc.servicer import MetricsServicer
 from metricsd.rpc.wire import (
     aggregate_result_to_pb,
@@ -33,8 +33,10 @@ from metricsd.rpc.wire import (
     slot_filter_from_pb,
 )
 from metricsd.selector import InvalidSelector
-from metricsd.store.engine import Store
+from metricsd.store.engine import Store, WriteResult
+from metricsd.store.limits import SeriesLimitExceeded
 from metricsd.store.query import run_aggregate
+from metricsd.store.recovery import request_arrays
 
 __all__ = ["LocalBackend", "StoreAPI", "StoreServicer", "gc_loop"]
 
@@ -45,29 +47,40 @@ _BAD_INPUT = (InvalidSeries, InvalidSelector, InvalidAggregate)
 
 
 class StoreAPI:
-    """Not safe for concurrent use: call from one thread (the event loop's)."""
+    """Not safe for concurrent use: call from one thread (the event loop's).
 
-    def __init__(self, store: Store, member: str = "store") -> None:
+    ``clock`` times the new-series rate limit (its monotonic seconds)."""
+
+    def __init__(self, store: Store, member: str = "store", clock: Clock | None = None) -> None:
         self.store = store
         self.member = member
+        self.clock = clock or SystemClock()
         self.status = pb.HealthResponse.SERVING
 
     def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        """Raises BadRequest (malformed, or past a per-request or label limit) or LimitExceeded (past a
+        series limit); either way nothing is stored and the batch's samples are counted in
+        ``store.refused`` under the reason (Stats.rejected)."""
+        refusal = check_write_request(request, self.store.settings.request_limits)
+        if refusal is not None:
+            self.store.refused[refusal.reason] += len(request.timestamps)
+            raise BadRequest(refusal.message)
         try:
-            new = {s.id: labels_from_pb(s.labels) for s in request.series}
-            res = self.store.write(
-                np.array(request.ids, dtype=np.uint64),
-                np.array(request.counts, dtype=np.int64),
-                np.array(request.timestamps, dtype=np.int64),
-                np.array(request.values, dtype=np.float64),
-                new,
-            )
-        except _BAD_INPUT as e:
+            res = self._write(request)
+        except InvalidSeries as e:
+            self.store.refused[e.reason] += len(request.timestamps)
             raise BadRequest(str(e)) from e
+        except SeriesLimitExceeded as e:  # counted by the store
+            raise LimitExceeded(str(e)) from e
         return pb.WriteResponse(
             samples_written=res.written, unknown_ids=res.unknown_ids, rejected_too_old=res.too_old,
             rejected_duplicate=res.duplicate,
         )
+
+    def _write(self, request: pb.WriteRequest) -> WriteResult:
+        """Validate and apply a live write (DurableStoreAPI logs it in between)."""
+        new = {s.id: labels_from_pb(s.labels) for s in request.series}
+        return self.store.write(*request_arrays(request), new, now_s=self.clock.monotonic())
 
     def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         try:
@@ -142,7 +155,8 @@ class StoreAPI:
         return pb.StatsResponse(
             series=int(st["series"]), samples=int(st["samples"]), chunk_bytes=int(st["chunk_bytes"]),
             chunk_samples=int(st["chunk_samples"]), bytes_per_sample=float(st["bytes_per_sample"]),
-            head_samples=int(st["head_samples"]), pods=int(st["pods"]), rejected=dict(self.store.rejected),
+            head_samples=int(st["head_samples"]), pods=int(st["pods"]),
+            rejected=dict(self.store.rejected + self.store.refused),
             rollup_buckets=int(st["rollup_buckets"]),
         )
 

@@ -30,9 +30,8 @@ from pathlib import Path
 
 from metricsd.clock import Clock, SystemClock
 from metricsd.defaults import SNAPSHOT_INTERVAL_S
-from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.backend import BadRequest, Unavailable
+from metricsd.rpc.backend import Unavailable
 from metricsd.rpc.wire import labels_from_pb
 from metricsd.store.api import StoreAPI, gc_loop
 from metricsd.store.engine import Store, ValidWrite, WriteResult
@@ -106,7 +105,8 @@ class Durability:
         without the out-of-order window and logged as CATCH_UP so that replay does the same."""
         new = {s.id: labels_from_pb(s.labels) for s in request.series}
         window = CATCH_UP_WINDOW_MS if catch_up else None
-        batch = self.store.validate(*request_arrays(request), new, ooo_window_ms=window)
+        now_s = None if catch_up else self.clock.monotonic()  # series limits: live writes only
+        batch = self.store.validate(*request_arrays(request), new, ooo_window_ms=window, now_s=now_s)
         if isinstance(batch, WriteResult):
             return batch  # unknown ids: nothing stored, so nothing to log
         self.wal.append(RecordType.CATCH_UP if catch_up else RecordType.WRITE, self._record(request, batch))
@@ -227,18 +227,14 @@ class DurableStoreAPI(StoreAPI):
     """StoreAPI whose writes go through the WAL; a WAL failure answers Unavailable (not acknowledged)."""
 
     def __init__(self, durability: Durability, member: str = "store") -> None:
-        super().__init__(durability.store, member)
+        super().__init__(durability.store, member, durability.clock)
         self.durability = durability
 
-    def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+    def _write(self, request: pb.WriteRequest) -> WriteResult:
         try:
-            res = self.durability.write(request)
-        except InvalidSeries as e:
-            raise BadRequest(str(e)) from e
+            return self.durability.write(request)
         except WalError as e:
             raise Unavailable(str(e)) from e
-        return pb.WriteResponse(samples_written=res.written, unknown_ids=res.unknown_ids, rejected_too_old=res.too_old,
-                                rejected_duplicate=res.duplicate)
 
 
 # --- recovery ------------------------------------------------------------------------------

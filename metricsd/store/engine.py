@@ -24,6 +24,7 @@ from metricsd.selector import Matcher
 from metricsd.store.chunks import ChunkList
 from metricsd.store.head import NO_TS, Head
 from metricsd.store.index import SeriesIndex
+from metricsd.store.limits import NewSeriesRate, SeriesLimitExceeded, series_limit_refusal
 from metricsd.store.rollup import RollupPoints, Rollups
 from metricsd.store.settings import StoreSettings
 
@@ -50,6 +51,8 @@ class ValidWrite:
     rows: np.ndarray  # per series: its row, or -1 for a series new to the store
     generation: int
     ooo_window_ms: int | None = None  # None: the settings' window (see Store.validate)
+    new_per_namespace: Mapping[str, int] | None = None  # admitted under the rate limit at now_s
+    now_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -67,11 +70,15 @@ class Store:
         self.head = Head(self.settings.head_capacity, self.settings.head_keep)
         self.chunks: list[ChunkList] = []
         self.rollups = Rollups()
-        self.rejected: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()  # samples dropped from applied batches (replayed from the WAL)
+        # Samples of refused writes by reason, since the process started: not data, so neither
+        # logged nor snapshotted. Stats.rejected reports both.
+        self.refused: Counter[str] = Counter()
         self.max_ts = np.iinfo(np.int64).min
         self.samples_written = 0
         self._stamp_buf = np.zeros(64, dtype=np.int64)
         self._generation = 0  # bumped by every change; a ValidWrite must see the one it was made at
+        self.new_series_rate = NewSeriesRate(self.settings.series_limits.max_new_series_per_minute)
 
     # --- writes ----------------------------------------------------------------------------
 
@@ -82,9 +89,11 @@ class Store:
         timestamps: np.ndarray,
         values: np.ndarray,
         new_series: Mapping[int, Labels] | None = None,
+        now_s: float | None = None,
     ) -> WriteResult:
-        """Store a columnar batch (see proto WriteRequest). Raises InvalidSeries, storing nothing."""
-        batch = self.validate(ids, counts, timestamps, values, new_series)
+        """Store a columnar batch (see proto WriteRequest). Raises InvalidSeries or (with ``now_s``)
+        SeriesLimitExceeded, storing nothing."""
+        batch = self.validate(ids, counts, timestamps, values, new_series, now_s=now_s)
         return batch if isinstance(batch, WriteResult) else self.apply(batch)
 
     def validate(
@@ -95,13 +104,18 @@ class Store:
         values: np.ndarray,
         new_series: Mapping[int, Labels] | None = None,
         ooo_window_ms: int | None = None,
+        now_s: float | None = None,
     ) -> ValidWrite | WriteResult:
         """The first half of write(), storing nothing: a ValidWrite to apply(), or a WriteResult
         naming the unknown ids. Raises InvalidSeries. A write-ahead log goes between the halves.
 
         ``ooo_window_ms`` overrides the settings' out-of-order window for this batch only: a
         replica catching up from its peers (metricsd/replica/catchup.py) fills gaps far older than
-        its newest samples, which live writes may not do."""
+        its newest samples, which live writes may not do.
+
+        ``now_s`` (seconds on the caller's monotonic clock) marks a live write: the series limits
+        (settings.series_limits) apply to the series it would create, raising SeriesLimitExceeded.
+        Without it (WAL replay, catch-up) they do not: that data was acknowledged already."""
         new_series = new_series or {}
         ids = np.asarray(ids, dtype=np.uint64)
         counts = np.asarray(counts, dtype=np.int64)
@@ -112,13 +126,43 @@ class Store:
             known = self.index.by_id
             return WriteResult(unknown_ids=[int(i) for i in ids.tolist() if int(i) not in known
                                             and int(i) not in new_series])
-        return ValidWrite(ids, counts, timestamps, values, new_series, rows, self._generation, ooo_window_ms)
+        wanted = self._admit(ids, rows, new_series, len(timestamps), now_s) if now_s is not None else None
+        return ValidWrite(ids, counts, timestamps, values, new_series, rows, self._generation, ooo_window_ms,
+                          wanted, now_s or 0.0)
+
+    def _admit(self, ids: np.ndarray, rows: np.ndarray, new_series: Mapping[int, Labels], n_samples: int,
+               now_s: float) -> dict[str, int] | None:
+        """New series per namespace of a live write within the series limits (None: it creates none).
+        Raises SeriesLimitExceeded, counting the batch's samples in ``refused`` under the limit's reason."""
+        new_ids = [int(i) for i in ids[rows < 0].tolist()]
+        if not new_ids:
+            return None
+        wanted: Counter[str] = Counter()
+        example: dict[str, str] = {}
+        for sid in new_ids:
+            labels = new_series[sid]
+            ns = dict(labels).get("namespace", "")
+            wanted[ns] += 1
+            example.setdefault(ns, describe(labels))
+        limits = self.settings.series_limits
+        if len(self.new_series_rate) > 1024:
+            self.new_series_rate.prune(now_s)
+        msg = series_limit_refusal(self.index.n_alive, len(new_ids), limits.max_series, next(iter(example.values())))
+        reason = "series_limit"
+        if msg is None:
+            msg, reason = self.new_series_rate.refusal(wanted, now_s, example), "new_series_rate"
+        if msg is not None:
+            self.refused[reason] += n_samples
+            raise SeriesLimitExceeded(reason, msg)
+        return dict(wanted)
 
     def apply(self, batch: ValidWrite) -> WriteResult:
         """The second half of write(). Raises RuntimeError if the store changed since validate()."""
         if batch.generation != self._generation:
             raise RuntimeError("the store changed between validate() and apply()")
         self._generation += 1
+        if batch.new_per_namespace:
+            self.new_series_rate.charge(batch.new_per_namespace, batch.now_s)
         ids, counts, timestamps, values, new_series, rows = (batch.ids, batch.counts, batch.timestamps, batch.values,
                                                              batch.new_series, batch.rows)
         for i in np.flatnonzero(rows < 0).tolist():

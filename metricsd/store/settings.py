@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from metricsd.model import Limits
+from metricsd.rpc.limits import RequestLimits
+from metricsd.store.limits import SeriesLimits
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,10 @@ class StoreSettings:
         dropped and counted as duplicate (first write wins, so retries are idempotent).
     require_pod_labels: reject series without ``namespace``/``pod`` (the default). Off only for
         stores that hold non-pod data on purpose, e.g. Prometheus' PromQL test scripts.
+    limits: per series (labels per series, label name and value bytes, timestamps), every path.
+    series_limits: series held and new series per minute per namespace; live writes only (a WAL
+        replay or a catch-up from peers restores what was acknowledged, and is never refused).
+    request_limits: series and samples per Write request, checked by StoreAPI before anything else.
     """
 
     chunk_samples: int = 120
@@ -36,6 +42,8 @@ class StoreSettings:
     max_eval_times: int = 11_000
     limits: Limits = field(default_factory=Limits)
     require_pod_labels: bool = True
+    series_limits: SeriesLimits = field(default_factory=SeriesLimits)
+    request_limits: RequestLimits = field(default_factory=RequestLimits)
 
     def __post_init__(self) -> None:
         if self.chunk_samples < 2 or self.head_keep < 1:
