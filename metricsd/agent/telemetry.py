@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector as PromCollector
 from metricsd.agent.collect import Collector
 from metricsd.agent.pusher import Pusher
 from metricsd.clock import Clock
+from metricsd.security.tls import ServerTLS
 
 __all__ = ["AgentExporter", "LoopStats", "health", "start_http"]
 
@@ -151,9 +152,11 @@ def health(loop: LoopStats, pusher: Pusher, clock: Clock) -> tuple[bool, dict[st
 
 
 async def start_http(
-    host: str, port: int, registry: CollectorRegistry, healthz: Callable[[], tuple[bool, dict[str, object]]]
+    host: str, port: int, registry: CollectorRegistry, tls: ServerTLS | None,
+    healthz: Callable[[], tuple[bool, dict[str, object]]],
 ) -> tuple[web.AppRunner, int]:
-    """Serve /metrics and /healthz; returns the runner (call ``cleanup``) and the bound port."""
+    """Serve /metrics and /healthz (over TLS with ``tls``); returns the runner (call ``cleanup``)
+    and the bound port."""
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": _TEXT_FORMAT})
@@ -167,7 +170,7 @@ async def start_http(
     app.router.add_get("/healthz", healthz_handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls.ssl_context() if tls is not None else None)
     await site.start()
     bound = port
     for addr in runner.addresses:  # the bound port, for port 0

@@ -33,12 +33,16 @@ from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.agent.telemetry import AgentExporter, LoopStats, health, start_http
 from metricsd.clock import Clock, SystemClock
 from metricsd.cmd.runner import run_main, stop_event
+from metricsd.cmd.security import add_security_arguments, client_from_args, server_from_args
 from metricsd.defaults import AGENT_METRICS_PORT, HOST, grpc_address
 from metricsd.durations import parse_duration_ms
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import MetricsBackend
+from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import GrpcBackend
 from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.security.settings import ClientSecurity
+from metricsd.security.tls import ServerTLS
 
 __all__ = ["AgentOptions", "add_arguments", "add_parser", "options_from_args", "run", "run_agent"]
 
@@ -81,6 +85,8 @@ class AgentOptions:
     simulate: bool = False
     sim: SimConfig | None = None
     backfill_ms: int = 0
+    security: ClientSecurity | None = None  # TLS and token towards the targets
+    metrics_tls: ServerTLS | None = None  # TLS of the /metrics endpoint
 
     def __post_init__(self) -> None:
         if self.interval_ms < 1000:
@@ -155,6 +161,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sim.add_argument("--seed", type=int, default=0, help="simulator seed (default %(default)s)")
     sim.add_argument("--backfill", type=_duration, default=0, metavar="DURATION",
                      help="first push this much past data as fast as the targets take it, e.g. 7d")
+    add_security_arguments(p, tokens=False)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -192,6 +199,8 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
         simulate=args.simulate,
         sim=sim,
         backfill_ms=args.backfill,
+        security=client_from_args(args),
+        metrics_tls=server_from_args(args).tls,
     )
 
 
@@ -205,10 +214,10 @@ def run(args: argparse.Namespace) -> int:
     return run_main("metricsd agent", run_agent(opts), errors=(OSError,))
 
 
-def grpc_targets(addresses: Sequence[str], timeout_s: float) -> tuple[list[tuple[str, MetricsBackend]],
-                                                                        list[grpc.aio.Channel]]:
+def grpc_targets(addresses: Sequence[str], timeout_s: float, security: ClientSecurity | None = None
+                 ) -> tuple[list[tuple[str, MetricsBackend]], list[grpc.aio.Channel]]:
     """One channel per address; a channel reconnects by itself when its peer comes back."""
-    channels = [grpc.aio.insecure_channel(a, options=_CHANNEL_OPTIONS) for a in addresses]
+    channels = [open_channel(a, security, _CHANNEL_OPTIONS) for a in addresses]
     backends: list[tuple[str, MetricsBackend]] = [
         (a, GrpcBackend(pb_grpc.MetricsStub(ch), timeout_s)) for a, ch in zip(addresses, channels, strict=True)
     ]
@@ -237,7 +246,7 @@ async def run_agent(
                                        directory=opts.buffer_dir))
     channels: list[grpc.aio.Channel] = []
     if backends is None:
-        backends, channels = grpc_targets(opts.targets, opts.write_timeout_s)
+        backends, channels = grpc_targets(opts.targets, opts.write_timeout_s, opts.security)
     pusher = Pusher(buffer, backends, clock, PusherSettings(max_batch_samples=opts.max_batch_samples), sleep=sleep)
     stats = LoopStats(interval_ms=opts.interval_ms, started_ms=clock.now_ms())
     collector: Collector | None = None
@@ -262,7 +271,7 @@ async def run_agent(
     registry.register(AgentExporter(pusher, stats, collector))
     runner = None
     if opts.metrics_port is not None:
-        runner, port = await start_http(opts.metrics_host, opts.metrics_port, registry,
+        runner, port = await start_http(opts.metrics_host, opts.metrics_port, registry, opts.metrics_tls,
                                         lambda: health(stats, pusher, clock))
         log.info("agent metrics on http://%s:%d/metrics, health on /healthz", opts.metrics_host, port)
         stats.extra["metrics_port"] = str(port)

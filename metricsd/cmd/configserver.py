@@ -12,9 +12,11 @@ import logging
 from metricsd.cluster.configserver import ConfigServer, ConfigServerSettings
 from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args, run_service
 from metricsd.cmd.runner import stop_event as make_stop_event
+from metricsd.cmd.security import add_security_arguments, server_from_args
 from metricsd.defaults import CONFIG_SERVER_HEALTH_PORT, HOST, LEASE_TTL_S
 from metricsd.maths.slots import DEFAULT_SLOTS
 from metricsd.rpc.health import start_cluster_grpc
+from metricsd.security.settings import ServerSecurity
 
 __all__ = ["add_arguments", "add_parser", "run", "serve"]
 
@@ -36,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=HOST, help="address of the health endpoint (default %(default)s)")
     p.add_argument("--grpc-port", type=int, default=CONFIG_SERVER_HEALTH_PORT,
                    help="gRPC port serving grpc.health.v1 for probes; -1: none (default %(default)s)")
+    add_security_arguments(p, client=False, tokens=False)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -51,10 +54,12 @@ async def serve(args: argparse.Namespace) -> None:
     stop = make_stop_event()
     kv = etcd_from_args(args)
     server = ConfigServer(kv, layout_from_args(args), settings)
+    # It serves only grpc.health.v1 (open to probes, nothing to read or write): TLS, no tokens.
+    security = ServerSecurity(server_from_args(args).tls)
     grpc_server = None
     try:
         if args.grpc_port >= 0:
-            grpc_server, bound = await start_cluster_grpc(None, server, args.host, args.grpc_port)
+            grpc_server, bound = await start_cluster_grpc(None, server, args.host, args.grpc_port, security)
             _log.info("config server %s: health on %s:%d", args.id, args.host, bound)
         server.start()
         print(f"metricsd config-server {args.id} running (etcd {args.etcd}, cluster {args.cluster})", flush=True)

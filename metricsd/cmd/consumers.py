@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import aiohttp
-import grpc
 
 from metricsd.clock import SystemClock
 from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args, run_main, stop_event
+from metricsd.cmd.security import add_client_arguments, client_from_args
 from metricsd.consumers.actuators import (
     Actuator,
     KubernetesActuator,
@@ -45,8 +45,9 @@ from metricsd.consumers.vpa.controller import VPAController
 from metricsd.consumers.vpa.spec import load_vpa_yaml
 from metricsd.defaults import grpc_address, http_url
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
+from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import GrpcBackend
-from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.security.settings import ClientSecurity
 
 __all__ = ["KINDS", "add_parser", "build_actuator", "fetch_status", "run"]
 
@@ -79,6 +80,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--checkpoint", type=Path, help="JSON file for the histograms (default: memory only, "
                            "or etcd with --etcd)")
             add_etcd_arguments(p, required=False)
+        add_client_arguments(p)
         actions = p.add_subparsers(dest="action", metavar="{status}")
         st = actions.add_parser("status", help=f"print the {kind} decisions from the HTTP API as a table")
         st.add_argument("--url", default=http_url(), help="base URL of the metricsd HTTP API")
@@ -106,10 +108,13 @@ def build_actuator(args: argparse.Namespace) -> Actuator:
     ))
 
 
-async def fetch_status(kind: str, url: str, timeout_s: float = 10.0) -> object:
+async def fetch_status(kind: str, url: str, timeout_s: float = 10.0, security: ClientSecurity | None = None) -> object:
     """The JSON document of /api/v1/metricsd/<kind>. Raises aiohttp.ClientError or ValueError."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session, \
-            session.get(f"{url.rstrip('/')}/api/v1/metricsd/{kind}") as resp:
+    ssl = security.tls.ssl_context() if security is not None and security.tls is not None else None
+    headers = security.headers() if security is not None else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                     connector=aiohttp.TCPConnector(ssl=ssl) if ssl else None) as session, \
+            session.get(f"{url.rstrip('/')}/api/v1/metricsd/{kind}", headers=headers) as resp:
         if resp.status != 200:
             raise ValueError(f"HTTP {resp.status} from {resp.url}: {(await resp.text())[:200]}")
         return await resp.json()
@@ -117,7 +122,7 @@ async def fetch_status(kind: str, url: str, timeout_s: float = 10.0) -> object:
 
 async def _status(args: argparse.Namespace) -> int:
     try:
-        doc = await fetch_status(args.consumer, args.url)
+        doc = await fetch_status(args.consumer, args.url, security=client_from_args(args))
     except (aiohttp.ClientError, TimeoutError, ValueError) as e:
         print(f"metricsd {args.consumer} status: {e}", file=sys.stderr)
         return 1
@@ -132,7 +137,7 @@ async def _run_loop(args: argparse.Namespace) -> int:
     actuator = build_actuator(args)
     alerts = WebhookActuator(WebhookSettings(args.webhook_url)) if args.webhook_url and args.backend != "webhook" \
         else None
-    channel = grpc.aio.insecure_channel(args.addr, options=GRPC_OPTIONS)
+    channel = open_channel(args.addr, client_from_args(args))
     backend = GrpcBackend(pb_grpc.MetricsStub(channel))
     controller: HPAController | VPAController | OvercommitController
     if kind == "hpa":

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 
 from metricsd import __version__
-from metricsd.cmd import agent, chaos, cluster, configserver, consumers, proxy, query, store, up
+from metricsd.cmd import agent, chaos, cluster, configserver, consumers, proxy, query, store, token, up
 from metricsd.memory import tune_malloc
 
 __all__ = ["build_parser", "main"]
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"metricsd {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (up, query, consumers, agent, store, proxy, configserver, cluster, chaos):
+    for module in (up, query, consumers, agent, store, proxy, configserver, cluster, chaos, token):
         module.add_parser(sub)
     return parser
 

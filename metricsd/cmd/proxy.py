@@ -23,6 +23,7 @@ from metricsd.cmd.runner import (
     run_service,
 )
 from metricsd.cmd.runner import stop_event as make_stop_event
+from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
 from metricsd.http.server import serve_http, stop_http
 from metricsd.proxy.settings import ProxySettings
 from metricsd.rpc.health import start_cluster_grpc
@@ -49,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
+    add_security_arguments(p)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -62,6 +64,8 @@ async def serve(args: argparse.Namespace) -> None:
     from metricsd.proxy.backend import ProxyBackend
 
     settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout)
+    security = server_from_args(args)
+    require_secure_or_loopback(args.host, security, args.insecure, "metricsd proxy")
     clock = SystemClock()
     stop = make_stop_event()
     kv = etcd_from_args(args)
@@ -72,16 +76,17 @@ async def serve(args: argparse.Namespace) -> None:
             await maps.wait_ready(args.map_timeout)
         except TimeoutError:
             log.warning("no shard map after %.1fs; serving anyway (requests fail until it arrives)", args.map_timeout)
-    backend = ProxyBackend(maps, settings, clock)
+    backend = ProxyBackend(maps, settings, clock, security=client_from_args(args))
     await backend.start()
     grpc_server = http_runner = None
     try:
         grpc_server, grpc_port = await start_cluster_grpc(MetricsServicer(backend), backend, args.host,
-                                                          args.grpc_port)
+                                                          args.grpc_port, security)
         where = f"gRPC {args.host}:{grpc_port}"
         if args.http_port >= 0:
-            http_runner, http_port = await serve_http(backend, args.host, args.http_port, CollectorRegistry(), clock)
-            where += f", HTTP http://{args.host}:{http_port}"
+            http_runner, http_port = await serve_http(backend, args.host, args.http_port, CollectorRegistry(), clock,
+                                                      security=security)
+            where += f", HTTP {'https' if security.tls else 'http'}://{args.host}:{http_port}"
         print(f"metricsd proxy serving {where} (etcd {args.etcd}, cluster {args.cluster}, W {args.w}, R {args.r})",
               flush=True)
         await stop.wait()
@@ -94,6 +99,8 @@ async def serve(args: argparse.Namespace) -> None:
         await backend.close()
         await maps.close()
         await kv.close()
+        if security.auth is not None:
+            await security.auth.close()
 
 
 def run(args: argparse.Namespace) -> int:

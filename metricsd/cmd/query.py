@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import grpc
 
 from metricsd.clock import SystemClock
+from metricsd.cmd.security import add_client_arguments, client_from_args
 from metricsd.defaults import grpc_address
 from metricsd.durations import parse_duration_ms
 from metricsd.proto import metricsd_pb2 as pb
@@ -35,6 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ratio-selector", default="", help="extra matchers for the ratio's metric")
     p.add_argument("--ratio-fn", choices=sorted(SERIES_FNS), default="last")
     p.add_argument("--ratio-window", default="5m")
+    add_client_arguments(p)
 
 
 def build_request(args: argparse.Namespace, now_ms: int) -> pb.AggregateRequest:
@@ -89,7 +91,7 @@ async def run_query(args: argparse.Namespace, now_ms: int) -> int:
     except (ValueError, InvalidSelector) as e:
         print(f"metricsd query: {e}", file=sys.stderr)
         return 2
-    async with MetricsClient(args.addr) as client:
+    async with MetricsClient(args.addr, security=client_from_args(args)) as client:
         try:
             resp = await client.aggregate(req)
         except grpc.aio.AioRpcError as e:

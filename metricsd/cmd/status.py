@@ -12,14 +12,15 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import grpc
-
 from metricsd.cluster.kv import KV, KVError
 from metricsd.cluster.shardmap import KeyLayout, Member, ShardMap, ShardMapError
 from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args
+from metricsd.cmd.security import add_client_arguments, client_from_args
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
+from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import GrpcBackend
+from metricsd.security.settings import ClientSecurity
 
 __all__ = ["ClusterStatus", "add_status_arguments", "format_status", "read_status", "run_status"]
 
@@ -33,8 +34,8 @@ class ClusterStatus:
     health: dict[str, str]  # member id -> SERVING / NOT_SERVING / "unreachable: ..."
 
 
-async def member_health(address: str, timeout_s: float) -> str:
-    async with grpc.aio.insecure_channel(address) as channel:
+async def member_health(address: str, timeout_s: float, security: ClientSecurity | None = None) -> str:
+    async with open_channel(address, security) as channel:
         try:
             resp = await GrpcBackend(pb_grpc.MetricsStub(channel), timeout_s).health()
         except Exception as e:  # any failure is a status to print, not a crash
@@ -42,7 +43,8 @@ async def member_health(address: str, timeout_s: float) -> str:
     return str(pb.HealthResponse.Status.Name(resp.status))
 
 
-async def read_status(kv: KV, layout: KeyLayout, timeout_s: float = 2.0) -> ClusterStatus:
+async def read_status(kv: KV, layout: KeyLayout, timeout_s: float = 2.0, security: ClientSecurity | None = None
+                      ) -> ClusterStatus:
     """Raises KVError when etcd cannot be read."""
     stored = await kv.get(layout.map_key)
     shard_map, map_error = None, ""
@@ -62,7 +64,7 @@ async def read_status(kv: KV, layout: KeyLayout, timeout_s: float = 2.0) -> Clus
         for m in shard_map.members.values():
             addresses.setdefault(m.id, m.address)
     ids = sorted(addresses)
-    results = await asyncio.gather(*(member_health(addresses[i], timeout_s) for i in ids))
+    results = await asyncio.gather(*(member_health(addresses[i], timeout_s, security) for i in ids))
     return ClusterStatus(shard_map, map_error, members, leader, dict(zip(ids, results, strict=True)))
 
 
@@ -104,13 +106,14 @@ def format_status(st: ClusterStatus, layout: KeyLayout) -> str:
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
     add_etcd_arguments(p)
     p.add_argument("--health-timeout", type=float, default=2.0, help="seconds per member Health call")
+    add_client_arguments(p)
 
 
 async def _status(args: argparse.Namespace) -> int:
     kv = etcd_from_args(args)
     layout = layout_from_args(args)
     try:
-        st = await read_status(kv, layout, args.health_timeout)
+        st = await read_status(kv, layout, args.health_timeout, client_from_args(args))
     except KVError as e:
         print(f"metricsd cluster status: {e}", file=sys.stderr)
         return 1

@@ -32,11 +32,13 @@ from metricsd.cmd.runner import (
     run_service,
 )
 from metricsd.cmd.runner import stop_event as make_stop_event
+from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
 from metricsd.memory import total_memory_bytes
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.health import start_cluster_grpc
+from metricsd.security.settings import ClientSecurity
 from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
 from metricsd.store.engine import Store
 from metricsd.store.limits import DEFAULT_NEW_SERIES_PER_MINUTE, SeriesLimits, default_max_series
@@ -87,6 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync-interval", type=float, default=30.0, metavar="SECONDS",
                    help="with --etcd: seconds between anti-entropy rounds with the other replicas "
                         "(default %(default)s)")
+    add_security_arguments(p)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -128,6 +131,9 @@ def advertised_address(host: str, grpc_port: int, advertise: str | None) -> str:
 async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) -> None:
     member_id = args.member_id or socket.gethostname().split(".")[0]
     validate_member_id(member_id)
+    security = server_from_args(args)
+    require_secure_or_loopback(args.host, security, args.insecure, "metricsd store")
+    peers = client_from_args(args)
     stop = make_stop_event()
     background: list[asyncio.Task[Any]] = []
     durability: Any = None
@@ -154,8 +160,10 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
         member = ClusterMember(kv, layout_from_args(args), record, ttl=args.lease_ttl)
         backend = OwnershipBackend(backend, member_id, member.maps, store_write_slots(store),
                                    on_refused=_refresher(member))
-        background.append(asyncio.create_task(_replicate(store, durability, api, member, args), name="replication"))
-    server, bound = await start_cluster_grpc(StoreNodeServicer(backend, api), backend, args.host, args.grpc_port)
+        background.append(asyncio.create_task(_replicate(store, durability, api, member, args, peers),
+                                              name="replication"))
+    server, bound = await start_cluster_grpc(StoreNodeServicer(backend, api), backend, args.host, args.grpc_port,
+                                             security)
     try:
         if member is not None:
             member.start()
@@ -178,6 +186,8 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
             await _stop_task([task], task.get_name())
         if durability is not None:
             durability.close(snapshot=True)
+        if security.auth is not None:
+            await security.auth.close()
 
 
 async def _stop_task(tasks: list[asyncio.Task[Any]], name: str) -> None:
@@ -189,13 +199,14 @@ async def _stop_task(tasks: list[asyncio.Task[Any]], name: str) -> None:
 
 
 async def _replicate(store: Store, durability: Any, api: StoreAPI, member: ClusterMember,
-                     args: argparse.Namespace) -> None:
+                     args: argparse.Namespace, peers: ClientSecurity) -> None:
     from metricsd.clock import SystemClock
     from metricsd.replica.catchup_client import local_apply
     from metricsd.replica.replication import ReplicaSync, SyncSettings
 
     sync = ReplicaSync(store, local_apply(store, durability), api, member.id, member.maps, SystemClock(),
-                       SyncSettings(interval_s=args.sync_interval), publish=member.set_state)
+                       SyncSettings(interval_s=args.sync_interval), publish=member.set_state,
+                       security=peers)
     try:
         await sync.run()
     finally:

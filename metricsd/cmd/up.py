@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.clock import Clock, SystemClock
 from metricsd.cmd.runner import port, run_main, stop_event
+from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
 from metricsd.cmd.store import add_limit_arguments, store_settings
 from metricsd.consumers.consumerset import ConsumerSet, start_consumers
 from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
@@ -27,6 +29,9 @@ from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.client import MetricsClient
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.wire import labels_to_pb
+from metricsd.security.settings import ClientSecurity, ServerSecurity
+from metricsd.security.tls import ClientTLS
+from metricsd.security.tokens import Role
 from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
 from metricsd.store.durable import Durability, open_store, run_durability
 from metricsd.store.engine import Store
@@ -54,6 +59,9 @@ class UpOptions:
     wal_fsync: str = "interval"
     examples_dir: Path = field(default_factory=lambda: EXAMPLES_DIR)
     store_settings: StoreSettings | None = None  # None: StoreSettings() (no series limit)
+    security: ServerSecurity = field(default_factory=ServerSecurity)  # of both listeners
+    client_tls: ClientTLS | None = None  # what the simulated agent trusts (default: the server's certificate)
+    tls_server_name: str | None = None
 
 
 class SimulatedAgent:
@@ -112,7 +120,7 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         api = StoreAPI(store, member="up", clock=clock)
         log.info("no --data-dir: data lives in memory only and is lost when metricsd stops")
     backend = LocalBackend(api)
-    server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port)
+    server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port, opts.security)
     tasks = [asyncio.create_task(run_durability(durability) if durability is not None else gc_loop(store.gc))]
     addr = f"{opts.host}:{port}"
     log.info("store serving gRPC on %s", addr)
@@ -122,8 +130,9 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     elif opts.consumers:
         log.warning("no consumer specs at %s: HPA, VPA and overcommit are not running", opts.examples_dir)
     http_runner, http_port = await serve_http(backend, opts.host, opts.http_port, CollectorRegistry(), clock,
-                                              consumers=consumers.document if consumers is not None else None)
-    client = MetricsClient(addr)
+                                              consumers=consumers.document if consumers is not None else None,
+                                              security=opts.security)
+    client = MetricsClient(_dial(opts.host, port), security=_own_client(opts))
     if opts.simulate:
         cfg = SimConfig(pods=opts.pods, workloads=opts.workloads, nodes=opts.nodes, seed=opts.seed,
                         interval_ms=opts.interval_ms)
@@ -137,7 +146,8 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
                  opts.workloads, opts.nodes, st.series, st.samples)
     if consumers is not None:
         await consumers.start()
-    print(_banner(addr, f"http://{opts.host}:{http_port}", consumers is not None), flush=True)
+    scheme = "https" if opts.security.tls is not None else "http"
+    print(_banner(addr, f"{scheme}://{opts.host}:{http_port}", consumers is not None), flush=True)
     if ready is not None:
         ready.set()
     stop = stop_event()
@@ -154,6 +164,21 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         await server.stop(grace=2.0)
         if durability is not None:
             durability.close()  # a final snapshot: the next start replays nothing
+
+
+def _dial(host: str, port: int) -> str:
+    return f"{'127.0.0.1' if host in ('0.0.0.0', '', '::') else host}:{port}"
+
+
+def _own_client(opts: UpOptions) -> ClientSecurity:
+    """How the simulated agent reaches this process's gRPC API: over its TLS (trusting
+    ``client_tls``, else the server's own certificate) with an in-memory write token."""
+    tls = None
+    if opts.security.tls is not None:
+        tls = opts.client_tls or ClientTLS(ca=opts.security.tls.cert, server_name=opts.tls_server_name)
+    auth = opts.security.auth
+    token = auth.issue_internal("up-simulated-agent", frozenset({Role.WRITE, Role.READ})) if auth else None
+    return ClientSecurity(tls, token)
 
 
 def _banner(addr: str, http: str, consumers: bool) -> str:
@@ -181,9 +206,12 @@ def _banner(addr: str, http: str, consumers: bool) -> str:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser("up", help="one process: a store fed by a simulated cluster (the embedded default)")
-    up.add_argument("--grpc-port", type=port, default=GRPC_PORT, help="gRPC API port on 127.0.0.1")
+    up.add_argument("--host", default=HOST,
+                    help="address to bind (default %(default)s; any other needs TLS and tokens, or --insecure)")
+    up.add_argument("--grpc-port", type=port, default=GRPC_PORT, help="gRPC API port (default %(default)s)")
     up.add_argument("--http-port", type=port, default=HTTP_PORT,
-                    help="HTTP API port on 127.0.0.1 (Prometheus query API, remote write, native JSON, /metrics)")
+                    help="HTTP API port (Prometheus query API, remote write, native JSON, /metrics; "
+                         "default %(default)s)")
     up.add_argument("--data-dir", type=Path, default=None,
                     help="directory for the store's write-ahead log and snapshots (created if missing); without it "
                          "data lives in memory only")
@@ -200,11 +228,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--no-consumers", action="store_true", help="do not run the HPA, VPA and overcommit advisor")
     up.add_argument("--examples-dir", type=Path, default=EXAMPLES_DIR,
                     help="consumer specs (hpa.yaml, vpa.yaml, overcommit.yaml) to run in dry-run mode")
+    add_security_arguments(up)
     up.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    opts = UpOptions(grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,
+    try:
+        security = server_from_args(args)
+        require_secure_or_loopback(args.host, security, args.insecure, "metricsd up")
+        client_tls = client_from_args(args).tls
+    except ValueError as e:
+        print(f"metricsd up: {e}", file=sys.stderr)
+        return 2
+    opts = UpOptions(host=args.host, security=security, client_tls=client_tls, tls_server_name=args.tls_server_name,
+                     grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,
                      simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
                      seed=args.seed, consumers=not args.no_consumers, examples_dir=args.examples_dir,
                      wal_fsync=args.wal_fsync, store_settings=store_settings(args))

@@ -15,6 +15,7 @@ from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import Clock
+from metricsd.http.auth import auth_middleware
 from metricsd.http.consumers import DocumentProvider, add_consumer_routes
 from metricsd.http.dashboard import add_dashboard_routes
 from metricsd.http.native import NativeAPI
@@ -26,6 +27,9 @@ from metricsd.http.settings import HttpSettings
 from metricsd.promql import PromQLError
 from metricsd.promql.queries import QueryRunner
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
+from metricsd.security.auth import Authenticator
+from metricsd.security.settings import ServerSecurity
+from metricsd.security.tls import ServerTLS
 
 __all__ = ["METRICS_KEY", "SETTINGS_KEY", "build_app", "serve_http", "start_http", "stop_http"]
 
@@ -104,12 +108,16 @@ def build_app(
     clock: Clock,
     metrics: SelfMetrics | None = None,
     consumers: DocumentProvider | None = None,
+    auth: Authenticator | None = None,
 ) -> web.Application:
     """The HTTP API over ``backend``. Pass ``metrics`` when other components share the registry
-    (one SelfMetrics per registry); otherwise one is made on ``registry``."""
+    (one SelfMetrics per registry); otherwise one is made on ``registry``. With ``auth`` every
+    route but the open ones (metricsd/security/policy.py) needs a bearer token with its role."""
     metrics = metrics if metrics is not None else SelfMetrics(registry)
-    app = web.Application(client_max_size=settings.client_max_size,
-                          middlewares=[_middleware(settings, metrics, clock)])
+    middlewares = [_middleware(settings, metrics, clock)]
+    if auth is not None:
+        middlewares.append(auth_middleware(auth))
+    app = web.Application(client_max_size=settings.client_max_size, middlewares=middlewares)
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
     runner = QueryRunner(backend, lookback_ms=settings.lookback_ms, max_samples=settings.max_samples,
@@ -123,8 +131,10 @@ def build_app(
     return app
 
 
-async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve ``app`` on host:port (0 picks a free port); returns the runner and the bound port."""
+async def start_http(app: web.Application, host: str, port: int, tls: ServerTLS | None = None
+                     ) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on host:port (0 picks a free port), over TLS when ``tls`` is given; returns
+    the runner and the bound port."""
     settings = app.get(SETTINGS_KEY) or HttpSettings()
     runner = web.AppRunner(
         app,
@@ -133,10 +143,10 @@ async def start_http(app: web.Application, host: str, port: int) -> tuple[web.Ap
         shutdown_timeout=settings.shutdown_timeout_s,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls.ssl_context() if tls is not None else None)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
-    log.info("HTTP API serving on http://%s:%d", host, bound)
+    log.info("HTTP API serving on %s://%s:%d", "https" if tls is not None else "http", host, bound)
     return runner, int(bound)
 
 
@@ -154,8 +164,10 @@ async def serve_http(
     settings: HttpSettings | None = None,
     metrics: SelfMetrics | None = None,
     consumers: DocumentProvider | None = None,
+    security: ServerSecurity | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Build the app and serve it; ``metricsd up`` and the proxy call this. Stop with stop_http."""
     settings = settings or HttpSettings()
-    app = build_app(backend, settings=settings, registry=registry, clock=clock, metrics=metrics, consumers=consumers)
-    return await start_http(app, host, port)
+    app = build_app(backend, settings=settings, registry=registry, clock=clock, metrics=metrics, consumers=consumers,
+                    auth=security.auth if security is not None else None)
+    return await start_http(app, host, port, security.tls if security is not None else None)

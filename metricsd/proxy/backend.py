@@ -32,6 +32,7 @@ from metricsd.proxy.settings import ProxySettings
 from metricsd.proxy.view import ClusterView
 from metricsd.proxy.writes import WritePath
 from metricsd.rpc.backend import MetricsBackend, Unavailable
+from metricsd.security.settings import ClientSecurity
 
 __all__ = ["ProxyBackend"]
 
@@ -47,11 +48,11 @@ class ProxyBackend:
     """
 
     def __init__(self, map_source: MapSource, settings: ProxySettings, clock: Clock, *,
-                 connect: Connect | None = None, name: str = "proxy") -> None:
+                 connect: Connect | None = None, name: str = "proxy", security: ClientSecurity | None = None) -> None:
         self.settings = settings
         self.name = name
         self.counters: Counter[str] = Counter()
-        self.view = ClusterView(map_source, settings, clock, connect or grpc_connect(settings.call_timeout_s),
+        self.view = ClusterView(map_source, settings, clock, connect or grpc_connect(settings.call_timeout_s, security),
                                 self.counters)
         self.router = SeriesRouter(settings.series_cache)
         self.writes = WritePath(self.view, self.router, clock, self.counters)

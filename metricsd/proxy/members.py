@@ -16,8 +16,10 @@ import grpc
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import BadRequest, MetricsBackend, NotOwner, Unavailable
+from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import GrpcBackend
 from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.security.settings import ClientSecurity
 
 __all__ = [
     "RECONNECT_OPTIONS",
@@ -141,11 +143,12 @@ RECONNECT_OPTIONS = [
 ]
 
 
-def grpc_connect(timeout_s: float) -> Connect:
-    """The default ``connect``: a gRPC channel per address with the stores' message limits."""
+def grpc_connect(timeout_s: float, security: ClientSecurity | None = None) -> Connect:
+    """The default ``connect``: a gRPC channel per address with the stores' message limits, TLS
+    and token as ``security`` says."""
 
     def connect(address: str) -> MetricsBackend:
-        channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS + RECONNECT_OPTIONS)
+        channel = open_channel(address, security, GRPC_OPTIONS + RECONNECT_OPTIONS)
         return MemberClient(channel, timeout_s)
 
     return connect

@@ -37,7 +37,8 @@ from metricsd.cluster.shardmap import MemberState, ShardMap
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.replica.catchup_client import Apply, CatchUpError, CatchUpStats, sync_slots
-from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.rpc.channel import open_channel
+from metricsd.security.settings import ClientSecurity
 from metricsd.store.api import StoreAPI
 from metricsd.store.engine import Store
 from metricsd.store.wal import WalError
@@ -95,7 +96,8 @@ class ReplicaSync:
     """Not thread-safe: runs on the store's event loop, like its gRPC handlers."""
 
     def __init__(self, store: Store, apply: Apply, api: StoreAPI, member_id: str, maps: MapSource, clock: Clock,
-                 settings: SyncSettings | None = None, *, publish: Publish | None = None) -> None:
+                 settings: SyncSettings | None = None, *, publish: Publish | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.store = store
         self.apply = apply
         self.api = api
@@ -104,6 +106,7 @@ class ReplicaSync:
         self.clock = clock
         self.settings = settings or SyncSettings()
         self.publish = publish
+        self.security = security  # TLS and the (admin) token towards peers
         self.counters = SyncCounters()
         self._held: set[int] = set()
         self._pending: set[int] = set()
@@ -122,7 +125,7 @@ class ReplicaSync:
     def stub(self, address: str) -> pb_grpc.MetricsStub:
         have = self._channels.get(address)
         if have is None:
-            channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+            channel = open_channel(address, self.security)
             have = (channel, pb_grpc.MetricsStub(channel))
             self._channels[address] = have
         return have[1]

@@ -15,16 +15,17 @@ import grpc
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import BadRequest, LimitExceeded, NotOwner, Unavailable
-from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.rpc.channel import open_channel
+from metricsd.security.settings import ClientSecurity
 
 __all__ = ["GrpcBackend", "MetricsClient"]
 
 
 class MetricsClient:
-    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, timeout_s: float = 10.0, security: ClientSecurity | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self.channel = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        self.channel = open_channel(address, security)
         self.stub = pb_grpc.MetricsStub(self.channel)
 
     async def close(self) -> None:

@@ -21,7 +21,8 @@ import grpc
 
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
-from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.rpc.server import listen, new_server
+from metricsd.security.settings import ServerSecurity
 
 __all__ = ["HEALTH_SERVICE", "HasHealth", "decode_check_request", "encode_check_response", "health_handler",
            "start_cluster_grpc"]
@@ -102,15 +103,13 @@ def health_handler(backend: HasHealth) -> grpc.GenericRpcHandler:
 
 
 async def start_cluster_grpc(servicer: pb_grpc.MetricsServicer | None, backend: HasHealth, host: str,
-                             port: int) -> tuple[grpc.aio.Server, int]:
+                             port: int, security: ServerSecurity | None = None) -> tuple[grpc.aio.Server, int]:
     """Serve the Metrics API (unless ``servicer`` is None) and the health service; returns the
-    server and the bound port (useful with port 0)."""
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+    server and the bound port (useful with port 0). Health checks stay open to probes."""
+    server = new_server(security)
     if servicer is not None:
         pb_grpc.add_MetricsServicer_to_server(servicer, server)
     server.add_generic_rpc_handlers((health_handler(backend),))
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if bound == 0:
-        raise OSError(f"cannot listen on {host}:{port} (in use?)")
+    bound = listen(server, host, port, security)
     await server.start()
     return server, bound

@@ -1,0 +1,127 @@
+"""The security flags every process shares, and what they build: the ServerSecurity of its
+listeners and the ClientSecurity of the connections it opens to other metricsd processes.
+
+Without any flag a process serves plaintext to anyone, which is what ``metricsd up`` and
+``metricsd cluster up``'s processes do on 127.0.0.1. A process asked to listen on any other
+address without TLS and tokens refuses to start unless ``--insecure`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+from pathlib import Path
+
+from metricsd.security.auth import Authenticator
+from metricsd.security.settings import ClientSecurity, ServerSecurity
+from metricsd.security.tls import ClientTLS, ServerTLS, TLSError
+from metricsd.security.tokenreview import TokenReview, parse_role_bindings
+from metricsd.security.tokens import TokenFile
+
+__all__ = ["add_client_arguments", "add_security_arguments", "client_from_args", "require_secure_or_loopback",
+           "server_from_args"]
+
+log = logging.getLogger("metricsd.security")
+
+
+def add_security_arguments(p: argparse.ArgumentParser, server: bool = True, client: bool = True,
+                           tokens: bool = True) -> None:
+    g = p.add_argument_group("security", "TLS and bearer tokens (README: Security)")
+    g.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
+                   help="serve TLS with this certificate (PEM; re-read when it changes); also the client "
+                        "certificate presented to other metricsd processes (mutual TLS)" if server else
+                        "the client certificate to present (mutual TLS)")
+    g.add_argument("--tls-key", type=Path, default=None, metavar="FILE", help="the key of --tls-cert (PEM)")
+    if server:
+        g.add_argument("--tls-client-ca", type=Path, default=None, metavar="FILE",
+                       help="mutual TLS: require client certificates signed by this CA")
+    if server and tokens:
+        g.add_argument("--tokens-file", type=Path, default=None, metavar="FILE",
+                       help="require bearer tokens: 'name roles sha256:<hash>' per line (metricsd token new)")
+        g.add_argument("--tokenreview", action="store_true",
+                       help="also accept Kubernetes ServiceAccount tokens, checked by the API server's TokenReview")
+        g.add_argument("--tokenreview-url", default=None, metavar="URL",
+                       help="the API server for --tokenreview (default: the in-cluster one)")
+        g.add_argument("--tokenreview-role", action="append", default=[], metavar="USER_OR_GROUP=ROLES",
+                       help="roles of a ServiceAccount user or group, e.g. "
+                            "system:serviceaccount:metricsd:agent=write (repeatable)")
+    if server:
+        g.add_argument("--insecure", action="store_true",
+                       help="allow listening on a non-loopback address without TLS and tokens")
+    if client:
+        _add_client_arguments(g)
+
+
+def add_client_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of a command that only dials metricsd (query, the consumers, cluster status)."""
+    add_security_arguments(p, server=False)
+
+
+def _add_client_arguments(g: argparse._ActionsContainer) -> None:
+    g.add_argument("--tls-ca", type=Path, default=None, metavar="FILE",
+                   help="dial other metricsd processes over TLS, trusting this CA")
+    g.add_argument("--tls-server-name", default=None, metavar="NAME",
+                   help="the name to check in the servers' certificates (default: the address's host)")
+    g.add_argument("--auth-token-file", type=Path, default=None, metavar="FILE",
+                   help="send the bearer token in this file to other metricsd processes (re-read at start)")
+
+
+def server_from_args(args: argparse.Namespace) -> ServerSecurity:
+    """Raises ValueError (TLSError, TokenFileError) naming the flag's file and what is wrong."""
+    tls = None
+    cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+    if (cert is None) != (key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if cert is not None and key is not None:
+        tls = ServerTLS(cert, key, getattr(args, "tls_client_ca", None))
+    elif getattr(args, "tls_client_ca", None) is not None:
+        raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
+    tokens = TokenFile(args.tokens_file) if getattr(args, "tokens_file", None) else None
+    review = None
+    if getattr(args, "tokenreview", False):
+        bindings = parse_role_bindings(args.tokenreview_role)
+        review = (TokenReview(args.tokenreview_url, bindings) if args.tokenreview_url
+                  else TokenReview.in_cluster(bindings))
+    auth = Authenticator(tokens, review) if tokens is not None or review is not None else None
+    return ServerSecurity(tls, auth)
+
+
+def client_from_args(args: argparse.Namespace) -> ClientSecurity:
+    tls = None
+    ca = getattr(args, "tls_ca", None)
+    if ca is not None:
+        cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+        tls = ClientTLS(ca, cert, key, getattr(args, "tls_server_name", None))
+    token = None
+    if getattr(args, "auth_token_file", None) is not None:
+        try:
+            token = args.auth_token_file.read_text().strip()
+        except OSError as e:
+            raise TLSError(f"cannot read --auth-token-file {args.auth_token_file}: {e.strerror or e}") from e
+        if not token:
+            raise ValueError(f"--auth-token-file {args.auth_token_file} is empty")
+    return ClientSecurity(tls, token)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def require_secure_or_loopback(host: str, security: ServerSecurity, insecure: bool, what: str) -> None:
+    """Raises ValueError when ``what`` would listen on a non-loopback ``host`` without TLS and
+    tokens and ``--insecure`` was not given; logs a warning when it was."""
+    if _loopback(host) or security.secure:
+        return
+    missing = " and ".join(m for m, have in (("TLS (--tls-cert, --tls-key)", security.tls is not None),
+                                               ("tokens (--tokens-file or --tokenreview)", security.auth is not None))
+                           if not have)
+    if not insecure:
+        raise ValueError(f"{what} would listen on {host} without {missing}: anyone who reaches the port could "
+                         f"read and write metrics. Give them, or --insecure to accept that")
+    log.warning("%s listens on %s without %s (--insecure)", what, host, missing)
