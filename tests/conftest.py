@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from metricsd.security.certs import LocalPKI, create_local_pki
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -31,3 +33,9 @@ def free_ports() -> Callable[[], int]:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> LocalPKI:
+    """A throw-away CA and a loopback certificate (server and client), made once per run."""
+    return create_local_pki(tmp_path_factory.mktemp("pki"))

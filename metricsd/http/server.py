@@ -142,6 +142,18 @@ async def start_http(app: web.Application, host: str, port: int, tls: ServerTLS 
         access_log_format=ACCESS_LOG_FORMAT,
         shutdown_timeout=settings.shutdown_timeout_s,
     )
+    if tls is not None:  # re-read rotated certificate files while serving
+        watchers: list[asyncio.Task[None]] = []
+
+        async def start_watch(_: web.Application) -> None:
+            watchers.append(asyncio.get_running_loop().create_task(tls.watch(), name="tls-watch"))
+
+        async def stop_watch(_: web.Application) -> None:
+            for w in watchers:
+                w.cancel()
+
+        app.on_startup.append(start_watch)
+        app.on_cleanup.append(stop_watch)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls.ssl_context() if tls is not None else None)
     await site.start()

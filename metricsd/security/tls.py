@@ -2,9 +2,10 @@
 
 Certificates rotate (cert-manager renews them in place), so servers re-read their files when they
 change: gRPC asks :meth:`ServerTLS.grpc_config` on every new connection (gRPC's dynamic
-credentials) and an HTTP server's SSLContext reloads from its SNI callback, which runs on every
-handshake; both only ``stat`` the files unless their modification time changed. Connections
-already open keep the certificate they started with.
+credentials); an HTTP server's SSLContext reloads from its SNI callback (every handshake of a
+client that sends a server name) and from :meth:`ServerTLS.watch`, which checks every few seconds
+(clients dialling an IP send no name). Both only ``stat`` the files unless their modification time
+changed. Connections already open keep the certificate they started with.
 
 Mutual TLS: a server given ``client_ca`` requires every client to present a certificate signed by
 it; a client given ``cert`` and ``key`` presents them.
@@ -12,6 +13,7 @@ it; a client given ``cert`` and ``key`` presents them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import threading
@@ -138,13 +140,23 @@ class ServerTLS:
 
         def on_handshake(sock: ssl.SSLObject, name: str | None, context: ssl.SSLContext) -> None:
             if self._changed() is not None:
-                for c in self._contexts:
-                    c.load_cert_chain(self.cert, self.key)
-                    if self.client_ca is not None:
-                        c.load_verify_locations(cafile=str(self.client_ca))
+                self._reload_contexts()
 
         ctx.sni_callback = on_handshake
         return ctx
+
+    def _reload_contexts(self) -> None:
+        for c in self._contexts:
+            c.load_cert_chain(self.cert, self.key)
+            if self.client_ca is not None:
+                c.load_verify_locations(cafile=str(self.client_ca))
+
+    async def watch(self, every_s: float = 5.0) -> None:
+        """Reload the HTTP contexts when the files change; until cancelled."""
+        while True:
+            await asyncio.sleep(every_s)
+            if self._changed() is not None:
+                self._reload_contexts()
 
 
 @dataclass(frozen=True)
