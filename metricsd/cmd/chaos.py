@@ -41,6 +41,7 @@ from metricsd.model import series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.proxy.members import RECONNECT_OPTIONS
+from metricsd.rpc.channel import open_channel
 from metricsd.rpc.server import GRPC_OPTIONS
 from metricsd.rpc.wire import labels_to_pb
 
@@ -74,6 +75,7 @@ class ChaosOptions:
     tick_s: float = 0.5
     base_port: int = 0  # 0: find a free range
     log_level: str = "INFO"
+    secure: bool = True  # TLS (mutual) and tokens between every process, as cluster up runs them
 
 
 def _free_base(host: str) -> int:
@@ -98,7 +100,8 @@ class Chaos:
         self.data_dir = data_dir
         base = opts.base_port or _free_base("127.0.0.1")
         self.plan = ChaosPlan(base_port=base, stores=opts.stores, proxies=2, config_servers=2, slots=opts.slots,
-                              rf=3, w=2, r=2, simulate=False, store_root=str(data_dir / "stores"))
+                              rf=3, w=2, r=2, simulate=False, store_root=str(data_dir / "stores"),
+                              security_dir=str(data_dir / "security") if opts.secure else "")
         self.cluster = LocalCluster(self.plan, data_dir, opts.log_level)
         self.workload = Workload(pods=opts.pods, writers=2, seed=opts.seed)
         self.acks = AckLog(path=str(data_dir / "acked.tsv"))
@@ -113,7 +116,8 @@ class Chaos:
 
     def stub(self, address: str) -> pb_grpc.MetricsStub:
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS + RECONNECT_OPTIONS)
+            security = self.plan.security.client("ops") if self.plan.security is not None else None
+            self._channels[address] = open_channel(address, security, GRPC_OPTIONS + RECONNECT_OPTIONS)
         return pb_grpc.MetricsStub(self._channels[address])
 
     def proxies(self) -> list[str]:
@@ -380,6 +384,7 @@ def run_chaos(opts: ChaosOptions, data_dir: Path | None = None) -> ChaosReport:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", default="10m", help="how long faults run, e.g. 60s, 10m (default %(default)s)")
     p.add_argument("--seed", type=int, default=1, help="seeds the fault schedule and the data (default %(default)s)")
+    p.add_argument("--plaintext", action="store_true", help="run the cluster without TLS and tokens")
     p.add_argument("--stores", type=int, default=4, help="store processes (default %(default)s)")
     p.add_argument("--slots", type=int, default=16)
     p.add_argument("--pods", type=int, default=60, help="pods written, 2 series each (default %(default)s)")
@@ -399,7 +404,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         opts = ChaosOptions(duration_s=parse_duration_ms(args.duration) / 1000, seed=args.seed, stores=args.stores,
                             slots=args.slots, pods=args.pods, base_port=args.base_port,
-                            log_level=getattr(args, "log_level", "INFO"))
+                            log_level=getattr(args, "log_level", "INFO"), secure=not args.plaintext)
         for ev in plan_events(opts.seed, opts.duration_s, opts.stores, 2):
             log.debug("planned: %s", ev.describe())
         report = run_chaos(opts, args.data_dir)

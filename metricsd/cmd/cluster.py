@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import os
 import signal
@@ -39,6 +40,7 @@ from metricsd.maths.slots import DEFAULT_SLOTS
 
 __all__ = ["ClusterPlan", "LocalCluster", "ProcessSpec", "add_parser", "run"]
 
+from metricsd.cmd.localsecurity import LocalSecurity
 from metricsd.cmd.runner import stop_event
 from metricsd.defaults import HOST, HTTP_PORT, LEASE_TTL_S
 
@@ -77,6 +79,7 @@ class ClusterPlan:
     host: str = HOST
     cluster: str = "default"
     lease_ttl: int = LEASE_TTL_S
+    security_dir: str = ""  # TLS and tokens from LocalSecurity there; "" runs plaintext without tokens
 
     def __post_init__(self) -> None:
         if not 1 <= self.proxies <= MAX_PROXIES:
@@ -105,18 +108,31 @@ class ClusterPlan:
     def _cluster_args(self) -> tuple[str, ...]:
         return ("--etcd", self.etcd_endpoint, "--cluster", self.cluster)
 
+    @property
+    def security(self) -> LocalSecurity | None:
+        return LocalSecurity(Path(self.security_dir)) if self.security_dir else None
+
+    def _secure(self, server: bool, client: str | None = None) -> tuple[str, ...]:
+        """The security flags of a process: serving TLS and checking tokens (``server``), dialling
+        others over TLS with ``client``'s token."""
+        sec = self.security
+        if sec is None:
+            return ()
+        return ((*sec.server_args(),) if server else sec.tls_args()) + (sec.client_args(client) if client else ())
+
     def store_specs(self) -> list[ProcessSpec]:
         return [ProcessSpec(f"store-{i}", "store",
                             ("--member-id", f"store-{i}", "--host", self.host, "--grpc-port", str(self.store_port(i)),
                              "--advertise", f"{self.host}:{self.store_port(i)}", "--lease-ttl", str(self.lease_ttl),
-                             *self._cluster_args()), self.store_port(i))
+                             *self._cluster_args(), *self._secure(True, "store")), self.store_port(i))
                 for i in range(1, self.stores + 1)]
 
     def config_specs(self) -> list[ProcessSpec]:
         return [ProcessSpec(f"config-server-{i}", "config-server",
                             ("--id", f"config-server-{i}", "--slots", str(self.slots), "--rf", str(self.rf),
                              "--min-members", str(self.stores), "--lease-ttl", str(self.lease_ttl),
-                             "--host", self.host, "--grpc-port", str(self.config_port(i)), *self._cluster_args()),
+                             "--host", self.host, "--grpc-port", str(self.config_port(i)), *self._cluster_args(),
+                             *self._secure(False)),
                             self.config_port(i))
                 for i in range(1, self.config_servers + 1)]
 
@@ -124,7 +140,7 @@ class ClusterPlan:
         return [ProcessSpec(f"proxy-{i}", "proxy",
                             ("--host", self.host, "--grpc-port", str(self.proxy_grpc_port(i)),
                              "--http-port", str(self.proxy_http_port(i)), "--w", str(self.w), "--r", str(self.r),
-                             *self._cluster_args()), self.proxy_grpc_port(i))
+                             *self._cluster_args(), *self._secure(True, "proxy")), self.proxy_grpc_port(i))
                 for i in range(1, self.proxies + 1)]
 
     def agent_spec(self) -> ProcessSpec:
@@ -132,7 +148,7 @@ class ClusterPlan:
         return ProcessSpec("agent", "agent",
                            ("--simulate", "--targets", targets, "--pods", str(self.pods), "--workloads",
                             str(self.workloads), "--nodes", str(self.nodes), "--metrics-host", self.host,
-                            "--metrics-port", str(self.base_port + 2)))
+                            "--metrics-port", str(self.base_port + 2), *self._secure(False, "agent")))
 
     def specs(self) -> list[ProcessSpec]:
         """In start order; stop in reverse."""
@@ -180,6 +196,8 @@ class LocalCluster:
 
     def start(self, timeout_s: float = 30.0) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.plan.security is not None:
+            self.plan.security.create()
         self.etcd.start(timeout_s)
         for spec in self.plan.specs():
             self.spawn(spec)
@@ -210,13 +228,21 @@ class LocalCluster:
         lines = [f"etcd            {p.etcd_endpoint}"]
         lines += [f"store-{i}         gRPC {p.host}:{p.store_port(i)}" for i in range(1, p.stores + 1)]
         lines += [f"config-server-{i} health {p.host}:{p.config_port(i)}" for i in range(1, p.config_servers + 1)]
-        lines += [f"proxy-{i}         gRPC {p.host}:{p.proxy_grpc_port(i)}  HTTP http://{p.host}:{p.proxy_http_port(i)}"
+        scheme = "https" if p.security is not None else "http"
+        lines += [f"proxy-{i}         gRPC {p.host}:{p.proxy_grpc_port(i)}  HTTP {scheme}://{p.host}:{p.proxy_http_port(i)}"
                   for i in range(1, p.proxies + 1)]
         if p.simulate:
             lines.append(f"agent           simulating {p.pods} pods -> proxies; "
-                         f"metrics http://{p.host}:{p.base_port + 2}")
+                         f"metrics {scheme}://{p.host}:{p.base_port + 2}")
         lines.append(f"logs            {self.log_dir}")
-        lines.append(f"status          metricsd cluster status --etcd {p.etcd_endpoint} --cluster {p.cluster}")
+        ops = ""
+        if p.security is not None:
+            sec = p.security
+            ops = f" --tls-ca {sec.ca} --auth-token-file {sec.token_file('ops')}"
+            lines.append(f"security        TLS (mutual) and tokens in {sec.dir}; as an admin: curl --cacert {sec.ca} "
+                         f"-H \"Authorization: Bearer $(cat {sec.token_file('ops')})\" {scheme}://{p.host}:"
+                         f"{p.proxy_http_port(1)}/api/v1/query?query=up")
+        lines.append(f"status          metricsd cluster status --etcd {p.etcd_endpoint} --cluster {p.cluster}{ops}")
         return "\n".join(lines)
 
 
@@ -236,11 +262,13 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def up(plan: ClusterPlan, data_dir: Path | None, log_level: str) -> int:
+def up(plan: ClusterPlan, data_dir: Path | None, log_level: str, secure: bool = True) -> int:
     tmp = None
     if data_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="metricsd-cluster-")
         data_dir = Path(tmp.name)
+    if secure:
+        plan = dataclasses.replace(plan, security_dir=str(data_dir / "security"))
     cluster = LocalCluster(plan, data_dir, log_level)
     try:
         signal.signal(signal.SIGTERM, _interrupt)  # while starting; the loop below installs its own
@@ -281,6 +309,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--pods", type=int, default=200, help="simulated pods")
     u.add_argument("--workloads", type=int, default=10)
     u.add_argument("--nodes", type=int, default=5)
+    u.add_argument("--plaintext", action="store_true",
+                   help="no TLS and no tokens (by default a throw-away CA and a token per role are made in "
+                        "<data-dir>/security and every process uses them)")
     s = sub.add_parser("status", help="members, slots per member, map version, leader and health")
     add_status_arguments(s)
 
@@ -302,4 +333,4 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"metricsd cluster up: {e}", file=sys.stderr)
         return 2
-    return up(plan, args.data_dir, getattr(args, "log_level", "INFO"))
+    return up(plan, args.data_dir, getattr(args, "log_level", "INFO"), secure=not args.plaintext)

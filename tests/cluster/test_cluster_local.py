@@ -6,9 +6,12 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,25 @@ def test_the_plan_lays_out_ports_from_the_base_and_starts_roles_in_order() -> No
     assert len(set(ports)) == len(ports)
     with pytest.raises(ValueError, match="--proxies"):
         ClusterPlan(proxies=6)
+
+
+def test_a_secure_plan_gives_every_process_tls_and_its_own_token(tmp_path: Path) -> None:
+    plan = ClusterPlan(stores=1, proxies=1, config_servers=1, security_dir=str(tmp_path))
+    args = {s.name: s.args for s in plan.specs()}
+
+    def flag(name: str, f: str) -> str | None:
+        a = args[name]
+        return a[a.index(f) + 1] if f in a else None
+
+    for name in ("store-1", "proxy-1"):
+        assert flag(name, "--tokens-file") == str(tmp_path / "tokens")
+        assert flag(name, "--tls-client-ca") == str(tmp_path / "ca.crt")  # mutual TLS between components
+    assert flag("store-1", "--auth-token-file") == str(tmp_path / "store.token")
+    assert flag("proxy-1", "--auth-token-file") == str(tmp_path / "proxy.token")
+    assert flag("agent", "--auth-token-file") == str(tmp_path / "agent.token")
+    assert flag("config-server-1", "--tls-cert") == str(tmp_path / "metricsd.crt")
+    assert flag("config-server-1", "--tokens-file") is None  # it serves health checks only
+    assert "--tls-cert" not in ClusterPlan(stores=1).store_specs()[0].args  # plaintext without a security dir
 
 
 def test_status_lists_members_with_their_slots_the_map_version_and_health() -> None:
@@ -82,12 +104,16 @@ def test_cluster_up_starts_every_role_reports_status_and_stops_cleanly_on_ctrl_c
         deadline = time.monotonic() + 20
         while True:
             status = subprocess.run([sys.executable, "-m", "metricsd", "cluster", "status", "--etcd",
-                                     f"127.0.0.1:{base + 79}"], cwd=ROOT, env=env, capture_output=True, text=True)
+                                     f"127.0.0.1:{base + 79}", "--tls-ca", str(tmp_path / "security" / "ca.crt"),
+                                     "--tls-cert", str(tmp_path / "security" / "metricsd.crt"),
+                                     "--tls-key", str(tmp_path / "security" / "metricsd.key")],
+                                    cwd=ROOT, env=env, capture_output=True, text=True)
             if "shard map: version" in status.stdout and status.stdout.count("SERVING") == 2:
                 break
             assert time.monotonic() < deadline, status.stdout + status.stderr
             time.sleep(0.2)
         assert "config server leader: config-server-1" in status.stdout
+        _proxy_http_needs_the_ops_token(base, tmp_path / "security")
         up.send_signal(signal.SIGINT)
         rest, _ = up.communicate(timeout=40)
     finally:
@@ -98,3 +124,17 @@ def test_cluster_up_starts_every_role_reports_status_and_stops_cleanly_on_ctrl_c
              if " stopped (exit code" in line]
     assert order == ["agent", "proxy-2", "proxy-1", "config-server-1", "store-2", "store-1"], rest
     assert all(f"{name} stopped (exit code 0)" in rest for name in order), rest
+
+
+def _proxy_http_needs_the_ops_token(base: int, security: Path) -> None:
+    ctx = ssl.create_default_context(cafile=str(security / "ca.crt"))
+    ctx.load_cert_chain(security / "metricsd.crt", security / "metricsd.key")
+    url = f"https://127.0.0.1:{base}/api/v1/query?query=1"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url, context=ctx, timeout=10)
+    e.value.close()
+    assert e.value.code == 401
+    token = (security / "ops.token").read_text().strip()
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+        assert resp.status == 200
