@@ -152,8 +152,8 @@ def health(loop: LoopStats, pusher: Pusher, clock: Clock) -> tuple[bool, dict[st
 
 
 async def start_http(
-    host: str, port: int, registry: CollectorRegistry, tls: ServerTLS | None,
-    healthz: Callable[[], tuple[bool, dict[str, object]]],
+    host: str, port: int, registry: CollectorRegistry, healthz: Callable[[], tuple[bool, dict[str, object]]],
+    tls: ServerTLS | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Serve /metrics and /healthz (over TLS with ``tls``); returns the runner (call ``cleanup``)
     and the bound port."""

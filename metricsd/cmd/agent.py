@@ -271,9 +271,10 @@ async def run_agent(
     registry.register(AgentExporter(pusher, stats, collector))
     runner = None
     if opts.metrics_port is not None:
-        runner, port = await start_http(opts.metrics_host, opts.metrics_port, registry, opts.metrics_tls,
-                                        lambda: health(stats, pusher, clock))
-        log.info("agent metrics on http://%s:%d/metrics, health on /healthz", opts.metrics_host, port)
+        runner, port = await start_http(opts.metrics_host, opts.metrics_port, registry,
+                                        lambda: health(stats, pusher, clock), opts.metrics_tls)
+        log.info("agent metrics on %s://%s:%d/metrics, health on /healthz", "https" if opts.metrics_tls else "http",
+                 opts.metrics_host, port)
         stats.extra["metrics_port"] = str(port)
     loop = asyncio.get_running_loop()
     stop_event(stop)  # removed again below: run_agent also runs inside other programs' loops
