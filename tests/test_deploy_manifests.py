@@ -122,14 +122,51 @@ def test_metricsd_flags_parse_with_the_real_parser_and_ports_are_declared(contai
         assert probe is not None, f"{container['name']} has no {kind}"
         handler = probe.get("grpc") or probe.get("httpGet")
         assert handler is not None and handler["port"] in declared, f"{container['name']} {kind}"
-        if "grpc" in probe:
-            assert probe["grpc"]["port"] == args.grpc_port
+        if "grpc" in probe:  # the kubelet's grpc probes speak plaintext only: the health port under TLS
+            health_port = getattr(args, "health_port", -1)
+            expected = health_port if health_port >= 0 else args.grpc_port
+            assert probe["grpc"]["port"] == expected, f"{container['name']} {kind}"
+            assert health_port in declared or health_port < 0
             assert probe["grpc"].get("service", "") in ("", "readiness", "liveness")
+            if getattr(args, "tls_cert", None) is not None:
+                assert health_port >= 0, f"{container['name']} serves TLS but probes its TLS port"
+        if "httpGet" in probe and getattr(args, "tls_cert", None) is not None:
+            assert probe["httpGet"].get("scheme") == "HTTPS", f"{container['name']} {kind}"
     if getattr(args, "etcd", None):
         svc, _ = service_port(args.etcd)
         assert svc["metadata"]["name"] == "metricsd-etcd"
     if getattr(args, "host", None) is not None and args.command != "agent":
         assert args.host == "0.0.0.0", f"{container['name']} must bind all interfaces in a pod"
+
+
+def test_every_data_listener_in_a_pod_has_tls_and_tokens_and_the_files_are_mounted() -> None:
+    """What `require_secure_or_loopback` demands at start-up, checked here so that the manifests
+    cannot describe a process that would refuse to start; and every file flag points into a
+    mounted volume."""
+    for workload, container in metricsd_containers():
+        args = parse(container)
+        if args.command in ("store", "proxy"):
+            assert args.tls_cert and args.tls_key and (args.tokens_file or args.tokenreview), container["name"]
+            assert not args.insecure
+        mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+        volumes = {v["name"] for v in workload["spec"]["template"]["spec"].get("volumes", [])}
+        volumes |= {c["metadata"]["name"] for c in workload["spec"].get("volumeClaimTemplates", [])}
+        assert {m["name"] for m in container.get("volumeMounts", [])} <= volumes, container["name"]
+        for flag in ("tls_cert", "tls_key", "tls_client_ca", "tls_ca"):
+            path = getattr(args, flag, None)
+            if path is not None:
+                assert any(str(path).startswith(m + "/") for m in mounts), f"{container['name']}: {path} not mounted"
+        if getattr(args, "tokenreview", False):
+            sa = workload["spec"]["template"]["spec"].get("serviceAccountName")
+            assert sa and any(d["kind"] == "ServiceAccount" and d["metadata"]["name"] == sa for d in documents())
+
+
+def test_the_tls_secret_names_the_addresses_that_components_dial() -> None:
+    cert = next(d for d in documents() if d["kind"] == "Certificate" and d["metadata"]["name"] == "metricsd-tls")
+    assert cert["spec"]["secretName"] == "metricsd-tls"
+    assert "metricsd-proxy.metricsd.svc" in cert["spec"]["dnsNames"]
+    assert "*.metricsd-store.metricsd.svc" in cert["spec"]["dnsNames"]  # --advertise names of the stores
+    assert set(cert["spec"]["usages"]) == {"server auth", "client auth"}  # mutual TLS
 
 
 def test_a_store_advertises_its_own_pod_dns_name_and_port() -> None:

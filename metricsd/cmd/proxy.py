@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
+    p.add_argument("--health-port", type=int, default=-1,
+                   help="also serve grpc.health.v1 alone, in plaintext, on this port: for Kubernetes' grpc "
+                        "probes, which cannot speak TLS (-1: none; default %(default)s)")
     add_security_arguments(p)
 
 
@@ -78,10 +81,12 @@ async def serve(args: argparse.Namespace) -> None:
             log.warning("no shard map after %.1fs; serving anyway (requests fail until it arrives)", args.map_timeout)
     backend = ProxyBackend(maps, settings, clock, security=client_from_args(args))
     await backend.start()
-    grpc_server = http_runner = None
+    grpc_server = http_runner = probes = None
     try:
         grpc_server, grpc_port = await start_cluster_grpc(MetricsServicer(backend), backend, args.host,
                                                           args.grpc_port, security)
+        if args.health_port >= 0:
+            probes, _ = await start_cluster_grpc(None, backend, args.host, args.health_port)
         where = f"gRPC {args.host}:{grpc_port}"
         if args.http_port >= 0:
             http_runner, http_port = await serve_http(backend, args.host, args.http_port, CollectorRegistry(), clock,
@@ -96,6 +101,8 @@ async def serve(args: argparse.Namespace) -> None:
             await stop_http(http_runner)
         if grpc_server is not None:
             await grpc_server.stop(grace=2.0)
+        if probes is not None:
+            await probes.stop(grace=None)
         await backend.close()
         await maps.close()
         await kv.close()

@@ -21,6 +21,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from metricsd.cluster.member import ClusterMember
 from metricsd.cluster.shardmap import Member, validate_member_id
 from metricsd.cmd.runner import (
@@ -89,6 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync-interval", type=float, default=30.0, metavar="SECONDS",
                    help="with --etcd: seconds between anti-entropy rounds with the other replicas "
                         "(default %(default)s)")
+    p.add_argument("--health-port", type=int, default=-1,
+                   help="also serve grpc.health.v1 alone, in plaintext, on this port: for Kubernetes' grpc "
+                        "probes, which cannot speak TLS (-1: none; default %(default)s)")
     add_security_arguments(p)
 
 
@@ -164,6 +169,7 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
                                               name="replication"))
     server, bound = await start_cluster_grpc(StoreNodeServicer(backend, api), backend, args.host, args.grpc_port,
                                              security)
+    probes = await _health_server(args, backend)
     try:
         if member is not None:
             member.start()
@@ -178,6 +184,8 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
     finally:
         _log.info("store %s stopping", member_id)
         await server.stop(grace=2.0)
+        if probes is not None:
+            await probes.stop(grace=None)
         if member is not None:
             await member.close(deregister=args.deregister_on_exit)
         if kv is not None:
@@ -188,6 +196,14 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
             durability.close(snapshot=True)
         if security.auth is not None:
             await security.auth.close()
+
+
+async def _health_server(args: argparse.Namespace, backend: MetricsBackend) -> grpc.aio.Server | None:
+    if args.health_port < 0:
+        return None
+    server, bound = await start_cluster_grpc(None, backend, args.host, args.health_port)
+    _log.info("grpc.health.v1 for probes on %s:%d (plaintext, health checks only)", args.host, bound)
+    return server
 
 
 async def _stop_task(tasks: list[asyncio.Task[Any]], name: str) -> None:
