@@ -16,7 +16,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from metricsd.security.certs import create_local_pki
 from metricsd.security.settings import ClientSecurity
 from metricsd.security.tls import ClientTLS
 from metricsd.security.tokens import hash_token, new_token
@@ -51,6 +50,8 @@ class LocalSecurity:
 
     def create(self) -> LocalSecurity:
         """Make the CA, the certificate and a token per role (files readable by the owner only)."""
+        from metricsd.security.certs import create_local_pki  # cryptography: 8 MiB, only for this
+
         create_local_pki(self.dir)
         lines = []
         for name, roles in ROLES.items():

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from metricsd.clock import SystemClock
 from metricsd.cluster.mapwatch import EtcdMapSource
+from metricsd.cmd.queryflags import add_query_arguments, http_settings_from_args
 from metricsd.cmd.runner import (
     add_etcd_arguments,
     etcd_from_args,
@@ -53,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--health-port", type=int, default=-1,
                    help="also serve grpc.health.v1 alone, in plaintext, on this port: for Kubernetes' grpc "
                         "probes, which cannot speak TLS (-1: none; default %(default)s)")
+    add_query_arguments(p)
     add_security_arguments(p)
 
 
@@ -90,7 +92,7 @@ async def serve(args: argparse.Namespace) -> None:
         where = f"gRPC {args.host}:{grpc_port}"
         if args.http_port >= 0:
             http_runner, http_port = await serve_http(backend, args.host, args.http_port, CollectorRegistry(), clock,
-                                                      security=security)
+                                                      security=security, settings=http_settings_from_args(args))
             where += f", HTTP {'https' if security.tls else 'http'}://{args.host}:{http_port}"
         print(f"metricsd proxy serving {where} (etcd {args.etcd}, cluster {args.cluster}, W {args.w}, R {args.r})",
               flush=True)

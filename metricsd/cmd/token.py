@@ -13,7 +13,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from metricsd.security.certs import create_local_pki
 from metricsd.security.tokens import TokenFileError, hash_token, new_token, parse_roles
 
 __all__ = ["add_parser", "run"]
@@ -39,6 +38,8 @@ def line(name: str, roles: str, token: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.token_command == "pki":
+        from metricsd.security.certs import create_local_pki  # cryptography: 8 MiB, only for this
+
         pki = create_local_pki(args.dir)
         print(f"CA {pki.ca}\ncertificate {pki.cert}\nkey {pki.key}")
         return 0

@@ -19,12 +19,14 @@ from prometheus_client import CollectorRegistry
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.clock import Clock, SystemClock
+from metricsd.cmd.queryflags import add_query_arguments, http_settings_from_args
 from metricsd.cmd.runner import port, run_main, stop_event
 from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
 from metricsd.cmd.store import add_limit_arguments, store_settings
 from metricsd.consumers.consumerset import ConsumerSet, start_consumers
 from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
 from metricsd.http.server import serve_http, stop_http
+from metricsd.http.settings import HttpSettings
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.client import MetricsClient
 from metricsd.rpc.server import start_grpc_server
@@ -62,6 +64,7 @@ class UpOptions:
     security: ServerSecurity = field(default_factory=ServerSecurity)  # of both listeners
     client_tls: ClientTLS | None = None  # what the simulated agent trusts (default: the server's certificate)
     tls_server_name: str | None = None
+    http_settings: HttpSettings = field(default_factory=HttpSettings)
 
 
 class SimulatedAgent:
@@ -131,7 +134,7 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         log.warning("no consumer specs at %s: HPA, VPA and overcommit are not running", opts.examples_dir)
     http_runner, http_port = await serve_http(backend, opts.host, opts.http_port, CollectorRegistry(), clock,
                                               consumers=consumers.document if consumers is not None else None,
-                                              security=opts.security)
+                                              security=opts.security, settings=opts.http_settings)
     client = MetricsClient(_dial(opts.host, port), security=_own_client(opts))
     if opts.simulate:
         cfg = SimConfig(pods=opts.pods, workloads=opts.workloads, nodes=opts.nodes, seed=opts.seed,
@@ -228,6 +231,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--no-consumers", action="store_true", help="do not run the HPA, VPA and overcommit advisor")
     up.add_argument("--examples-dir", type=Path, default=EXAMPLES_DIR,
                     help="consumer specs (hpa.yaml, vpa.yaml, overcommit.yaml) to run in dry-run mode")
+    add_query_arguments(up)
     add_security_arguments(up)
     up.set_defaults(run=run)
 
@@ -237,10 +241,12 @@ def run(args: argparse.Namespace) -> int:
         security = server_from_args(args)
         require_secure_or_loopback(args.host, security, args.insecure, "metricsd up")
         client_tls = client_from_args(args).tls
+        http_settings = http_settings_from_args(args)
     except ValueError as e:
         print(f"metricsd up: {e}", file=sys.stderr)
         return 2
-    opts = UpOptions(host=args.host, security=security, client_tls=client_tls, tls_server_name=args.tls_server_name,
+    opts = UpOptions(host=args.host, security=security, http_settings=http_settings, client_tls=client_tls,
+                     tls_server_name=args.tls_server_name,
                      grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,
                      simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
                      seed=args.seed, consumers=not args.no_consumers, examples_dir=args.examples_dir,

@@ -23,6 +23,7 @@ from metricsd.http.params import ApiError, Params, bad, positive_int, read_param
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.promql import to_prometheus_json
+from metricsd.promql.limits import QueryLimitError
 from metricsd.promql.queries import QueryRunner
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import MetricsBackend
@@ -77,10 +78,14 @@ class PromAPI:
         t = params.time_ms("time", self.clock.now_ms())
         started = self.clock.monotonic()
         try:
-            async with asyncio.timeout(self._timeout_s(params)):
-                result, path = await self.runner.instant(expr, t)
+            timeout = self._timeout_s(params)
+            async with asyncio.timeout(timeout):
+                result, path = await self.runner.instant(expr, t, timeout_s=timeout)
         except TimeoutError:
             raise ApiError("timeout", "query timed out in expression evaluation") from None
+        except QueryLimitError as e:
+            self.metrics.queries_refused.labels(limit=e.limit).inc()
+            raise
         self.metrics.query_duration.labels(path=path).observe(self.clock.monotonic() - started)
         return success(to_prometheus_json(result))
 
@@ -96,10 +101,14 @@ class PromAPI:
         step = params.duration_ms("step")
         started = self.clock.monotonic()
         try:
-            async with asyncio.timeout(self._timeout_s(params)):
-                result, path = await self.runner.range(expr, start, end, step)
+            timeout = self._timeout_s(params)
+            async with asyncio.timeout(timeout):
+                result, path = await self.runner.range(expr, start, end, step, timeout_s=timeout)
         except TimeoutError:
             raise ApiError("timeout", "query timed out in expression evaluation") from None
+        except QueryLimitError as e:
+            self.metrics.queries_refused.labels(limit=e.limit).inc()
+            raise
         self.metrics.query_duration.labels(path=path).observe(self.clock.monotonic() - started)
         return success(to_prometheus_json(result))
 

@@ -35,6 +35,13 @@ class SelfMetrics:
         self.query_duration = Histogram(
             "metricsd_query_duration_seconds", "PromQL and native query latency, by how it was answered.",
             ["path"], buckets=LATENCY_BUCKETS, registry=r)
+        self.loop_lag = Gauge(
+            "metricsd_event_loop_lag_seconds", "Largest event-loop lag of the last 10 s (metricsd/http/looplag.py).",
+            registry=r)
+        self.loop_stalls = Counter(
+            "metricsd_event_loop_stalls", "Event-loop wake-ups more than 100 ms late.", registry=r)
+        self.queries_refused = Counter(
+            "metricsd_queries_refused", "PromQL queries refused before running, by limit.", ["limit"], registry=r)
         self.series = Gauge("metricsd_series", "Series held.", registry=r)
         self.samples = Gauge("metricsd_samples", "Samples held, head and chunks.", registry=r)
         self.pods = Gauge("metricsd_pods", "Pods with at least one series.", registry=r)

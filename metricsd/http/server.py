@@ -18,6 +18,7 @@ from metricsd.clock import Clock
 from metricsd.http.auth import auth_middleware
 from metricsd.http.consumers import DocumentProvider, add_consumer_routes
 from metricsd.http.dashboard import add_dashboard_routes
+from metricsd.http.looplag import run_lag_monitor
 from metricsd.http.native import NativeAPI
 from metricsd.http.params import ApiError, error_body
 from metricsd.http.promapi import PromAPI
@@ -121,7 +122,8 @@ def build_app(
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics
     runner = QueryRunner(backend, lookback_ms=settings.lookback_ms, max_samples=settings.max_samples,
-                         allow_pushdown=settings.pushdown)
+                         allow_pushdown=settings.pushdown, limits=settings.query_limits,
+                         timeout_s=settings.request_timeout_s)
     PromAPI(backend, runner, settings, clock, metrics).add_routes(app)
     RemoteWriteReceiver(backend, settings, metrics).add_routes(app)
     NativeAPI(backend, settings, clock, metrics).add_routes(app)
@@ -142,24 +144,37 @@ async def start_http(app: web.Application, host: str, port: int, tls: ServerTLS 
         access_log_format=ACCESS_LOG_FORMAT,
         shutdown_timeout=settings.shutdown_timeout_s,
     )
-    if tls is not None:  # re-read rotated certificate files while serving
-        watchers: list[asyncio.Task[None]] = []
+    background: list[asyncio.Task[None]] = []
+    metrics = app.get(METRICS_KEY)
 
-        async def start_watch(_: web.Application) -> None:
-            watchers.append(asyncio.get_running_loop().create_task(tls.watch(), name="tls-watch"))
+    async def start_background(_: web.Application) -> None:
+        loop = asyncio.get_running_loop()
+        if tls is not None:  # re-read rotated certificate files while serving
+            background.append(loop.create_task(tls.watch(), name="tls-watch"))
+        if metrics is not None:
+            background.append(loop.create_task(run_lag_monitor(_lag_reporter(metrics)), name="loop-lag"))
 
-        async def stop_watch(_: web.Application) -> None:
-            for w in watchers:
-                w.cancel()
+    async def stop_background(_: web.Application) -> None:
+        for task in background:
+            task.cancel()
 
-        app.on_startup.append(start_watch)
-        app.on_cleanup.append(stop_watch)
+    app.on_startup.append(start_background)
+    app.on_cleanup.append(stop_background)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls.ssl_context() if tls is not None else None)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
     log.info("HTTP API serving on %s://%s:%d", "https" if tls is not None else "http", host, bound)
     return runner, int(bound)
+
+
+def _lag_reporter(metrics: SelfMetrics) -> Callable[[float, bool], None]:
+    def report(window_max: float, stalled: bool) -> None:
+        metrics.loop_lag.set(window_max)
+        if stalled:
+            metrics.loop_stalls.inc()
+
+    return report
 
 
 async def stop_http(runner: web.AppRunner) -> None:

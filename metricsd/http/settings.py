@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from metricsd.promql.limits import QueryLimits
 from metricsd.rpc.limits import RequestLimits
 
 __all__ = ["HttpSettings"]
@@ -31,6 +32,8 @@ class HttpSettings:
     access_log: log one line per request to the ``metricsd.http.access`` logger.
     request_limits: remote write: series entries and samples per request (400 past them), checked
         before any label is parsed; the same defaults as a store's gRPC Write.
+    query_limits: PromQL: length, nesting depth and operators of a query (400 past them, before
+        it is parsed), queries at once and waiting (503 past them); metricsd/promql/limits.py.
     """
 
     client_max_size: int = 32 * 1024 * 1024
@@ -45,6 +48,7 @@ class HttpSettings:
     pod_label: str | None = None
     access_log: bool = True
     request_limits: RequestLimits = field(default_factory=RequestLimits)
+    query_limits: QueryLimits = field(default_factory=QueryLimits)
 
     def __post_init__(self) -> None:
         if self.client_max_size <= 0 or self.max_decompressed_bytes <= 0:

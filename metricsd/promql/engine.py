@@ -87,14 +87,17 @@ class Engine:
     as far as the source is."""
 
     def __init__(
-        self, source: SeriesSource, lookback_ms: int = 300_000, max_samples: int = DEFAULT_MAX_SAMPLES
+        self, source: SeriesSource, lookback_ms: int = 300_000, max_samples: int = DEFAULT_MAX_SAMPLES,
+        deadline: float | None = None,
     ) -> None:
         self.source = source
         self.lookback_ms = lookback_ms
         self.max_samples = max_samples
+        self.deadline = deadline  # time.monotonic(); past it evaluation raises PromQLError("timeout")
 
-    def instant(self, expr: str, time_ms: int) -> Result:
-        ast, neg = parse(expr)
+    def instant(self, expr: str, time_ms: int, parsed: tuple[Any, dict[int, int]] | None = None) -> Result:
+        """``parsed``: what :func:`parse` returned for ``expr``, to save parsing twice."""
+        ast, neg = parsed or parse(expr)
         ctx = self._ctx(time_ms, time_ms, 1, neg)
         value = _Evaluator(ctx).eval(ast)
         if isinstance(value, str):
@@ -106,7 +109,8 @@ class Engine:
         vec = _finish(value, 1)
         return Vector(time_ms, [Sample(s.labels, float(s.values[0])) for s in vec])
 
-    def range(self, expr: str, start_ms: int, end_ms: int, step_ms: int) -> Matrix:
+    def range(self, expr: str, start_ms: int, end_ms: int, step_ms: int,
+              parsed: tuple[Any, dict[int, int]] | None = None) -> Matrix:
         if step_ms <= 0:
             raise PromQLError(
                 "bad_data", "zero or negative query resolution step widths are not accepted. "
@@ -120,7 +124,7 @@ class Engine:
                 "exceeded maximum resolution of 11,000 points per timeseries. "
                 "Try decreasing the query resolution (?step=XX)",
             )
-        ast, neg = parse(expr)
+        ast, neg = parsed or parse(expr)
         ctx = self._ctx(start_ms, end_ms, step_ms, neg)
         value = _Evaluator(ctx).eval(ast)
         if isinstance(value, RangeArg | str):
@@ -137,7 +141,8 @@ class Engine:
 
     def _ctx(self, start: int, end: int, step: int, neg: dict[int, int]) -> EvalContext:
         steps = np.arange(start, end + 1, step, dtype=np.int64)
-        return EvalContext(self.source, start, end, step, steps, self.lookback_ms, self.max_samples, neg)
+        return EvalContext(self.source, start, end, step, steps, self.lookback_ms, self.max_samples, neg,
+                           deadline=self.deadline)
 
 
 def _finish(vec: list[StepSeries], n: int) -> list[StepSeries]:
@@ -174,6 +179,7 @@ class _Evaluator:
         self.ctx = ctx
 
     def eval(self, node: Any) -> Value:
+        self.ctx.check_deadline()
         handler: Callable[[Any], Value] | None = getattr(self, "_eval_" + type(node).__name__, None)
         if handler is None:
             raise PromQLError("execution", f"unsupported expression {type(node).__name__}: {node}")

@@ -1,19 +1,24 @@
 """PromQL over a MetricsBackend: push the aggregation down when the shape allows, else prefetch
 the selectors' data and run the engine over it.
 
-The engine is synchronous and CPU-bound; it runs on a worker thread so the event loop keeps
-serving (its source is immutable prefetched data, so that is safe).
+Before anything, a query passes the limits of metricsd/promql/limits.py (length, depth, operators:
+what bounds the parser, which holds the GIL) and waits for one of ``max_concurrency`` slots. The
+parse and the engine run on worker threads so the event loop keeps serving (the engine's source is
+immutable prefetched data, so that is safe), and the engine stops at its next node once the
+query's deadline has passed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Literal
 
 import numpy as np
 
 from metricsd.promql import Engine, Matrix, MemorySource, PromQLError, Result, pushdown
 from metricsd.promql.engine import MAX_POINTS, parse
+from metricsd.promql.limits import Admission, QueryLimitError, QueryLimits, prescan
 from metricsd.promql.prefetch import fetch_all, plan_fetches
 from metricsd.promql.selectors import TOO_MANY_SAMPLES, EvalContext
 from metricsd.rpc.backend import BadRequest, MetricsBackend
@@ -43,24 +48,43 @@ class QueryRunner:
     """Stateless between queries; safe to share across concurrent requests."""
 
     def __init__(self, backend: MetricsBackend, *, lookback_ms: int = 300_000, max_samples: int = 50_000_000,
-                 allow_pushdown: bool = True) -> None:
+                 allow_pushdown: bool = True, limits: QueryLimits | None = None, timeout_s: float = 30.0) -> None:
         self.backend = backend
         self.lookback_ms = lookback_ms
         self.max_samples = max_samples
         self.allow_pushdown = allow_pushdown
+        self.limits = limits or QueryLimits()
+        self.timeout_s = timeout_s
+        self.admission = Admission(self.limits)
 
-    async def instant(self, expr: str, time_ms: int) -> tuple[Result, Path]:
-        return await self._run(expr, time_ms, time_ms, 1, instant=True)
+    async def instant(self, expr: str, time_ms: int, timeout_s: float | None = None) -> tuple[Result, Path]:
+        return await self._admitted(expr, time_ms, time_ms, 1, instant=True, timeout_s=timeout_s)
 
-    async def range(self, expr: str, start_ms: int, end_ms: int, step_ms: int) -> tuple[Matrix, Path]:
+    async def range(self, expr: str, start_ms: int, end_ms: int, step_ms: int,
+                    timeout_s: float | None = None) -> tuple[Matrix, Path]:
         check_range(start_ms, end_ms, step_ms)
-        res, path = await self._run(expr, start_ms, end_ms, step_ms, instant=False)
+        res, path = await self._admitted(expr, start_ms, end_ms, step_ms, instant=False, timeout_s=timeout_s)
         assert isinstance(res, Matrix)
         return res, path
 
-    async def _run(self, expr: str, start_ms: int, end_ms: int, step_ms: int, *, instant: bool) -> tuple[Result,
-                                                                                                        Path]:
-        ast, negative_at = parse(expr)
+    async def _admitted(self, expr: str, start_ms: int, end_ms: int, step_ms: int, *, instant: bool,
+                        timeout_s: float | None) -> tuple[Result, Path]:
+        """Limits first (cheap, on the loop), then a slot, then the query under its deadline; the
+        request's own timeout (the HTTP middleware's) can only be shorter."""
+        prescan(expr, self.limits)
+        timeout = min(self.timeout_s, timeout_s) if timeout_s else self.timeout_s
+        deadline = time.monotonic() + timeout
+        try:
+            async with asyncio.timeout(timeout), self.admission:
+                return await self._run(expr, start_ms, end_ms, step_ms, instant=instant, deadline=deadline)
+        except TimeoutError:
+            raise QueryLimitError("timeout", f"query timed out after {timeout:g} s (--query.timeout)",
+                                  "timeout") from None
+
+    async def _run(self, expr: str, start_ms: int, end_ms: int, step_ms: int, *, instant: bool,
+                   deadline: float) -> tuple[Result, Path]:
+        parsed = await asyncio.to_thread(parse, expr)
+        ast, negative_at = parsed
         if self.allow_pushdown and not negative_at:
             p = pushdown.plan(ast, start_ms, end_ms, step_ms, self.lookback_ms, instant=instant)
             if p is not None:
@@ -77,7 +101,7 @@ class QueryRunner:
         source = await fetch_all(self.backend, plan_fetches(ast, ctx))
         if source.samples > self.max_samples:
             raise PromQLError("execution", TOO_MANY_SAMPLES)
-        engine = Engine(source, lookback_ms=self.lookback_ms, max_samples=self.max_samples)
+        engine = Engine(source, lookback_ms=self.lookback_ms, max_samples=self.max_samples, deadline=deadline)
         if instant:
-            return await asyncio.to_thread(engine.instant, expr, start_ms), "engine"
-        return await asyncio.to_thread(engine.range, expr, start_ms, end_ms, step_ms), "engine"
+            return await asyncio.to_thread(engine.instant, expr, start_ms, parsed), "engine"
+        return await asyncio.to_thread(engine.range, expr, start_ms, end_ms, step_ms, parsed), "engine"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +52,7 @@ class EvalContext:
     max_samples: int
     negative_at: dict[int, int]  # placeholder @ time (ms) -> the real negative time (ms)
     samples: int = 0
+    deadline: float | None = None  # time.monotonic() after which evaluation stops with "timeout"
 
     @property
     def n(self) -> int:
@@ -61,6 +63,13 @@ class EvalContext:
         self.samples += count
         if self.samples > self.max_samples:
             raise PromQLError("execution", TOO_MANY_SAMPLES)
+        self.check_deadline()
+
+    def check_deadline(self) -> None:
+        """Raises PromQLError("timeout") past the deadline: an engine thread whose request timed
+        out stops at its next selector or node instead of computing for nobody."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise PromQLError("timeout", "query timed out in expression evaluation")
 
     def at_ms(self, at: Any) -> int:
         if at.type == pp.AtModifierType.Start:

@@ -30,14 +30,15 @@ __all__ = [
     "to_prometheus_json",
 ]
 
-ErrorKind = Literal["bad_data", "execution"]
+ErrorKind = Literal["bad_data", "execution", "timeout", "unavailable"]
 
 # Labels that describe a metric's identity; dropped together with the name (Prometheus 3).
 NAME_LABELS = (METRIC_NAME, "__type__", "__unit__")
 
 
 class PromQLError(Exception):
-    """A query that cannot be parsed (``bad_data``, HTTP 400) or evaluated (``execution``, HTTP 422)."""
+    """A query that cannot be parsed (``bad_data``, HTTP 400) or evaluated (``execution``, HTTP 422),
+    that ran out of time (``timeout``, 503) or found no slot to run in (``unavailable``, 503)."""
 
     def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
