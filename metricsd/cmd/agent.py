@@ -33,7 +33,7 @@ from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.agent.telemetry import AgentExporter, LoopStats, health, start_http
 from metricsd.clock import Clock, SystemClock
 from metricsd.cmd.runner import run_main, stop_event
-from metricsd.cmd.security import add_security_arguments, client_from_args, server_from_args
+from metricsd.cmd.security import add_security_arguments, client_from_args
 from metricsd.defaults import AGENT_METRICS_PORT, HOST, grpc_address
 from metricsd.durations import parse_duration_ms
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
@@ -86,7 +86,7 @@ class AgentOptions:
     sim: SimConfig | None = None
     backfill_ms: int = 0
     security: ClientSecurity | None = None  # TLS and token towards the targets
-    metrics_tls: ServerTLS | None = None  # TLS of the /metrics endpoint
+    metrics_tls: tuple[Path, Path] | None = None  # certificate and key of the /metrics endpoint
 
     def __post_init__(self) -> None:
         if self.interval_ms < 1000:
@@ -200,7 +200,7 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
         sim=sim,
         backfill_ms=args.backfill,
         security=client_from_args(args),
-        metrics_tls=server_from_args(args).tls,
+        metrics_tls=(args.tls_cert, args.tls_key) if args.tls_cert and args.tls_key else None,
     )
 
 
@@ -272,7 +272,8 @@ async def run_agent(
     runner = None
     if opts.metrics_port is not None:
         runner, port = await start_http(opts.metrics_host, opts.metrics_port, registry,
-                                        lambda: health(stats, pusher, clock), opts.metrics_tls)
+                                        lambda: health(stats, pusher, clock),
+                                        ServerTLS(*opts.metrics_tls) if opts.metrics_tls else None)
         log.info("agent metrics on %s://%s:%d/metrics, health on /healthz", "https" if opts.metrics_tls else "http",
                  opts.metrics_host, port)
         stats.extra["metrics_port"] = str(port)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from metricsd.security.auth import Authenticator
 from metricsd.security.settings import ClientSecurity, ServerSecurity
-from metricsd.security.tls import ClientTLS, ServerTLS, TLSError
+from metricsd.security.tls import ClientTLS, ServerTLS
 from metricsd.security.tokenreview import TokenReview, parse_role_bindings
 from metricsd.security.tokens import TokenFile
 
@@ -64,7 +64,8 @@ def _add_client_arguments(g: argparse._ActionsContainer) -> None:
     g.add_argument("--tls-server-name", default=None, metavar="NAME",
                    help="the name to check in the servers' certificates (default: the address's host)")
     g.add_argument("--auth-token-file", type=Path, default=None, metavar="FILE",
-                   help="send the bearer token in this file to other metricsd processes (re-read at start)")
+                   help="send the bearer token in this file to other metricsd processes (re-read when it "
+                        "changes, as Kubernetes rotates ServiceAccount tokens)")
 
 
 def server_from_args(args: argparse.Namespace) -> ServerSecurity:
@@ -93,15 +94,7 @@ def client_from_args(args: argparse.Namespace) -> ClientSecurity:
     if ca is not None:
         cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
         tls = ClientTLS(ca, cert, key, getattr(args, "tls_server_name", None))
-    token = None
-    if getattr(args, "auth_token_file", None) is not None:
-        try:
-            token = args.auth_token_file.read_text().strip()
-        except OSError as e:
-            raise TLSError(f"cannot read --auth-token-file {args.auth_token_file}: {e.strerror or e}") from e
-        if not token:
-            raise ValueError(f"--auth-token-file {args.auth_token_file} is empty")
-    return ClientSecurity(tls, token)
+    return ClientSecurity(tls, token_file=getattr(args, "auth_token_file", None))
 
 
 def _loopback(host: str) -> bool:

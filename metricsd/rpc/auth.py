@@ -11,6 +11,7 @@ import grpc
 
 from metricsd.security.auth import Authenticator, PermissionDenied, Unauthenticated
 from metricsd.security.policy import grpc_role
+from metricsd.security.settings import ClientSecurity
 from metricsd.security.tokens import Role
 
 __all__ = ["AuthInterceptor", "token_interceptors"]
@@ -71,28 +72,32 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return guarded
 
 
-def _with_token(details: Any, token: str) -> Any:
+def _with_token(details: Any, token: str | None) -> Any:
     metadata = grpc.aio.Metadata(*(details.metadata or ()))
-    metadata.add("authorization", f"Bearer {token}")
+    if token:
+        metadata.add("authorization", f"Bearer {token}")
     return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
                                       details.wait_for_ready)
 
 
 class _UnaryToken(grpc.aio.UnaryUnaryClientInterceptor):
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: Callable[[], str | None]) -> None:
         self.token = token
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return await continuation(_with_token(details, self.token), request)
+        return await continuation(_with_token(details, self.token()), request)
 
 
 class _StreamToken(grpc.aio.UnaryStreamClientInterceptor):
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: Callable[[], str | None]) -> None:
         self.token = token
 
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
-        return await continuation(_with_token(details, self.token), request)
+        return await continuation(_with_token(details, self.token()), request)
 
 
-def token_interceptors(token: str | None) -> list[Any]:
-    return [_UnaryToken(token), _StreamToken(token)] if token else []
+def token_interceptors(security: ClientSecurity | None) -> list[Any]:
+    """Interceptors sending ``security``'s token (read anew as its file changes) on every call."""
+    if security is None or not security.sends_token:
+        return []
+    return [_UnaryToken(security.bearer), _StreamToken(security.bearer)]

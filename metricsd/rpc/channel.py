@@ -18,7 +18,7 @@ __all__ = ["open_channel"]
 def open_channel(address: str, security: ClientSecurity | None = None,
                  options: Sequence[tuple[str, Any]] = GRPC_OPTIONS) -> grpc.aio.Channel:
     opts = list(options)
-    interceptors = token_interceptors(security.token if security else None)
+    interceptors = token_interceptors(security)
     if security is not None and security.tls is not None:
         return grpc.aio.secure_channel(address, security.tls.grpc_credentials(),
                                        options=opts + security.tls.grpc_options(), interceptors=interceptors)

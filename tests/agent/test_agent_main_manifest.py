@@ -38,5 +38,8 @@ def test_the_manifest_args_are_flags_the_agent_accepts() -> None:
     assert str(opts.cgroup_root) == mounts["cgroup"]["mountPath"]
     assert str(opts.buffer_dir) == mounts["spool"]["mountPath"]
     port = {p["name"]: p["containerPort"] for p in c["ports"]}["metrics"]
-    assert opts.metrics_port == port and c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert opts.metrics_port == port
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
+    assert opts.metrics_tls is not None and str(opts.metrics_tls[0]).startswith(mounts["tls"]["mountPath"])
+    assert opts.security is not None and str(opts.security.token_file).endswith("serviceaccount/token")
     assert set(c["resources"]) == {"requests", "limits"}

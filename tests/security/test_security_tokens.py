@@ -92,3 +92,20 @@ async def test_an_internal_token_lives_in_memory_only(tmp_path: Path) -> None:
     identity = await auth.check(f"Bearer {token}", Role.WRITE, "Write", "127.0.0.1")
     assert identity is not None and identity.source == "internal"
     assert hash_token(token) not in path.read_text()
+
+
+def test_a_client_token_file_is_read_again_when_it_is_rotated(tmp_path: Path) -> None:
+    from metricsd.security.settings import ClientSecurity
+
+    path = tmp_path / "token"
+    path.write_text("first\n")
+    client = ClientSecurity(token_file=path)
+    assert client.bearer() == "first" and client.headers() == {"Authorization": "Bearer first"}
+    assert client._source is not None
+    client._source.check_every_s = 0.0
+    path.write_text("second\n")
+    os.utime(path, (os.stat(path).st_mtime + 5,) * 2)
+    assert client.bearer() == "second"
+    path.unlink()
+    assert client.bearer() == "second"  # a file that went away keeps the last token
+    assert ClientSecurity(token_file=tmp_path / "missing").headers() == {}
