@@ -26,8 +26,9 @@ def _ok(data_ref: str) -> dict[str, Any]:
 
 
 def _param(name: str, desc: str, required: bool = False, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A query parameter; a required string must not be empty (the handlers refuse an empty one)."""
     return {"name": name, "in": "query", "required": required, "description": desc,
-            "schema": schema or {"type": "string"}}
+            "schema": schema or ({"type": "string", "minLength": 1} if required else {"type": "string"})}
 
 
 def _responses(ok_schema: str, *errors: int) -> dict[str, Any]:
