@@ -1,7 +1,9 @@
 """Real cluster processes for the fault tests: stores, config servers and proxies on loopback.
 
 Each process is the command an operator runs (``python -m metricsd <command>``), with its output in a log
-file under the test's tmp_path; :meth:`Procs.close` stops whatever is left.
+file under the test's tmp_path; :meth:`Procs.close` stops whatever is left. They run as ``metricsd cluster
+up`` runs them: mutual TLS and a token per role (metricsd/cmd/localsecurity.py); tests dial them with
+:meth:`Procs.client`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 
 from metricsd.cluster.kv import KV
 from metricsd.cluster.shardmap import KeyLayout, ShardMap
+from metricsd.cmd.localsecurity import LocalSecurity
+from metricsd.security.settings import ClientSecurity
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,16 +64,30 @@ class Proc:
 class Procs:
     """Starts cluster processes against one etcd and key layout."""
 
-    def __init__(self, tmp: Path, etcd: str, layout: KeyLayout) -> None:
+    def __init__(self, tmp: Path, etcd: str, layout: KeyLayout, security: LocalSecurity | None = None) -> None:
         self.tmp, self.etcd, self.layout = tmp, etcd, layout
         self.procs: list[Proc] = []
+        self.security = security or LocalSecurity(tmp / "security").create()
+
+    def client(self) -> ClientSecurity:
+        """TLS and the admin token: how a test talks to the processes."""
+        return self.security.client("ops")
+
+    def _secure(self, command: str) -> list[str]:
+        sec = self.security
+        if command == "store":
+            return [*sec.server_args(), *sec.client_args("store")]
+        if command == "proxy":
+            return [*sec.server_args(), *sec.client_args("proxy")]
+        return [*sec.tls_args()]
 
     def _cluster(self) -> list[str]:
         return ["--etcd", self.etcd, "--etcd-root", self.layout.root, "--cluster", self.layout.cluster,
                 "--etcd-timeout", "1.0"]
 
     def start(self, name: str, command: str, args: list[str], port: int | None = None) -> Proc:
-        argv = [sys.executable, "-m", "metricsd", "--log-level", "INFO", command, *args, *self._cluster()]
+        argv = [sys.executable, "-m", "metricsd", "--log-level", "INFO", command, *args, *self._cluster(),
+                *self._secure(command)]
         proc = Proc(name, argv, self.tmp / f"{name}.log", port)
         self.procs.append(proc)
         return proc

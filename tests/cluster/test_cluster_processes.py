@@ -15,10 +15,12 @@ from cluster_procs import Procs, wait_listening, wait_map, wait_until
 from metricsd.cluster.etcd_kv import EtcdKV
 from metricsd.cluster.etcd_server import EtcdServer
 from metricsd.cluster.shardmap import KeyLayout
+from metricsd.cmd.localsecurity import LocalSecurity
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import NotOwner
+from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import GrpcBackend
 from metricsd.rpc.wire import labels_to_pb
 
@@ -33,11 +35,17 @@ def layout() -> KeyLayout:
 
 
 @pytest.fixture
-def procs_for(tmp_path: Path, layout: KeyLayout) -> Iterator[Callable[[EtcdServer], Procs]]:
+def security(tmp_path: Path) -> LocalSecurity:
+    """The cluster's CA and tokens, shared by its processes and the test's own clients."""
+    return LocalSecurity(tmp_path / "security").create()
+
+
+@pytest.fixture
+def procs_for(tmp_path: Path, layout: KeyLayout, security: LocalSecurity) -> Iterator[Callable[[EtcdServer], Procs]]:
     made: list[Procs] = []
 
     def make(server: EtcdServer) -> Procs:
-        p = Procs(tmp_path, server.endpoint, layout)
+        p = Procs(tmp_path, server.endpoint, layout, security)
         made.append(p)
         return p
 
@@ -47,11 +55,11 @@ def procs_for(tmp_path: Path, layout: KeyLayout) -> Iterator[Callable[[EtcdServe
 
 
 @pytest.fixture
-async def grpc_channels() -> AsyncIterator[Callable[[str], GrpcBackend]]:
+async def grpc_channels(security: LocalSecurity) -> AsyncIterator[Callable[[str], GrpcBackend]]:
     channels: list[grpc.aio.Channel] = []
 
     def make(address: str) -> GrpcBackend:
-        ch = grpc.aio.insecure_channel(address)
+        ch = open_channel(address, security.client("ops"))
         channels.append(ch)
         return GrpcBackend(pb_grpc.MetricsStub(ch), timeout_s=3.0)
 

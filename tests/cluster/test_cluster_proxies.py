@@ -25,6 +25,7 @@ from metricsd.model import Labels, make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import Unavailable
+from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import GrpcBackend
 from metricsd.rpc.server import GRPC_OPTIONS
 from metricsd.rpc.wire import labels_to_pb
@@ -67,7 +68,7 @@ class Cluster:
     channels: list[grpc.aio.Channel] = field(default_factory=list)
 
     def backend(self, address: str) -> GrpcBackend:
-        ch = grpc.aio.insecure_channel(address, options=GRPC_OPTIONS)
+        ch = open_channel(address, self.procs.client(), GRPC_OPTIONS)
         self.channels.append(ch)
         return GrpcBackend(pb_grpc.MetricsStub(ch), timeout_s=5.0)
 
