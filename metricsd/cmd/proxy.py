@@ -24,7 +24,13 @@ from metricsd.cmd.runner import (
     run_service,
 )
 from metricsd.cmd.runner import stop_event as make_stop_event
-from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
+from metricsd.cmd.security import (
+    add_security_arguments,
+    client_from_args,
+    require_secure_or_loopback,
+    serve_probes,
+    server_from_args,
+)
 from metricsd.http.server import serve_http, stop_http
 from metricsd.proxy.settings import ProxySettings
 from metricsd.rpc.health import start_cluster_grpc
@@ -51,11 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
-    p.add_argument("--health-port", type=int, default=-1,
-                   help="also serve grpc.health.v1 alone, in plaintext, on this port: for Kubernetes' grpc "
-                        "probes, which cannot speak TLS (-1: none; default %(default)s)")
     add_query_arguments(p)
-    add_security_arguments(p)
+    add_security_arguments(p, probes=True)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -87,8 +90,7 @@ async def serve(args: argparse.Namespace) -> None:
     try:
         grpc_server, grpc_port = await start_cluster_grpc(MetricsServicer(backend), backend, args.host,
                                                           args.grpc_port, security)
-        if args.health_port >= 0:
-            probes, _ = await start_cluster_grpc(None, backend, args.host, args.health_port)
+        probes = await serve_probes(args, backend)
         where = f"gRPC {args.host}:{grpc_port}"
         if args.http_port >= 0:
             http_runner, http_port = await serve_http(backend, args.host, args.http_port, CollectorRegistry(), clock,

@@ -13,6 +13,9 @@ import ipaddress
 import logging
 from pathlib import Path
 
+import grpc
+
+from metricsd.rpc.health import HasHealth, start_cluster_grpc
 from metricsd.security.auth import Authenticator
 from metricsd.security.settings import ClientSecurity, ServerSecurity
 from metricsd.security.tls import ClientTLS, ServerTLS
@@ -20,14 +23,19 @@ from metricsd.security.tokenreview import TokenReview, parse_role_bindings
 from metricsd.security.tokens import TokenFile
 
 __all__ = ["add_client_arguments", "add_security_arguments", "client_from_args", "require_secure_or_loopback",
-           "server_from_args"]
+           "serve_probes", "server_from_args"]
 
 log = logging.getLogger("metricsd.security")
 
 
 def add_security_arguments(p: argparse.ArgumentParser, server: bool = True, client: bool = True,
-                           tokens: bool = True) -> None:
+                           tokens: bool = True, probes: bool = False) -> None:
+    """``probes``: also --health-port, for a process whose data port may serve TLS."""
     g = p.add_argument_group("security", "TLS and bearer tokens (README: Security)")
+    if probes:
+        g.add_argument("--health-port", type=int, default=-1,
+                       help="also serve grpc.health.v1 alone, in plaintext, on this port: for Kubernetes' grpc "
+                            "probes, which cannot speak TLS (-1: none; default %(default)s)")
     g.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
                    help="serve TLS with this certificate (PEM; re-read when it changes); also the client "
                         "certificate presented to other metricsd processes (mutual TLS)" if server else
@@ -95,6 +103,15 @@ def client_from_args(args: argparse.Namespace) -> ClientSecurity:
         cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
         tls = ClientTLS(ca, cert, key, getattr(args, "tls_server_name", None))
     return ClientSecurity(tls, token_file=getattr(args, "auth_token_file", None))
+
+
+async def serve_probes(args: argparse.Namespace, backend: HasHealth) -> grpc.aio.Server | None:
+    """The --health-port server (health checks only, plaintext), or None without the flag."""
+    if args.health_port < 0:
+        return None
+    server, bound = await start_cluster_grpc(None, backend, args.host, args.health_port)
+    log.info("grpc.health.v1 for probes on %s:%d (plaintext, health checks only)", args.host, bound)
+    return server
 
 
 def _loopback(host: str) -> bool:

@@ -21,8 +21,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from metricsd.cluster.member import ClusterMember
 from metricsd.cluster.shardmap import Member, validate_member_id
 from metricsd.cmd.runner import (
@@ -34,7 +32,13 @@ from metricsd.cmd.runner import (
     run_service,
 )
 from metricsd.cmd.runner import stop_event as make_stop_event
-from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
+from metricsd.cmd.security import (
+    add_security_arguments,
+    client_from_args,
+    require_secure_or_loopback,
+    serve_probes,
+    server_from_args,
+)
 from metricsd.memory import total_memory_bytes
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.replica.servicer import StoreNodeServicer
@@ -91,10 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync-interval", type=float, default=30.0, metavar="SECONDS",
                    help="with --etcd: seconds between anti-entropy rounds with the other replicas "
                         "(default %(default)s)")
-    p.add_argument("--health-port", type=int, default=-1,
-                   help="also serve grpc.health.v1 alone, in plaintext, on this port: for Kubernetes' grpc "
-                        "probes, which cannot speak TLS (-1: none; default %(default)s)")
-    add_security_arguments(p)
+    add_security_arguments(p, probes=True)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -169,7 +170,7 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
                                               name="replication"))
     server, bound = await start_cluster_grpc(StoreNodeServicer(backend, api), backend, args.host, args.grpc_port,
                                              security)
-    probes = await _health_server(args, backend)
+    probes = await serve_probes(args, backend)
     try:
         if member is not None:
             member.start()
@@ -196,14 +197,6 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
             durability.close(snapshot=True)
         if security.auth is not None:
             await security.auth.close()
-
-
-async def _health_server(args: argparse.Namespace, backend: MetricsBackend) -> grpc.aio.Server | None:
-    if args.health_port < 0:
-        return None
-    server, bound = await start_cluster_grpc(None, backend, args.host, args.health_port)
-    _log.info("grpc.health.v1 for probes on %s:%d (plaintext, health checks only)", args.host, bound)
-    return server
 
 
 async def _stop_task(tasks: list[asyncio.Task[Any]], name: str) -> None:
