@@ -241,7 +241,10 @@ class Chaos:
             await asyncio.sleep(0.2)
         if not counted:
             self.stores_down -= 1
-        raise RuntimeError(f"{name} not level within {timeout_s:.0f} s")
+        proc = self.cluster.procs.get(name)
+        exited = f" (it exited with code {proc.returncode})" if proc is not None and proc.poll() is not None else ""
+        raise RuntimeError(f"{name} not level within {timeout_s:.0f} s{exited}; see "
+                           f"{self.cluster.log_dir / (name + '.log')}")
 
     def spec(self, name: str) -> ProcessSpec:
         return next(s for s in self.plan.specs() if s.name == name)
@@ -335,6 +338,7 @@ class Chaos:
         print(f"starting a cluster in {self.data_dir} (base port {self.plan.base_port}); {len(events)} faults "
               "planned", flush=True)
         await asyncio.to_thread(self.cluster.start, 60.0)
+        background: list[asyncio.Future[None]] = []
         try:
             for name in [s.name for s in self.plan.store_specs()]:
                 self.stores_down += 1
@@ -344,6 +348,7 @@ class Chaos:
             tasks = [asyncio.ensure_future(self.writer(0)), asyncio.ensure_future(self.writer(1)),
                      asyncio.ensure_future(self.reader())]
             fault_task = asyncio.ensure_future(self.faults(events))
+            background = [*tasks, fault_task]
             await asyncio.sleep(opts.duration_s)
             self.faults_over.set()
             await fault_task  # an event under way finishes: its store comes back and levels
@@ -359,6 +364,13 @@ class Chaos:
             self.report.digests_agree, self.report.digest_slots_differing, self.report.converge_s = ok, differ, took
             return self.report
         finally:
+            # A failed fault (a store that never levels) ends the run early: the writers and the
+            # reader must stop before their channels close, or each dies on a closed channel.
+            self.stop.set()
+            self.faults_over.set()
+            for t in background:
+                t.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             for ch in self._channels.values():
                 await ch.close(None)
             if self.kv is not None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import logging
 import os
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metricsd.cluster.etcd_server import EtcdServer
+from metricsd.cmd.parentdeath import parent_env
 from metricsd.cmd.status import add_status_arguments, run_status
 from metricsd.maths.slots import DEFAULT_SLOTS
 
@@ -156,12 +156,6 @@ class ClusterPlan:
         return [*out, self.agent_spec()] if self.simulate else out
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGTERM the child when ``cluster up`` dies, even by SIGKILL, so nothing is left behind."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def wait_listening(host: str, port: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -186,11 +180,11 @@ class LocalCluster:
 
     def spawn(self, spec: ProcessSpec) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = parent_env(dict(os.environ, PYTHONUNBUFFERED="1"))
         with open(self.log_dir / f"{spec.name}.log", "ab") as out:
             proc = subprocess.Popen(spec.argv(self.log_level),
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+                                    start_new_session=True)  # no preexec_fn: see cmd/parentdeath.py
         self.procs[spec.name] = proc
         return proc
 

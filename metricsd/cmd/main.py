@@ -7,12 +7,14 @@ function that runs it and returns the exit code); this module only parses and di
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import sys
 from collections.abc import Callable
 
 from metricsd import __version__
 from metricsd.cmd import agent, chaos, cluster, configserver, consumers, proxy, query, store, token, up
+from metricsd.cmd.parentdeath import die_with_parent
 from metricsd.memory import tune_malloc
 
 __all__ = ["build_parser", "main"]
@@ -32,6 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A crash in native code (gRPC, NumPy, lz4) then leaves every thread's Python stack in the log
+    # instead of a bare exit code -11.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    die_with_parent()
     tune_malloc()
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
     run: Callable[[argparse.Namespace], int] = args.run
