@@ -22,7 +22,7 @@ from metricsd.maths.slots import SlotFilter
 from metricsd.model import InvalidSeries, Labels, describe, series_id, validate_labels
 from metricsd.selector import Matcher
 from metricsd.store.chunks import ChunkList
-from metricsd.store.head import NO_TS, Head
+from metricsd.store.head import NO_TS, OFFSET_MAX, Head
 from metricsd.store.index import SeriesIndex
 from metricsd.store.limits import NewSeriesRate, SeriesLimitExceeded, series_limit_refusal
 from metricsd.store.rollup import RollupPoints, Rollups
@@ -289,7 +289,8 @@ class Store:
         for i in np.flatnonzero(full).tolist():
             self._seal(int(rows[i]))
         room = self.head.room(rows)
-        fits = counts <= room
+        ends = starts + counts - 1
+        fits = (counts <= room) & self.head.fits(rows, ts[starts], ts[ends])
         if bool(fits.all()):
             self.head.append_many(rows, counts, ts, vals)
             return
@@ -302,15 +303,24 @@ class Store:
             self._append_row(int(rows[i]), ts[s : s + c], vals[s : s + c])
 
     def _append_row(self, row: int, ts: np.ndarray, vals: np.ndarray) -> None:
-        """Append a long run to one row, sealing as the head fills."""
+        """Append a long run to one row, sealing as the head fills or as its time offsets would
+        overflow (samples more than 24.8 days after the oldest in the head: sparse series)."""
+        head = self.head
         pos = 0
         while pos < len(ts):
-            room = int(self.head.room(np.array([row]))[0])
+            count = int(head.count[row])
+            room = head.capacity - count
             if room == 0:
                 self._seal(row)
                 continue
-            n = min(room, len(ts) - pos)
-            self.head.append_many(np.array([row]), np.array([n]), ts[pos : pos + n], vals[pos : pos + n])
+            base = int(head.base[row]) if count else int(ts[pos])
+            n = int(np.searchsorted(ts[pos : pos + room], base + OFFSET_MAX, side="right"))
+            if n == 0:  # the head's oldest sample is too old for the next one: seal and empty it
+                if count > int(head.sealed[row]):
+                    self._seal(row)
+                head.clear(row)
+                continue
+            head.append_many(np.array([row]), np.array([n]), ts[pos : pos + n], vals[pos : pos + n])
             pos += n
 
     def _seal(self, row: int) -> None:
@@ -343,8 +353,7 @@ class Store:
         all_t = np.concatenate([old_t, ts])
         all_v = np.concatenate([old_v, vals])
         order = np.argsort(all_t, kind="stable")
-        self.head.count[row] = 0
-        self.head.sealed[row] = 0
+        self.head.clear(row)
         self._append_row(row, all_t[order], all_v[order])
         self.head.last_ts[row] = max(last, int(all_t.max()) if len(all_t) else last)
 
@@ -443,7 +452,8 @@ class Store:
             hi = c.max_ts()
             assert int(self.head.chunk_max_ts[row]) == (NO_TS if hi is None else hi)
             s, cnt = int(self.head.sealed[row]), int(self.head.count[row])
+            ht, _ = self.head.samples(row)
             if hi is not None and cnt > s:
-                assert int(self.head.ts[row, s]) > hi, f"row {row}: unsealed head overlaps chunks"
+                assert int(ht[s]) > hi, f"row {row}: unsealed head overlaps chunks"
             if s:
-                assert hi is not None and int(self.head.ts[row, s - 1]) <= hi
+                assert hi is not None and int(ht[s - 1]) <= hi

@@ -7,15 +7,21 @@ front. Appending to many rows at once is a handful of vectorised assignments.
 
      row r:  | sealed (also in chunks) | unsealed ............ | free |
              0                   sealed[r]              count[r]    capacity
+
+Timestamps are int32 milliseconds after a per-row ``base`` (int64), not int64: 12 bytes a sample
+instead of 16, a quarter of the head, which is most of a store's memory per series
+(metricsd/store/FORMAT.md, "The head in memory"). A row spans at most OFFSET_MAX ms (24.8 days);
+the engine seals and empties a row before a sample would fall past that (``fits``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["NO_TS", "Head"]
+__all__ = ["NO_TS", "OFFSET_MAX", "Head"]
 
 NO_TS = np.iinfo(np.int64).min
+OFFSET_MAX = int(np.iinfo(np.int32).max)
 
 
 class Head:
@@ -26,7 +32,8 @@ class Head:
             raise ValueError("keep must be in (0, capacity)")
         self.capacity = capacity
         self.keep = keep
-        self.ts = np.zeros((rows, capacity), dtype=np.int64)
+        self.ts = np.zeros((rows, capacity), dtype=np.int32)  # ms after base[row]
+        self.base = np.zeros(rows, dtype=np.int64)  # meaningful while count[row] > 0
         self.vals = np.zeros((rows, capacity), dtype=np.float64)
         self.count = np.zeros(rows, dtype=np.int32)
         self.sealed = np.zeros(rows, dtype=np.int32)
@@ -41,7 +48,8 @@ class Head:
         if n <= have:
             return
         new = max(n, have + max(1024, have // 4))  # grow by a quarter: doubling wastes up to half
-        self.ts = np.concatenate([self.ts, np.zeros((new - have, self.capacity), np.int64)])
+        self.ts = np.concatenate([self.ts, np.zeros((new - have, self.capacity), np.int32)])
+        self.base = np.concatenate([self.base, np.zeros(new - have, np.int64)])
         self.vals = np.concatenate([self.vals, np.zeros((new - have, self.capacity), np.float64)])
         self.count = np.concatenate([self.count, np.zeros(new - have, np.int32)])
         self.sealed = np.concatenate([self.sealed, np.zeros(new - have, np.int32)])
@@ -49,31 +57,53 @@ class Head:
         self.chunk_max_ts = np.concatenate([self.chunk_max_ts, np.full(new - have, NO_TS, np.int64)])
 
     def reset_row(self, row: int) -> None:
-        self.count[row] = 0
-        self.sealed[row] = 0
+        self.clear(row)
         self.last_ts[row] = NO_TS
         self.chunk_max_ts[row] = NO_TS
+
+    def clear(self, row: int) -> None:
+        """Empty the row's samples (its newest timestamp stays): every one must be in chunks or merged."""
+        self.count[row] = 0
+        self.sealed[row] = 0
 
     def room(self, rows: np.ndarray) -> np.ndarray:
         return self.capacity - self.count[rows]
 
+    def fits(self, rows: np.ndarray, first: np.ndarray, newest: np.ndarray) -> np.ndarray:
+        """Whether segments from ``first`` to ``newest`` (ms) can join their rows without an
+        offset past OFFSET_MAX: an empty row takes its base from the segment."""
+        base = np.where(self.count[rows] == 0, first, self.base[rows])
+        return np.asarray(newest - base <= OFFSET_MAX)
+
+    def abs_ts(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Timestamps (int64 ms) at ``head[rows, cols]``; ``rows`` broadcasts against ``cols``."""
+        return self.ts[rows, cols].astype(np.int64) + self.base[rows]
+
+    def first_ts(self, rows: np.ndarray) -> np.ndarray:
+        """The oldest timestamp of each row (meaningless for an empty row)."""
+        return self.ts[rows, 0].astype(np.int64) + self.base[rows]
+
     def unsealed(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """Copies of the samples of ``row`` that are not yet in a chunk."""
         s, c = int(self.sealed[row]), int(self.count[row])
-        return self.ts[row, s:c].copy(), self.vals[row, s:c].copy()
+        return self.ts[row, s:c].astype(np.int64) + self.base[row], self.vals[row, s:c].copy()
 
     def samples(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Views of every sample in the row, sealed overlap included."""
+        """Every sample in the row, sealed overlap included (timestamps a new array, values a view)."""
         c = int(self.count[row])
-        return self.ts[row, :c], self.vals[row, :c]
+        return self.ts[row, :c].astype(np.int64) + self.base[row], self.vals[row, :c]
 
     def take_for_seal(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Remove the unsealed samples for sealing into a chunk; keep the last ``keep`` as overlap."""
+        """Remove the unsealed samples for sealing into a chunk; keep the last ``keep`` as overlap,
+        rebased so that the row's offsets start again from 0."""
         ts, vals = self.unsealed(row)
         c = int(self.count[row])
         k = min(self.keep, c)
-        self.ts[row, :k] = self.ts[row, c - k : c]
-        self.vals[row, :k] = self.vals[row, c - k : c]
+        if k:
+            shift = int(self.ts[row, c - k])
+            self.ts[row, :k] = self.ts[row, c - k : c] - shift
+            self.vals[row, :k] = self.vals[row, c - k : c]
+            self.base[row] += shift
         self.count[row] = k
         self.sealed[row] = k
         return ts, vals
@@ -82,22 +112,28 @@ class Head:
         """Append segment i (seg_counts[i] samples) to rows[i], for distinct rows with room.
 
         ``ts``/``vals`` hold the segments back to back. The caller guarantees each segment is
-        newer than its row's last_ts and fits (``seg_counts <= room(rows)``).
+        newer than its row's last_ts, fits (``seg_counts <= room(rows)``) and ``fits()``.
         """
         if len(rows) == 0:
             return
         if bool(np.all(seg_counts == 1)):  # fast path: one sample per series (the agents' shape)
             pos = self.count[rows]
-            self.ts[rows, pos] = ts
+            empty = pos == 0
+            if bool(empty.any()):
+                self.base[rows[empty]] = ts[empty]
+            self.ts[rows, pos] = ts - self.base[rows]
             self.vals[rows, pos] = vals
             self.count[rows] = pos + 1
             self.last_ts[rows] = ts
             return
-        sample_rows = np.repeat(rows, seg_counts)
         starts = np.cumsum(seg_counts) - seg_counts
+        empty = self.count[rows] == 0
+        if bool(empty.any()):
+            self.base[rows[empty]] = ts[starts[empty]]
+        sample_rows = np.repeat(rows, seg_counts)
         offset = np.arange(len(ts)) - np.repeat(starts, seg_counts)
         pos = np.repeat(self.count[rows], seg_counts) + offset
-        self.ts[sample_rows, pos] = ts
+        self.ts[sample_rows, pos] = ts - self.base[sample_rows]
         self.vals[sample_rows, pos] = vals
         self.count[rows] += seg_counts.astype(np.int32)
         ends = starts + seg_counts - 1
@@ -108,7 +144,11 @@ class Head:
         n = len(ts)
         if n > self.capacity:
             raise ValueError("row content exceeds head capacity")
-        self.ts[row, :n] = ts
+        if n and int(ts[-1]) - int(ts[0]) > OFFSET_MAX:
+            raise ValueError("row content spans more than the head's offsets reach")
+        if n:
+            self.base[row] = int(ts[0])
+            self.ts[row, :n] = np.asarray(ts, dtype=np.int64) - int(ts[0])
         self.vals[row, :n] = vals
         self.count[row] = n
         self.sealed[row] = sealed
@@ -122,4 +162,5 @@ class Head:
             if c > 1:
                 assert bool(np.all(np.diff(self.ts[r, :c]) > 0)), f"row {r} timestamps not increasing"
             if c:
-                assert int(self.last_ts[r]) >= int(self.ts[r, c - 1])
+                assert int(self.ts[r, 0]) >= 0, f"row {r} has a sample before its base"
+                assert int(self.last_ts[r]) >= int(self.ts[r, c - 1]) + int(self.base[r])

@@ -60,7 +60,7 @@ def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.nda
     if n == 0:
         return out_v, out_s, 0
     count = head.count[rows].astype(np.int64)
-    first_ts = head.ts[rows, 0]
+    first_ts = head.first_ts(rows)
     has_chunks = head.chunk_max_ts[rows] != NO_TS
     covered = (count > 0) & (first_ts <= lo) | ~has_chunks
     fast = np.flatnonzero(covered)
@@ -74,14 +74,14 @@ def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.nda
         width = 2 if side.fn is SeriesFn.LAST else 8
         while True:
             start = np.maximum(count[fast] - width, 0)
-            oldest = head.ts[fr, start]
+            oldest = head.abs_ts(fr, start)
             if width >= head.capacity or bool(np.all((start == 0) | (oldest <= need))):
                 break
             width *= 2
         width = min(width, head.capacity)
         cols = start[:, None] + np.arange(width)[None, :]
         cols_c = np.minimum(cols, head.capacity - 1)
-        ts = head.ts[fr[:, None], cols_c]
+        ts = head.abs_ts(fr[:, None], cols_c)
         vals = head.vals[fr[:, None], cols_c]
         cnt = np.minimum(count[fast] - start, width)
         v, s = reduce_windows(ts, vals, cnt, times, side.window_ms, side.fn)

@@ -26,7 +26,7 @@ import numpy as np
 
 from metricsd.model import Labels
 from metricsd.store.engine import Store
-from metricsd.store.head import NO_TS
+from metricsd.store.head import NO_TS, OFFSET_MAX
 from metricsd.store.settings import StoreSettings
 from metricsd.store.wal.log import WalPosition, fsync_dir
 
@@ -118,7 +118,7 @@ def capture(store: Store, position: WalPosition) -> StoreImage:
         head_sealed=h.sealed[rows].astype(np.int32),
         head_last_ts=h.last_ts[rows].astype(np.int64),
         head_chunk_max=h.chunk_max_ts[rows].astype(np.int64),
-        head_ts=h.ts[rows][mask],
+        head_ts=(h.ts[rows].astype(np.int64) + h.base[rows][:, None])[mask],
         head_vals=h.vals[rows][mask],
         chunk_counts=np.array([len(c) for c in chunk_lists], dtype=np.int64),
         chunk_index=np.frombuffer(b"".join(c.index.tobytes() for c in chunk_lists), dtype=np.int64),
@@ -374,25 +374,35 @@ def _restore_head(store: Store, img: StoreImage) -> None:
     n = len(img.ids)
     h.last_ts[:n] = img.head_last_ts
     h.chunk_max_ts[:n] = img.head_chunk_max
-    if img.meta.head_capacity == h.capacity:
+    counts = img.head_count.astype(np.int64)
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    first = np.zeros(n, np.int64)
+    last = np.zeros(n, np.int64)
+    filled = counts > 0
+    first[filled] = img.head_ts[starts[filled]]
+    last[filled] = img.head_ts[ends[filled] - 1]
+    if img.meta.head_capacity == h.capacity and bool(np.all(last - first <= OFFSET_MAX)):
         h.count[:n] = img.head_count
         h.sealed[:n] = img.head_sealed
+        h.base[:n] = first
         mask = np.arange(h.capacity)[None, :] < img.head_count[:, None]
-        h.ts[:n][mask] = img.head_ts
+        h.ts[:n][mask] = img.head_ts - np.repeat(first, counts)
         h.vals[:n][mask] = img.head_vals
         return
-    log.warning("snapshot head capacity %s differs from the settings' %d: refitting rows",
-                img.meta.head_capacity, h.capacity)
-    ends = np.cumsum(img.head_count).tolist()
+    log.warning("snapshot head (capacity %s) does not fit the settings' head (capacity %d, rows spanning "
+                "at most %d ms): refitting rows", img.meta.head_capacity, h.capacity, OFFSET_MAX)
     for i in range(n):
-        c = int(img.head_count[i])
-        t, v = img.head_ts[ends[i] - c : ends[i]], img.head_vals[ends[i] - c : ends[i]]
+        c = int(counts[i])
+        t, v = img.head_ts[int(starts[i]) : int(ends[i])], img.head_vals[int(starts[i]) : int(ends[i])]
         s = int(img.head_sealed[i])
-        if c <= h.capacity:
+        if c <= h.capacity and (c == 0 or int(t[-1]) - int(t[0]) <= OFFSET_MAX):
             h.replace_row(i, t, v, s)
             continue
         store.chunks[i].append(t[s:], v[s:])  # seal what no longer fits; keep the newest as overlap
         k = min(h.keep, c)
+        while k > 1 and int(t[-1]) - int(t[c - k]) > OFFSET_MAX:
+            k -= 1
         h.replace_row(i, t[c - k :], v[c - k :], k)
         hi = store.chunks[i].max_ts()
         h.chunk_max_ts[i] = NO_TS if hi is None else hi

@@ -42,8 +42,14 @@ class Oracle:
         return too_old, dup
 
 
+DAY_MS = 86_400_000
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("seed", [0, 5, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2, 3, 4))])
-def test_random_writes_match_the_oracle(seed: int) -> None:
+def test_random_writes_match_the_oracle(seed: int, sparse: bool) -> None:
+    """``sparse``: series with gaps of weeks, within a batch and between batches, past what the
+    head's int32 time offsets reach (24.8 days), so rows are sealed and emptied to rebase."""
     rng = random.Random(seed)
     settings = StoreSettings(chunk_samples=rng.choice([4, 10, 120]), head_keep=rng.choice([1, 3, 8]),
                              ooo_window_ms=50_000)
@@ -57,8 +63,15 @@ def test_random_writes_match_the_oracle(seed: int) -> None:
         ids, counts, ts, vals = [], [], [], []
         for sid in chosen:
             n = rng.randint(0, 30)
-            base = clock[sid] + (rng.randint(-80_000, -1) if rng.random() < 0.2 else rng.randint(1, 20_000))
-            t = sorted(set(base + rng.randint(0, 10) * 1000 * k for k in range(n)))
+            r = rng.random()
+            if r < 0.2:
+                base = clock[sid] + rng.randint(-80_000, -1)
+            elif sparse and r > 0.85:
+                base = clock[sid] + rng.randint(20, 40) * DAY_MS
+            else:
+                base = clock[sid] + rng.randint(1, 20_000)
+            step = 3 * DAY_MS if sparse and rng.random() < 0.1 else 1000
+            t = sorted(set(base + rng.randint(0, 10) * step * k for k in range(n)))
             clock[sid] = max(clock[sid], t[-1] if t else clock[sid])
             ids.append(sid)
             counts.append(len(t))
@@ -74,7 +87,7 @@ def test_random_writes_match_the_oracle(seed: int) -> None:
         assert (res.too_old, res.duplicate) == (too_old, dup)
         assert res.written == sum(counts) - too_old - dup
         store._check()
-    lo, hi = -(10**9), 10**12
+    lo, hi = -(10**9), 10**14
     for sid, series in oracle.data.items():
         got = store.read([Matcher.eq("pod", dict(labels[sid])["pod"])], lo, hi)
         assert len(got) == (1 if series else len(got))
@@ -166,3 +179,31 @@ def test_pod_index_lists_a_namespace_by_prefix() -> None:
     store.write(ids, np.ones(9), np.ones(9), np.ones(9), {int(i): lab for i, lab in zip(ids, labs, strict=True)})
     assert list(store.index.pods_with_prefix("ns1/")) == ["ns1/pod-1", "ns1/pod-4", "ns1/pod-7"]
     assert list(store.index.pods_with_prefix("ns9/")) == []
+
+
+def test_samples_weeks_apart_rebase_the_head_and_read_back_whole() -> None:
+    """One batch spanning 120 days, then single samples 30 days apart: every offset the head keeps
+    stays within int32, nothing is lost, and aggregates and snapshots see absolute times."""
+    from metricsd.store.head import OFFSET_MAX
+    from metricsd.store.snapshot import capture, restore
+    from metricsd.store.wal import WalPosition
+
+    store = Store(StoreSettings(chunk_samples=10, head_keep=3, ooo_window_ms=DAY_MS))
+    lab = _labels(1)
+    sid = series_id(lab)
+    ts = [k * 3 * DAY_MS for k in range(40)] + [120 * DAY_MS + k * 30 * DAY_MS for k in range(1, 5)]
+    vals = [float(k) for k in range(len(ts))]
+    store.write(np.array([sid], np.uint64), np.array([40]), np.array(ts[:40]), np.array(vals[:40]), {sid: lab})
+    for t, v in zip(ts[40:], vals[40:], strict=True):
+        store.write(np.array([sid], np.uint64), np.array([1]), np.array([t]), np.array([v]))
+        store._check()
+    row = store.index.row_of(sid)
+    assert row is not None
+    head_ts, _ = store.head.samples(row)
+    assert len(head_ts) >= 1 and int(head_ts[-1] - head_ts[0]) <= OFFSET_MAX
+    got = store.read([Matcher.eq("pod", "pod-1")], 0, 10**14)[0]
+    assert got.timestamps.tolist() == ts and got.values.tolist() == vals
+    back = restore(capture(store, WalPosition(1, 16)), store.settings)
+    back._check()
+    again = back.read([Matcher.eq("pod", "pod-1")], 0, 10**14)[0]
+    assert again.timestamps.tolist() == ts and again.values.tolist() == vals
