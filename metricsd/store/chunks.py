@@ -1,7 +1,13 @@
 """Sealed chunks of one series: encoded bytes back to back, with a time index per chunk.
 
-One bytearray and one int64 array per series, rather than an object per chunk, keeps the
+One bytes object and one int64 array per series, rather than an object per chunk, keeps the
 per-chunk overhead at 24 bytes (min time, max time, end offset) instead of a few hundred.
+
+The bytes are immutable and exactly as long as the chunks, and the index is replaced by an
+exactly sized copy too: sealing a chunk builds new objects (copying at most a day of one series,
+~13 KB, once every 20 minutes). A growing bytearray or array over-allocates and leaves freed
+blocks of every size behind in the heap; with a day of data that cost 1,640 bytes per series
+more RSS (perf/bench_memory.py, perf/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ class ChunkList:
     __slots__ = ("data", "index", "samples")
 
     def __init__(self) -> None:
-        self.data = bytearray()
+        self.data = b""
         self.index = array("q")  # per chunk: min_ts, max_ts, end offset in data
         self.samples = 0
 
@@ -42,8 +48,8 @@ class ChunkList:
             return
         if self.index and int(ts[0]) <= self.index[-2]:
             raise ValueError("chunk must start after the last sealed sample")
-        self.data += encode_chunk(ts, vals)
-        self.index.extend((int(ts[0]), int(ts[-1]), len(self.data)))
+        self.data = b"".join((self.data, encode_chunk(ts, vals)))
+        self.index = self.index + array("q", (int(ts[0]), int(ts[-1]), len(self.data)))
         self.samples += len(ts)
 
     def _chunk(self, i: int) -> memoryview:
@@ -79,7 +85,7 @@ class ChunkList:
             return 0
         end = self.index[3 * n - 1]
         dropped = sum(chunk_count(self._chunk(i)) for i in range(n))
-        del self.data[:end]
+        self.data = self.data[end:]
         rest = self.index[3 * n :]
         for j in range(2, len(rest), 3):
             rest[j] -= end
@@ -97,7 +103,7 @@ class ChunkList:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         parts = [decode_chunk(self._chunk(i)) for i in range(first, n)]
         start = self.index[3 * first - 1] if first else 0
-        del self.data[start:]
+        self.data = self.data[:start]
         self.index = self.index[: 3 * first]
         t = np.concatenate([p[0] for p in parts])
         v = np.concatenate([p[1] for p in parts])

@@ -343,7 +343,7 @@ def restore(img: StoreImage, settings: StoreSettings,
                 c = store.chunks[i]
                 c.index = array("q", img.chunk_index[3 * k0 : 3 * k1].tobytes())
                 nbytes = c.index[-1]
-                c.data = bytearray(data[off : off + nbytes])
+                c.data = bytes(data[off : off + nbytes])
                 off += nbytes
                 c.samples = samples[i]
             if progress is not None and i % 4096 == 4095:
