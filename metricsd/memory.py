@@ -39,6 +39,23 @@ def tune_malloc(mmap_threshold: int = 128 * 1024, arena_max: int = 2) -> bool:
     return ok
 
 
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the kernel (glibc ``malloc_trim(0)``); whether it did.
+
+    Decoding write batches leaves freed blocks all over the heap that glibc keeps: in a store that
+    had taken in 7.3 M samples, RSS fell from 124.5 to 114.8 MiB with nothing else changed
+    (perf/RESULTS.md). It locks each malloc arena while it walks it: call it from a worker
+    thread, now and then (the retention loop does, once a minute)."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    return bool(trim(0))
+
+
 def total_memory_bytes() -> int:
     """Memory this process may use: the machine's RAM, or the cgroup v2 limit when lower (a pod's
     memory limit). What the default series limit (metricsd/store/limits.py) is sized from."""
