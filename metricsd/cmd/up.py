@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -23,7 +24,6 @@ from metricsd.cmd.queryflags import add_query_arguments, http_settings_from_args
 from metricsd.cmd.runner import port, run_main, stop_event
 from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
 from metricsd.cmd.store import add_limit_arguments, store_settings
-from metricsd.consumers.consumerset import ConsumerSet, start_consumers
 from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
 from metricsd.http.server import serve_http, stop_http
 from metricsd.http.settings import HttpSettings
@@ -38,6 +38,9 @@ from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
 from metricsd.store.durable import Durability, open_store, run_durability
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
+
+if TYPE_CHECKING:
+    from metricsd.consumers.consumerset import ConsumerSet
 
 log = logging.getLogger("metricsd.cmd.up")
 
@@ -129,6 +132,8 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     log.info("store serving gRPC on %s", addr)
     consumers: ConsumerSet | None = None
     if opts.consumers and opts.examples_dir.is_dir():
+        from metricsd.consumers.consumerset import start_consumers  # only when they run: ~3 MiB of RSS
+
         consumers = start_consumers(backend, clock, opts.examples_dir, checkpoint_dir=opts.data_dir)
     elif opts.consumers:
         log.warning("no consumer specs at %s: HPA, VPA and overcommit are not running", opts.examples_dir)

@@ -3,12 +3,13 @@ and every subcommand registered with the parser that ``metricsd`` and ``python -
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
 import pytest
 
-from metricsd.cmd.main import build_parser
+from metricsd.cmd.main import COMMANDS, build_parser
 from metricsd.cmd.runner import run_main
 
 
@@ -37,13 +38,28 @@ def test_a_coroutine_returning_a_status_returns_it() -> None:
 @pytest.mark.parametrize("command", ["up", "query", "hpa", "vpa", "overcommit", "agent", "store", "proxy",
                                      "config-server", "cluster", "chaos"])
 def test_every_subcommand_has_a_run(command: str) -> None:
-    parser = build_parser()
     argv = {"cluster": ["cluster", "status", "--etcd", "127.0.0.1:2379"],
             "config-server": ["config-server", "--id", "cs-1", "--etcd", "127.0.0.1:2379"],
             "proxy": ["proxy", "--etcd", "127.0.0.1:1"],
             "query": ["query", "--metric", "m"]}.get(command, [command])
-    args = parser.parse_args(argv)
-    assert callable(args.run)
+    for parser in (build_parser(), build_parser(argv)):  # every command, and only the one asked for
+        args = parser.parse_args(argv)
+        assert callable(args.run)
+
+
+def test_commands_names_every_subcommand_and_its_module() -> None:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(COMMANDS)
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    """A store process does not load the consumers, the agent or the embedded default."""
+    code = ("import sys\nfrom metricsd.cmd.main import COMMANDS, build_parser\n"
+            "build_parser(['store', '--grpc-port', '1']).parse_args(['store', '--grpc-port', '1'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('metricsd.consumers', 'metricsd.agent', "
+            "'metricsd.cmd.up'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_python_dash_m_metricsd_is_the_command() -> None:
