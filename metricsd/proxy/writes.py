@@ -55,35 +55,37 @@ class WritePath:
             self.counters[f"write_rejected_{refusal.reason}"] += 1
             raise BadRequest(refusal.message)
         local = self.router.learn(request.series) if request.series else {}
-        hashes, unknown = self.router.resolve(list(request.ids), local)
+        ids = np.array(request.ids, dtype=np.uint64)
+        key = ids.tobytes()
+        hashes, unknown = self.router.resolve(ids, local, key)
         if unknown:
             self.counters["write_unknown_ids"] += len(unknown)
             return pb.WriteResponse(unknown_ids=unknown)
         shard_map = self.view.current_map()
         self.counters["writes"] += 1
         try:
-            resp, stale = await self._write_once(shard_map, request, local, hashes)
+            resp, stale = await self._write_once(shard_map, request, local, hashes, ids)
         except QuorumFailure as e:
             if not e.stale:
                 self.counters["write_unavailable"] += 1
                 raise
             self.counters["stale_map_retries"] += 1
-            resp, _ = await self._write_once(await self.view.refresh(), request, local, hashes)
+            resp, _ = await self._write_once(await self.view.refresh(), request, local, hashes, ids)
             return resp
         if stale:  # acknowledged, but a replica said the map moved: write to the new owners too
             self.counters["stale_map_retries"] += 1
             new_map = await self.view.refresh()
             if new_map.version != shard_map.version:
                 try:
-                    await self._write_once(new_map, request, local, hashes)
+                    await self._write_once(new_map, request, local, hashes, ids)
                 except Unavailable as e:
                     log.warning("write already acknowledged on map v%d; resend on v%d failed: %s",
                                 shard_map.version, new_map.version, e)
         return resp
 
-    async def _write_once(self, shard_map: ShardMap, request: pb.WriteRequest,
-                          local: dict[int, tuple[int, bytes]], hashes: np.ndarray) -> tuple[pb.WriteResponse, bool]:
-        batch = Batch.of(request, self.router, local, hashes, shard_map.num_slots)
+    async def _write_once(self, shard_map: ShardMap, request: pb.WriteRequest, local: dict[int, tuple[int, bytes]],
+                          hashes: np.ndarray, ids: np.ndarray) -> tuple[pb.WriteResponse, bool]:
+        batch = Batch.of(request, self.router, local, hashes, shard_map.num_slots, ids)
         all_plans = self._plans(shard_map)
         plans = [all_plans[slot] for slot in batch.slot_set()]
         tracker = QuorumTracker(plans)
@@ -153,7 +155,7 @@ class WritePath:
 
     async def _send(self, shard_map: ShardMap, member: str, batch: Batch, slots: Sequence[int]) -> pb.WriteResponse:
         sub, ids = batch.sub_request(slots)
-        missing = self.view.known.missing(member, ids)
+        missing = self.view.known.missing(member, ids, batch.sub_key(slots))
         if missing:
             sub.MergeFromString(batch.labels_of(missing))
         labelled = missing

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from metricsd.clock import ManualClock
@@ -13,7 +14,7 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.handoff import HintedHandoff, MemberGone
 from metricsd.proxy.health import MemberHealth
 from metricsd.proxy.members import SlotNotHeld, call_with_retries
-from metricsd.proxy.routing import SeriesRouter
+from metricsd.proxy.routing import KnownIds, SeriesRouter
 from metricsd.proxy.settings import HandoffSettings, HealthSettings, ProxySettings
 from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.wire import labels_to_pb
@@ -155,3 +156,46 @@ def test_quorum_sizes_come_from_the_map_and_bad_combinations_are_refused() -> No
     assert (s.quorum(1).w, s.quorum(1).r) == (1, 1)
     with pytest.raises(ValueError, match="R \\+ W must exceed RF"):
         s.quorum(5)
+
+
+def test_a_cached_batch_routes_like_its_ids_and_is_forgotten_when_routes_are_evicted() -> None:
+    router = SeriesRouter(capacity=16)
+    labels = [make_labels("m", {"namespace": "ns", "pod": f"p{i}"}) for i in range(24)]
+    entries = [pb.SeriesLabels(id=series_id(lab), labels=labels_to_pb(lab)) for lab in labels]
+    router.learn(entries[:10])
+    ids = np.array([e.id for e in entries[:10]], dtype=np.uint64)
+    want, unknown = router.resolve(ids.tolist(), {})
+    assert unknown == []
+    for _ in range(2):  # the first call fills the batch cache, the second answers from it
+        got, unknown = router.resolve(ids, {}, ids.tobytes())
+        assert unknown == [] and got.tolist() == want.tolist()
+    router.learn(entries[10:])  # past capacity: routes evicted, and with them the cached batches
+    assert router.evicted > 0
+    _, unknown = router.resolve(ids, {}, ids.tobytes())
+    assert unknown, "a cached batch still routed ids the router had evicted"
+
+
+def test_the_batch_cache_stays_within_its_byte_budget() -> None:
+    router = SeriesRouter(capacity=1000, batch_cache_bytes=1_000)
+    labels = [make_labels("m", {"namespace": "ns", "pod": f"p{i}"}) for i in range(200)]
+    router.learn([pb.SeriesLabels(id=series_id(lab), labels=labels_to_pb(lab)) for lab in labels])
+    all_ids = np.array([series_id(lab) for lab in labels], dtype=np.uint64)
+    for i in range(0, 200, 10):
+        batch = all_ids[i : i + 10]
+        router.resolve(batch, {}, batch.tobytes())
+        assert router._batch_bytes <= 1_000
+
+
+def test_known_ids_remember_complete_batches_until_a_member_forgets() -> None:
+    known = KnownIds(limit=100)
+    ids, key = [1, 2, 3], b"batch"
+    assert known.missing("a", ids, key) == [1, 2, 3]
+    known.add("a", ids)
+    assert known.missing("a", ids, key) == []  # now complete, and remembered as such
+    assert known.missing("a", [1, 2, 3, 4], b"other") == [4]
+    known.discard("a", [2])  # the member restarted and said it forgot series 2
+    assert known.missing("a", ids, key) == [2]
+    known.add("a", [2])
+    assert known.missing("a", ids, key) == []
+    known.forget(["a"])
+    assert known.missing("a", ids, key) == [1, 2, 3]
