@@ -46,11 +46,15 @@ class ChunkList:
         """Seal samples newer than every sample already sealed into a new chunk."""
         if len(ts) == 0:
             return
-        if self.index and int(ts[0]) <= self.index[-2]:
+        self.append_encoded(encode_chunk(ts, vals), int(ts[0]), int(ts[-1]), len(ts))
+
+    def append_encoded(self, chunk: bytes, min_ts: int, max_ts: int, samples: int) -> None:
+        """Add a chunk encoded already (codec.encode_chunks: many series sealed at once)."""
+        if self.index and min_ts <= self.index[-2]:
             raise ValueError("chunk must start after the last sealed sample")
-        self.data = b"".join((self.data, encode_chunk(ts, vals)))
-        self.index = self.index + array("q", (int(ts[0]), int(ts[-1]), len(self.data)))
-        self.samples += len(ts)
+        self.data = b"".join((self.data, chunk))
+        self.index = self.index + array("q", (min_ts, max_ts, len(self.data)))
+        self.samples += samples
 
     def _chunk(self, i: int) -> memoryview:
         start = self.index[3 * i - 1] if i else 0

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from metricsd.codec import encode_chunks
 from metricsd.maths.slots import SlotFilter
 from metricsd.model import InvalidSeries, Labels, describe, series_id, validate_labels
 from metricsd.selector import Matcher
@@ -29,6 +30,8 @@ from metricsd.store.rollup import RollupPoints, Rollups
 from metricsd.store.settings import StoreSettings
 
 __all__ = ["SeriesSamples", "Store", "ValidWrite", "WriteResult"]
+
+SEAL_BATCH_MIN = 8  # fewer rows sealing together are sealed one by one
 
 
 @dataclass
@@ -286,8 +289,8 @@ class Store:
             self.rollups.add(np.repeat(rows, counts), ts, vals)
         room = self.head.room(rows)
         full = counts > room
-        for i in np.flatnonzero(full).tolist():
-            self._seal(int(rows[i]))
+        if bool(full.any()):
+            self._seal_many(rows[full])
         room = self.head.room(rows)
         ends = starts + counts - 1
         fits = (counts <= room) & self.head.fits(rows, ts[starts], ts[ends])
@@ -328,6 +331,30 @@ class Store:
         chunks = self.chunks[row]
         chunks.append(t, v)
         self._sync_chunk_max(row)
+
+    def _seal_many(self, rows: np.ndarray) -> None:
+        """_seal of each row, encoding rows in the same state together (codec.encode_chunks):
+        the series of a batch fill their heads at the same write, so seals come in bursts."""
+        head = self.head
+        if len(rows) < SEAL_BATCH_MIN:
+            for row in rows.tolist():
+                self._seal(row)
+            return
+        state = head.sealed[rows].astype(np.int64) * (head.capacity + 1) + head.count[rows]
+        for key in np.unique(state).tolist():
+            group = rows[state == key]
+            sealed, count = divmod(key, head.capacity + 1)
+            if count == sealed or len(group) < SEAL_BATCH_MIN:
+                for row in group.tolist():
+                    self._seal(row)
+                continue
+            ts, vals = head.take_for_seal_many(group, sealed, count)
+            chunks = encode_chunks(ts, vals)
+            lo, hi = ts[:, 0].tolist(), ts[:, -1].tolist()
+            n = count - sealed
+            for i, row in enumerate(group.tolist()):
+                self.chunks[row].append_encoded(chunks[i], lo[i], hi[i], n)
+            head.chunk_max_ts[group] = ts[:, -1]
 
     def _sync_chunk_max(self, row: int) -> None:
         hi = self.chunks[row].max_ts()

@@ -108,6 +108,21 @@ class Head:
         self.sealed[row] = k
         return ts, vals
 
+    def take_for_seal_many(self, rows: np.ndarray, sealed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """take_for_seal of many rows that all hold ``count`` samples, ``sealed`` of them sealed:
+        (k x (count - sealed)) timestamps and values, the rows left with their last ``keep``."""
+        ts = self.ts[rows, sealed:count].astype(np.int64) + self.base[rows][:, None]
+        vals = self.vals[rows, sealed:count]  # fancy indexing: a copy
+        k = min(self.keep, count)
+        if k:
+            shift = self.ts[rows, count - k]
+            self.ts[rows, :k] = self.ts[rows, count - k : count] - shift[:, None]
+            self.vals[rows, :k] = self.vals[rows, count - k : count]
+            self.base[rows] += shift
+        self.count[rows] = k
+        self.sealed[rows] = k
+        return ts, vals
+
     def append_many(self, rows: np.ndarray, seg_counts: np.ndarray, ts: np.ndarray, vals: np.ndarray) -> None:
         """Append segment i (seg_counts[i] samples) to rows[i], for distinct rows with room.
 

@@ -60,7 +60,10 @@ def test_random_writes_match_the_oracle(seed: int, sparse: bool) -> None:
     clock = {sid: 0 for sid in sids}
     for _step in range(120):
         chosen = rng.sample(sids, rng.randint(1, len(sids)))
-        ids, counts, ts, vals = [], [], [], []
+        ids: list[int] = []
+        counts: list[int] = []
+        ts: list[int] = []
+        vals: list[float] = []
         for sid in chosen:
             n = rng.randint(0, 30)
             r = rng.random()
@@ -207,3 +210,34 @@ def test_samples_weeks_apart_rebase_the_head_and_read_back_whole() -> None:
     back._check()
     again = back.read([Matcher.eq("pod", "pod-1")], 0, 10**14)[0]
     assert again.timestamps.tolist() == ts and again.values.tolist() == vals
+
+
+def test_a_burst_of_seals_stores_what_sealing_one_by_one_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """50 series filling their heads at the same writes (the agents' shape): the batched seal
+    (codec.encode_chunks) leaves the same chunk bytes, heads and reads as one seal per series."""
+    from metricsd.store import engine
+
+    def fill(store: Store) -> None:
+        labels = {series_id(_labels(i)): _labels(i) for i in range(50)}
+        ids = np.array(list(labels), dtype=np.uint64)
+        rng = np.random.default_rng(7)
+        for tick in range(40):
+            vals = np.where(np.arange(50) % 2 == 0, 1.5, rng.random(50).round(3))  # half constant
+            ts = np.full(50, 1_000_000 + tick * 10_000 + (tick % 7 == 3) * 5)  # some jitter
+            store.write(ids, np.ones(50, np.int64), ts, vals, labels if tick == 0 else None)
+        store._check()
+
+    batched = Store(StoreSettings(chunk_samples=10, head_keep=3))
+    fill(batched)
+    monkeypatch.setattr(engine, "SEAL_BATCH_MIN", 10**9)
+    single = Store(StoreSettings(chunk_samples=10, head_keep=3))
+    fill(single)
+    assert [bytes(c.data) for c in batched.chunks] == [bytes(c.data) for c in single.chunks]
+    assert [list(c.index) for c in batched.chunks] == [list(c.index) for c in single.chunks]
+    assert sum(len(c) for c in batched.chunks) > 100  # the seals did happen
+    for row in range(50):
+        a, b = batched.head.samples(row), single.head.samples(row)
+        assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+    m = [Matcher.eq("namespace", "ns0")]
+    assert [(s.id, s.timestamps.tolist(), s.values.tolist()) for s in batched.read(m, 0, 10**13)] == \
+        [(s.id, s.timestamps.tolist(), s.values.tolist()) for s in single.read(m, 0, 10**13)]
