@@ -18,6 +18,7 @@ import numpy as np
 from metricsd.maths.partials import AcrossFn, Partials, finalize, group_partials, quantile_across
 from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.wire import packed_fixed, partials_to_pb, series_partials_to_pb
 
 __all__ = ["MergeError", "MergedAggregate", "merge_aggregates"]
 
@@ -85,10 +86,7 @@ def _dedupe(s: _Side, lagging: dict[int, set[int]]) -> _Side:
 
 
 def _partials_to_pb(p: Partials, out: pb.Partials, order: np.ndarray) -> None:
-    out.sum.extend(p.sum[order].ravel().tolist())
-    out.count.extend(p.count[order].ravel().tolist())
-    out.min.extend(p.min[order].ravel().tolist())
-    out.max.extend(p.max[order].ravel().tolist())
+    partials_to_pb(Partials(p.sum[order], p.count[order], p.min[order], p.max[order]), out)
 
 
 def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.AggregateResponse]) -> MergedAggregate:
@@ -129,15 +127,12 @@ def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.Aggregat
     _partials_to_pb(num_p, resp.numerator, order)
     if den_p is not None:
         _partials_to_pb(den_p, resp.denominator, order)
-    resp.values.extend(values[order].ravel().tolist())
+    resp.MergeFromString(packed_fixed(5, values[order], "<f8"))
     if request.per_series or across is AcrossFn.QUANTILE:
         rank = np.empty(n_groups, dtype=np.int64)
         rank[order] = np.arange(n_groups)
         for side, out in ((num, resp.numerator_series), (den, resp.denominator_series)):
             if side is None:
                 continue
-            out.ids.extend(side.ids.tolist())
-            out.group.extend(rank[side.group].tolist())
-            out.values.extend(side.values.ravel().tolist())
-            out.samples.extend(side.samples.ravel().tolist())
+            series_partials_to_pb(side.ids, rank[side.group], side.values, side.samples, out)
     return MergedAggregate(resp, lagging)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from metricsd.maths.partials import AcrossFn
+from metricsd.maths.partials import AcrossFn, Partials
 from metricsd.maths.slots import SlotFilter
 from metricsd.maths.spec import AggregateResult, AggregateSpec, InvalidAggregate, SideQuery, SideResult
 from metricsd.maths.window import SeriesFn
@@ -126,19 +126,49 @@ def aggregate_spec_from_pb(req: pb.AggregateRequest) -> AggregateSpec:
     )
 
 
+def packed_fixed(field: int, arr: np.ndarray, dtype: str) -> bytes:
+    """A packed repeated double / fixed64 field straight from a NumPy buffer: its wire form is the
+    little-endian array itself, so no Python float or int is made per element."""
+    a = np.ascontiguousarray(arr, dtype=dtype).ravel()
+    return length_delimited(field, a.tobytes()) if a.size else b""
+
+
+def packed_small_uints(field: int, arr: np.ndarray) -> bytes | None:
+    """A packed repeated uint32 field when every element is below 128 (one varint byte each: sample
+    counts and group indexes nearly always are), else None."""
+    a = np.asarray(arr).ravel()
+    if a.size == 0:
+        return b""
+    if int(a.max()) >= 128 or int(a.min()) < 0:
+        return None
+    return length_delimited(field, a.astype(np.uint8).tobytes())
+
+
+def partials_to_pb(p: Partials, out: pb.Partials) -> None:
+    """Fill a Partials message from NumPy arrays (four packed double fields, parsed once)."""
+    out.MergeFromString(b"".join(packed_fixed(i, a, "<f8") for i, a in enumerate((p.sum, p.count, p.min, p.max), 1)))
+
+
 def _partials_to_pb(side: SideResult, out: pb.Partials) -> None:
-    p = side.partials
-    out.sum.extend(p.sum.ravel().tolist())
-    out.count.extend(p.count.ravel().tolist())
-    out.min.extend(p.min.ravel().tolist())
-    out.max.extend(p.max.ravel().tolist())
+    partials_to_pb(side.partials, out)
+
+
+def series_partials_to_pb(ids: np.ndarray, group: np.ndarray, values: np.ndarray, samples: np.ndarray,
+                          out: pb.SeriesPartials) -> None:
+    """Fill a SeriesPartials message from NumPy arrays: per-series aggregate replies carry a value
+    per series and time, thousands of them, so they are built as packed fields, not element by element."""
+    parts = [packed_fixed(1, ids, "<u8"), packed_fixed(3, values, "<f8")]
+    for field, arr, repeated in ((2, group, out.group), (4, samples, out.samples)):
+        small = packed_small_uints(field, arr)
+        if small is None:
+            repeated.extend(np.asarray(arr).ravel().tolist())
+        else:
+            parts.append(small)
+    out.MergeFromString(b"".join(parts))
 
 
 def _series_to_pb(side: SideResult, out: pb.SeriesPartials) -> None:
-    out.ids.extend(side.ids.tolist())
-    out.group.extend(side.group.tolist())
-    out.values.extend(side.values.ravel().tolist())
-    out.samples.extend(side.samples.ravel().tolist())
+    series_partials_to_pb(side.ids, side.group, side.values, side.samples, out)
 
 
 def aggregate_result_to_pb(res: AggregateResult, spec: AggregateSpec) -> pb.AggregateResponse:
@@ -149,7 +179,7 @@ def aggregate_result_to_pb(res: AggregateResult, spec: AggregateSpec) -> pb.Aggr
     _partials_to_pb(res.numerator, resp.numerator)
     if res.denominator is not None:
         _partials_to_pb(res.denominator, resp.denominator)
-    resp.values.extend(res.values.ravel().tolist())
+    resp.MergeFromString(packed_fixed(5, res.values, "<f8"))  # AggregateResponse.values
     if spec.per_series or spec.across is AcrossFn.QUANTILE:
         _series_to_pb(res.numerator, resp.numerator_series)
         if res.denominator is not None:
