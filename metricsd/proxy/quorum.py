@@ -126,13 +126,14 @@ class SlotState(enum.Enum):
     FAILED = "failed"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Slot:
     plan: ReplicaPlan
     asked: list[str]
     spares: list[str]
     ok: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    waiting: int = 0  # asked and not answered: len(outstanding()), kept as a count
 
     def outstanding(self) -> list[str]:
         return [m for m in self.asked if m not in self.errors and m not in self.ok]
@@ -140,7 +141,7 @@ class _Slot:
     def state(self) -> SlotState:
         if len(self.ok) >= self.plan.required:
             return SlotState.DONE
-        if len(self.ok) + len(self.outstanding()) + len(self.spares) < self.plan.required:
+        if len(self.ok) + self.waiting + len(self.spares) < self.plan.required:
             return SlotState.FAILED
         return SlotState.PENDING
 
@@ -164,30 +165,48 @@ class QuorumTracker:
     """
 
     def __init__(self, plans: Iterable[ReplicaPlan]) -> None:
+        # Counts kept as answers arrive, so that done / failed and a member's answer cost what
+        # changed, not a pass over every slot: a write asks this once per batch per member.
         self._slots: dict[int, _Slot] = {}
+        self._waiting: dict[str, set[int]] = {}  # member -> slots asked of it and not answered
+        self._state: dict[int, SlotState] = {}
+        self._n_done = self._n_failed = 0
         ops = set()
         for plan in plans:
             if plan.slot in self._slots:
                 raise ValueError(f"slot {plan.slot} planned twice")
-            self._slots[plan.slot] = _Slot(plan, list(plan.targets), list(plan.spares))
+            s = self._slots[plan.slot] = _Slot(plan, list(plan.targets), list(plan.spares), waiting=len(plan.targets))
+            for m in s.asked:
+                self._waiting.setdefault(m, set()).add(plan.slot)
+            state = self._state[plan.slot] = s.state()
+            self._n_done += state is SlotState.DONE
+            self._n_failed += state is SlotState.FAILED
             ops.add(plan.op)
         if len(ops) > 1:
             raise ValueError("one tracker counts either writes or reads, not both")
         self.op = ops.pop() if ops else Op.WRITE
 
+    def _restate(self, s: _Slot) -> None:
+        new = s.state()
+        old = self._state[s.plan.slot]
+        if new is not old:
+            self._state[s.plan.slot] = new
+            self._n_done += (new is SlotState.DONE) - (old is SlotState.DONE)
+            self._n_failed += (new is SlotState.FAILED) - (old is SlotState.FAILED)
+
     def asks(self) -> dict[str, list[int]]:
         """Member -> slots to send it now: the initial requests, one per member."""
-        out: dict[str, list[int]] = {}
-        for slot, s in sorted(self._slots.items()):
-            for m in s.asked:
-                out.setdefault(m, []).append(slot)
-        return out
+        return {m: sorted(slots) for m, slots in self._waiting.items() if slots}
 
     def record_success(self, member: str, slots: Iterable[int] | None = None) -> None:
         """``member`` answered for ``slots`` (default: every slot it was asked for and has not
         answered). Raises ValueError for a slot it was not asked for or already answered."""
+        waiting = self._waiting.get(member, set())
         for s in self._answering(member, slots):
             s.ok.append(member)
+            s.waiting -= 1
+            waiting.discard(s.plan.slot)
+            self._restate(s)
 
     def record_failure(self, member: str, error: str, slots: Iterable[int] | None = None) -> dict[str, list[int]]:
         """``member`` failed for ``slots`` (same default and errors as :meth:`record_success`).
@@ -196,50 +215,64 @@ class QuorumTracker:
         next spare replica, if it has one.
         """
         more: dict[str, list[int]] = {}
+        waiting = self._waiting.get(member, set())
         for s in self._answering(member, slots):
             s.errors[member] = error
-            if s.state() is SlotState.PENDING and len(s.ok) + len(s.outstanding()) < s.plan.required:
+            s.waiting -= 1
+            waiting.discard(s.plan.slot)
+            if s.state() is SlotState.PENDING and len(s.ok) + s.waiting < s.plan.required:
                 spare = s.spares.pop(0)
                 s.asked.append(spare)
+                s.waiting += 1
+                self._waiting.setdefault(spare, set()).add(s.plan.slot)
                 more.setdefault(spare, []).append(s.plan.slot)
+            self._restate(s)
         return more
 
     def _answering(self, member: str, slots: Iterable[int] | None) -> list[_Slot]:
+        waiting = self._waiting.get(member, set())
         if slots is None:
-            return [s for s in self._slots.values() if member in s.outstanding()]
+            return [self._slots[slot] for slot in sorted(waiting)]
         out = []
         for slot in slots:
             s = self._slots.get(slot)
             if s is None or member not in s.asked:
                 raise ValueError(f"{member} was not asked for slot {slot}")
-            if member not in s.outstanding():
+            if slot not in waiting:
                 raise ValueError(f"{member} already answered for slot {slot}")
             out.append(s)
         return out
 
     def state(self, slot: int) -> SlotState:
-        return self._slots[slot].state()
+        return self._state[slot]
 
     @property
     def done(self) -> bool:
         """Every slot has its quorum: the request can be answered with success."""
-        return all(s.state() is SlotState.DONE for s in self._slots.values())
+        return self._n_done == len(self._slots)
 
     @property
     def failed(self) -> bool:
         """Some slot can no longer reach its quorum: the request fails with :meth:`error`."""
-        return any(s.state() is SlotState.FAILED for s in self._slots.values())
+        return self._n_failed > 0
 
     def failed_slots(self) -> list[int]:
-        return sorted(slot for slot, s in self._slots.items() if s.state() is SlotState.FAILED)
+        return sorted(slot for slot, state in self._state.items() if state is SlotState.FAILED)
 
     def pending(self) -> dict[str, list[int]]:
         """Member -> slots it has been asked for and not answered (to time out, say)."""
-        out: dict[str, list[int]] = {}
-        for slot, s in sorted(self._slots.items()):
+        return {m: sorted(slots) for m, slots in self._waiting.items() if slots}
+
+    def _check(self) -> None:
+        """The kept counts agree with the slots (tests)."""
+        for slot, s in self._slots.items():
+            assert s.waiting == len(s.outstanding()), slot
+            assert self._state[slot] is s.state(), slot
             for m in s.outstanding():
-                out.setdefault(m, []).append(slot)
-        return out
+                assert slot in self._waiting[m], (slot, m)
+        assert sum(len(v) for v in self._waiting.values()) == sum(s.waiting for s in self._slots.values())
+        assert self._n_done == sum(st is SlotState.DONE for st in self._state.values())
+        assert self._n_failed == sum(st is SlotState.FAILED for st in self._state.values())
 
     def lagging_replicas(self) -> dict[int, list[str]]:
         """Slot -> replicas that failed or were skipped as unhealthy, in map order: for a write,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metricsd.proxy.quorum import (
     Op,
@@ -209,3 +211,35 @@ def test_a_tracker_counts_either_writes_or_reads() -> None:
         QuorumTracker([plan_write(1, ABC, set(ABC), DEFAULT), plan_read(2, ABC, set(ABC), DEFAULT)])
     with pytest.raises(ValueError, match="slot 1 planned twice"):
         QuorumTracker([plan_write(1, ABC, set(ABC), DEFAULT), plan_write(1, ABC, set(ABC), DEFAULT)])
+
+
+@given(st.data())
+@settings(max_examples=200, deadline=None)
+def test_kept_counts_agree_with_the_slots_under_any_order_of_answers(data: st.DataObject) -> None:
+    """The tracker keeps done / failed / waiting as counts; after every answer they equal what a
+    pass over the slots computes, and done / failed match the quorum rule."""
+    members = ["a", "b", "c", "d"]
+    q = QuorumSettings(rf=3, w=2, r=2)
+    op = data.draw(st.sampled_from([Op.WRITE, Op.READ]))
+    plans = []
+    for slot in range(data.draw(st.integers(1, 8))):
+        replicas = data.draw(st.lists(st.sampled_from(members), min_size=0, max_size=3, unique=True))
+        healthy = data.draw(st.sets(st.sampled_from(members)))
+        plans.append(plan_write(slot, replicas, healthy, q) if op is Op.WRITE
+                     else plan_read(slot, replicas, healthy, q, offset=data.draw(st.integers(0, 3))))
+    tracker = QuorumTracker(plans)
+    tracker._check()
+    for _ in range(20):
+        pending = tracker.pending()
+        if not pending:
+            break
+        member = data.draw(st.sampled_from(sorted(pending)))
+        slots = data.draw(st.one_of(st.none(), st.lists(st.sampled_from(pending[member]), min_size=1, unique=True)))
+        if data.draw(st.booleans()):
+            tracker.record_success(member, slots)
+        else:
+            tracker.record_failure(member, "refused", slots)
+        tracker._check()
+        states = [tracker.state(p.slot) for p in plans]
+        assert tracker.done == all(s is SlotState.DONE for s in states)
+        assert tracker.failed == any(s is SlotState.FAILED for s in states)
