@@ -2,7 +2,7 @@
 
 Per slot, plan_write names the healthy replicas; each member gets ONE sub-request holding the
 series of every slot it replicates in the batch, all members concurrently. A member's
-acknowledgement counts for each of its slots (QuorumTracker); the client is acknowledged once every
+acknowledgement counts for each of its slots (acks.py, QuorumTracker); the client is acknowledged once every
 slot has W, and the calls still running finish in the background. What a replica missed (failed,
 timed out, skipped as unhealthy) goes to hinted hand-off. Without W acks for some slot the write
 fails with Unavailable naming the slots; the client retries the batch, which is idempotent.
@@ -21,10 +21,11 @@ import numpy as np
 from metricsd.clock import Clock
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.acks import write_acks
 from metricsd.proxy.fanout import QuorumFailure, consume
 from metricsd.proxy.handoff import HintedHandoff, MemberGone
 from metricsd.proxy.members import SlotNotHeld
-from metricsd.proxy.quorum import QuorumTracker, ReplicaPlan, plan_write
+from metricsd.proxy.quorum import ReplicaPlan, plan_write
 from metricsd.proxy.routing import Batch, SeriesRouter
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, LimitExceeded, Unavailable
@@ -88,7 +89,7 @@ class WritePath:
         batch = Batch.of(request, self.router, local, hashes, shard_map.num_slots, ids)
         all_plans = self._plans(shard_map)
         plans = [all_plans[slot] for slot in batch.slot_set()]
-        tracker = QuorumTracker(plans)
+        tracker = write_acks(plans)
         tasks: dict[asyncio.Task[pb.WriteResponse], tuple[str, list[int]]] = {}
         for member, slots in tracker.asks().items():
             task = asyncio.ensure_future(self._send(shard_map, member, batch, slots))
