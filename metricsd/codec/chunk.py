@@ -106,12 +106,26 @@ def encode_chunks(timestamps: np.ndarray, values: np.ndarray) -> list[bytes]:
     out: list[bytes] = []
     code = ts.TsCode.REGULAR << 4 | vs.ValueCode.CONST
     lo_l, hi_l, first = lo.tolist(), hi.tolist(), bits[:, 0].astype("<u8")
-    for i, (f, r) in enumerate(zip(fast.tolist(), regular.tolist(), strict=True)):
+    varying = np.flatnonzero(~const)
+    decimals = dict(zip(varying.tolist(), vs.decimal_scales(v2[varying]), strict=True))
+    for i, (f, r, c) in enumerate(zip(fast.tolist(), regular.tolist(), const.tolist(), strict=True)):
         if f:
             body = _HEADER.pack(code, n, lo_l[i], hi_l[i]) + first[i].tobytes()
             out.append(body + _CRC.pack(zlib.crc32(body)))
+            continue
+        if r:
+            tcode, tbody = ts.TsCode.REGULAR, b""
         else:
-            out.append(_encode(t2[i], v2[i], r))
+            tcode, tbody = ts.encode_timestamps(t2[i].view(np.uint64), lo_l[i], hi_l[i])
+        dec = decimals.get(i)
+        if c:
+            vcode, vbody = vs.ValueCode.CONST, vs.Const.encode(bits[i])
+        elif dec is not None:
+            vcode, vbody = vs.ValueCode.DECIMAL, vs.Decimal.encode(*dec)
+        else:
+            vcode, vbody = vs.encode_xor(bits[i])
+        body = b"".join((_HEADER.pack(tcode << 4 | vcode, n, lo_l[i], hi_l[i]), tbody, vbody))
+        out.append(body + _CRC.pack(zlib.crc32(body)))
     return out
 
 

@@ -267,6 +267,52 @@ def encode_values(v: np.ndarray, decimal: bool = True) -> tuple[ValueCode, bytes
     dec = decimal_scale(v) if decimal else None
     if dec is not None:
         return ValueCode.DECIMAL, Decimal.encode(*dec)
+    return encode_xor(bits)
+
+
+def decimal_scales(v: np.ndarray) -> list[tuple[int, np.ndarray] | None]:
+    """decimal_scale of each row of 2-D ``v``, the same answer row by row: the probes stay
+    scalar (three reprs a row), the verification of each candidate scale runs once per group
+    of rows that probed alike."""
+    k, n = v.shape
+    out: list[tuple[int, np.ndarray] | None] = [None] * k
+    if k == 0 or n == 0:
+        return out
+    amax = np.maximum.reduce(np.abs(v), axis=1)
+    groups: dict[int, list[int]] = {}
+    probes = (0, n // 2, n - 1)
+    for i in np.flatnonzero(amax < _MAX_EXACT).tolist():  # also rejects NaN and Inf
+        row = v[i]
+        k0 = 0
+        for j in probes:
+            kp = _probe_scale(float(row[j]))
+            if kp < 0:
+                break
+            k0 = max(k0, kp)
+        else:
+            groups.setdefault(k0, []).append(i)
+    bits = v.view(np.uint64)
+    for k0, members in groups.items():
+        rows = np.array(members, dtype=np.int64)
+        for kk in range(k0, min(k0 + 3, MAX_SCALE + 1)):
+            p = _POW10[kk]
+            rows = rows[amax[rows] * p < _MAX_EXACT]  # past it: None, as decimal_scale returns
+            if len(rows) == 0:
+                break
+            sub = v[rows]
+            m = np.rint(sub * p).astype(np.int64) if kk else sub.astype(np.int64)
+            r = m.astype(np.float64)
+            if kk:
+                r /= p
+            exact = (r.view(np.uint64) == bits[rows]).all(axis=1)
+            for j in np.flatnonzero(exact).tolist():
+                out[int(rows[j])] = (kk, m[j])
+            rows = rows[~exact]
+    return out
+
+
+def encode_xor(bits: np.ndarray) -> tuple[ValueCode, bytes]:
+    """The XOR encodings of uint64 ``bits`` (not constant, not decimal): the smaller of the two."""
     x = np.empty_like(bits)
     x[0] = bits[0]
     np.bitwise_xor(bits[1:], bits[:-1], out=x[1:])

@@ -10,6 +10,7 @@ from test_codec_roundtrip import SPECIAL_BITS, timestamps, value_bits
 
 from metricsd.codec import encode_chunk, encode_chunks
 from metricsd.codec.chunk import HEADER_SIZE
+from metricsd.codec.values import decimal_scale, decimal_scales
 
 
 @st.composite
@@ -52,3 +53,14 @@ def test_bad_rows_raise_as_encode_chunk_does() -> None:
     with pytest.raises(ValueError, match="two-dimensional"):
         encode_chunks(np.arange(5), np.zeros(5))
     assert encode_chunks(np.zeros((0, 5), np.int64), np.zeros((0, 5))) == []
+
+
+@given(blocks())
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+def test_decimal_scales_of_a_block_are_those_of_its_rows(block: tuple[np.ndarray, np.ndarray]) -> None:
+    _, v = block
+    for got, row in zip(decimal_scales(v), v, strict=True):
+        want = decimal_scale(row)
+        assert (got is None) == (want is None)
+        if got is not None and want is not None:
+            assert got[0] == want[0] and got[1].tolist() == want[1].tolist()
