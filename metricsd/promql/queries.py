@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from metricsd.promql.selectors import TOO_MANY_SAMPLES, EvalContext
 from metricsd.rpc.backend import BadRequest, MetricsBackend
 
 __all__ = ["QueryRunner", "check_range"]
+
+PARSED_CACHE = 1024  # query texts whose parse QueryRunner keeps
 
 Path = Literal["pushdown", "engine"]
 
@@ -56,6 +58,10 @@ class QueryRunner:
         self.limits = limits or QueryLimits()
         self.timeout_s = timeout_s
         self.admission = Admission(self.limits)
+        # Dashboards and autoscalers ask the same few query texts again and again: their parses
+        # (immutable ASTs from the Rust parser) are kept, so a repeat skips the parser and the
+        # thread hop it runs behind. Bounded; cleared whole when full.
+        self._parsed: dict[str, tuple[Any, dict[int, int]]] = {}
 
     async def instant(self, expr: str, time_ms: int, timeout_s: float | None = None) -> tuple[Result, Path]:
         return await self._admitted(expr, time_ms, time_ms, 1, instant=True, timeout_s=timeout_s)
@@ -83,7 +89,12 @@ class QueryRunner:
 
     async def _run(self, expr: str, start_ms: int, end_ms: int, step_ms: int, *, instant: bool,
                    deadline: float) -> tuple[Result, Path]:
-        parsed = await asyncio.to_thread(parse, expr)
+        parsed = self._parsed.get(expr)
+        if parsed is None:
+            parsed = await asyncio.to_thread(parse, expr)
+            if len(self._parsed) >= PARSED_CACHE:
+                self._parsed.clear()
+            self._parsed[expr] = parsed
         ast, negative_at = parsed
         if self.allow_pushdown and not negative_at:
             p = pushdown.plan(ast, start_ms, end_ms, step_ms, self.lookback_ms, instant=instant)

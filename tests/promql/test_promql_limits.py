@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -117,3 +118,29 @@ async def test_the_runner_answers_timeout_once_its_deadline_passed() -> None:
         await runner.instant("1 + 1", 0)
     assert (e.value.kind, e.value.limit) == ("timeout", "timeout")
     assert (await QueryRunner(LocalBackend(StoreAPI(Store()))).instant("1 + 1", 0))[1] == "engine"
+
+
+async def test_a_repeated_query_text_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from metricsd.promql import queries
+
+    calls: list[str] = []
+    real = queries.parse
+
+    def counting(text: str) -> tuple[Any, dict[int, int]]:
+        calls.append(text)
+        return real(text)
+
+    from metricsd.store.api import LocalBackend, StoreAPI
+    from metricsd.store.engine import Store
+
+    monkeypatch.setattr(queries, "parse", counting)
+    runner = queries.QueryRunner(LocalBackend(StoreAPI(Store())))
+    first = await runner.instant("1 + 2", 0)
+    second = await runner.instant("1 + 2", 60_000)
+    assert calls == ["1 + 2"]
+    assert first[0].value == second[0].value == 3.0  # type: ignore[union-attr]
+    with pytest.raises(PromQLError):  # a text that does not parse is not kept: it fails every time
+        await runner.instant("1 +", 0)
+    with pytest.raises(PromQLError):
+        await runner.instant("1 +", 0)
+    assert calls == ["1 + 2", "1 +", "1 +"]
