@@ -4,7 +4,8 @@ surge rules in; the nodes' new states, the moves and the time-share table out.
 The order of a round, per pool:
 1. Transitions finish (drained, offline work gone) or are abandoned at their deadline (`machine`).
 2. Surge: a rule whose service's load has passed its threshold takes back up to `nodes` of the
-   pool's lent nodes at once, in the rule's order; the pool lends nothing while any rule is hot.
+   pool's lent nodes at once: drains in progress first (cancelling one costs nothing), then lent
+   nodes in the rule's order; the pool lends nothing while any rule is hot.
 3. Returns: the nodes online now plus those on their way back must cover the forecast over the
    longest a return can take plus one period; if not, drains are cancelled first (those nodes are
    still whole), then lent nodes come back, the ones past their minimum lend and the largest first.
@@ -223,7 +224,7 @@ class _Round:
             if active:
                 lent = [self.states[n] for n in spec.nodes
                         if self.states[n].phase in (Phase.ONLINE_TO_OFFLINE, Phase.OFFLINE)]
-                lent.sort(key=lambda st: _surge_key(rule.order, st, _cap(obs, st.name)))
+                lent.sort(key=lambda st: (st.phase is Phase.OFFLINE, *_surge_key(rule.order, st, _cap(obs, st.name))))
                 for st in lent[:rule.nodes]:
                     self.give_back(st, "Surge", f"{rule.service} at {load:.1f} >= {rule.threshold:g} "
                                    f"(surge rule {rule.name})", self.s.surge_notice_ms)
