@@ -121,7 +121,7 @@ def _colocation(entries: Sequence[Mapping[str, Any]]) -> str:
                          t.get("reason") + (" ALERT" if t.get("alert") else ""), t.get("deadline") or "-",
                          t.get("message")])
     out = table(["TIME", "NODE", "POOL", "MOVE", "REASON", "DEADLINE", "WHY"], rows) if rows else \
-        f"no node moves in the last {len(entries)} syncs ({entries[-1].get('message')})"
+        f"Node moves: none in the last {len(entries)} syncs ({entries[-1].get('message')})"
     share = entries[-1].get("result", {}).get("table") if entries else None
     if share:
         trows = [[r["pool"], f"{r['hour']:02d}:00", _num(r["forecastCores"]), _num(r["needCores"]),

@@ -88,10 +88,11 @@ def test_a_return_ends_when_offline_work_has_left_or_evicts_it_at_the_deadline()
 
 def test_the_forecast_is_the_larger_of_yesterday_and_the_planned_curves() -> None:
     h0, h1, h2 = DAY0 + 24 * HOUR_MS, DAY0 + 25 * HOUR_MS, DAY0 + 26 * HOUR_MS
-    yesterday = {DAY0: 10.0, DAY0 + HOUR_MS: 3.0}
+    yesterday = {DAY0: 10.0, DAY0 + HOUR_MS: 3.0, DAY0 + 3 * HOUR_MS: math.nan}
     curves = [ReplicaCurve("a", {h1: 8, h2: 2}, 0.5), ReplicaCurve("b", {h1: 2}, 1.0)]
+    # h2: a curve alone does not make an hour known (it says nothing of the pool's other pods).
     assert hourly_forecast([h0, h1, h2, h2 + HOUR_MS], yesterday, curves) == {
-        h0: 10.0, h1: 6.0, h2: 1.0, h2 + HOUR_MS: None}
+        h0: 10.0, h1: 6.0, h2: None, h2 + HOUR_MS: None}
 
 
 def test_the_peak_need_spans_every_overlapping_hour_and_unknown_is_infinite() -> None:

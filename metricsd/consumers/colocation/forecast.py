@@ -5,6 +5,8 @@ the same hour yesterday (the pool's online pods' CPU then, each pod counted at t
 request and its usage, because the scheduler places pods by requests), and today's planned replica
 curves (an HPA's replicas in that hour times the cores one replica requests). An hour neither
 source knows is unknown (None), and an unknown hour lends nothing: missing data is not idle nodes.
+A curve raises an hour yesterday knows but cannot make an unknown hour known: it speaks for its
+own workload only, not for the other online pods on the pool.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ def hourly_forecast(hours: Sequence[int], yesterday: Mapping[int, float], curves
     out: dict[int, float | None] = {}
     for hour in hours:
         past = yesterday.get(hour - DAY_MS)
-        planned = [c.replicas[hour] * c.cores_per_replica for c in curves if hour in c.replicas]
-        known = ([past] if past is not None and math.isfinite(past) else []) + ([sum(planned)] if planned else [])
-        out[hour] = max(known) if known else None
+        if past is None or not math.isfinite(past):
+            out[hour] = None
+            continue
+        planned = sum(c.replicas[hour] * c.cores_per_replica for c in curves if hour in c.replicas)
+        out[hour] = max(past, planned)
     return out
 
 
