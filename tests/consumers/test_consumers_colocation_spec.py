@@ -19,7 +19,8 @@ def test_the_example_reads_whole() -> None:
     assert spec.name == "sim" and not spec.evict
     (pool,) = spec.pools
     assert pool.keep_online == 2
-    assert pool.select(["sim-worker-3", "sim-worker-1", "sim-gpu-1", "sim-worker-1x"]) == ("sim-worker-1", "sim-worker-3")
+    names = ["sim-worker-3", "sim-worker-1", "sim-gpu-1", "sim-worker-1x"]
+    assert pool.select(names) == ("sim-worker-1", "sim-worker-3")
     t = spec.settings.timing
     assert (t.drain_ms, t.notice_ms, t.return_grace_ms, t.min_lend_ms, t.min_online_ms, t.interval_ms) == (
         10 * MIN, 15 * MIN, 5 * MIN, 120 * MIN, 30 * MIN, 60_000)
