@@ -197,6 +197,14 @@ def test_a_surge_takes_back_lent_nodes_at_once_in_the_stated_order() -> None:
                  surge_load={"spike": 31.0})
     assert oldest.surges[0].taken_back == ("n3", "n2")
     assert not any(t.dst is Phase.ONLINE_TO_OFFLINE for t in hot.transitions)  # no lending while hot
+    # The next round of the same episode takes back no more than the rule's two in all.
+    later = run(hot.states, flat(1.0), now=NOW + MIN, surge_rules=[rule], surge_load={"spike": 40.0},
+                surge_taken={"spike": 2})
+    assert later.surges[0].active and later.surges[0].taken_back == ()
+    assert [t.reason for t in later.transitions] == ["Returned", "Returned"]  # n1, n2: their offline pods left
+    one_more = run(hot.states, flat(1.0), now=NOW + MIN, surge_rules=[rule], surge_load={"spike": 40.0},
+                   surge_taken={"spike": 1})
+    assert one_more.surges[0].taken_back == ("n3",)
 
 
 def test_a_node_in_two_pools_is_refused() -> None:

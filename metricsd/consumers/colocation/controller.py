@@ -80,12 +80,16 @@ class ColocationController:
         self.state_file = state_file
         self.states: dict[str, NodeState] = load_states(state_file) if state_file is not None else {}
         self.unapplied: set[str] = set()
+        self.surge_taken: dict[str, int] = {}
         self.log = DecisionLog(history)
         self.moves: deque[dict[str, Any]] = deque(maxlen=500)
         self.syncs = 0
         self.errors = 0
         self.last: dict[str, Any] | None = None
         self.last_plan: Plan | None = None
+        # Yesterday's hours are over: their rollups are read once per hour, not once per sync.
+        self._past: dict[tuple[object, ...], Any] = {}
+        self._past_hour = -1
 
     @property
     def interval_s(self) -> float:
@@ -119,23 +123,33 @@ class ColocationController:
         all_nodes = sorted({n for p in pools for n in p.nodes})
         first = now_ms // HOUR_MS * HOUR_MS
         hours = [first + i * HOUR_MS for i in range(_FORECAST_HOURS)]
-        past = await self.observer.yesterday(all_nodes, now_ms, _FORECAST_HOURS)
+        if first != self._past_hour:
+            self._past, self._past_hour = {}, first
+        key: tuple[object, ...] = ("pools", tuple(all_nodes))
+        if key not in self._past:
+            self._past[key] = await self.observer.yesterday(all_nodes, now_ms, _FORECAST_HOURS)
+        past = self._past[key]
         forecast: dict[str, dict[int, float | None]] = {}
         for pool in pools:
             curves = []
             for c in self.spec.curves:
                 if c.pool == pool.name:
-                    replicas = await self.observer.workload_replicas_yesterday(c.namespace, c.hpa, now_ms,
-                                                                               _FORECAST_HOURS)
+                    ckey: tuple[object, ...] = ("curve", c.namespace, c.hpa)
+                    if ckey not in self._past:
+                        self._past[ckey] = await self.observer.workload_replicas_yesterday(
+                            c.namespace, c.hpa, now_ms, _FORECAST_HOURS)
+                    replicas = self._past[ckey]
                     curves.append(planned_curve(c, self.hpas.get((c.namespace, c.hpa)), replicas, hours))
             forecast[pool.name] = hourly_forecast(hours, past.pool_demand(set(pool.nodes)), curves)
         load: dict[str, float | None] = {}
         for rule in self.spec.surge:
             ns, workload = self.spec.surge_services[rule.name]
             load[rule.name] = await self.observer.workload_cores(ns, workload, now_ms)
-        result = plan(PlanInput(now_ms, pools, self.states, observed, forecast, self.spec.surge, load),
-                      self.spec.settings)
+        result = plan(PlanInput(now_ms, pools, self.states, observed, forecast, self.spec.surge, load,
+                                self.surge_taken), self.spec.settings)
         self.states = result.states
+        for s in result.surges:
+            self.surge_taken[s.rule] = self.surge_taken.get(s.rule, 0) + len(s.taken_back) if s.active else 0
         self.last_plan = result
         return result
 

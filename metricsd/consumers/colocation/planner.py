@@ -4,8 +4,9 @@ surge rules in; the nodes' new states, the moves and the time-share table out.
 The order of a round, per pool:
 1. Transitions finish (drained, offline work gone) or are abandoned at their deadline (`machine`).
 2. Surge: a rule whose service's load has passed its threshold takes back up to `nodes` of the
-   pool's lent nodes at once: drains in progress first (cancelling one costs nothing), then lent
-   nodes in the rule's order; the pool lends nothing while any rule is hot.
+   pool's lent nodes at once (once per episode above the threshold): drains in progress first
+   (cancelling one costs nothing), then lent nodes in the rule's order; the pool lends nothing
+   while any rule is hot.
 3. Returns: the nodes online now plus those on their way back must cover the forecast over the
    longest a return can take plus one period; if not, drains are cancelled first (those nodes are
    still whole), then lent nodes come back, the ones past their minimum lend and the largest first.
@@ -68,7 +69,9 @@ class PlanSettings:
 @dataclass(frozen=True)
 class PlanInput:
     """now; the pools; every node's state (absent: Online since forever); the observations (absent:
-    not seen); the forecast per pool by UTC hour start; the surge rules' services' load now."""
+    not seen); the forecast per pool by UTC hour start; the surge rules' services' load now, and how
+    many nodes each rule has already taken back in its current episode (it takes `nodes` in all
+    while its service stays above the threshold, not `nodes` more every round)."""
 
     now_ms: int
     pools: Sequence[PoolSpec]
@@ -77,6 +80,7 @@ class PlanInput:
     forecast: Mapping[str, Mapping[int, float | None]]
     surge_rules: Sequence[SurgeRule] = ()
     surge_load: Mapping[str, float | None] = field(default_factory=dict)
+    surge_taken: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -225,7 +229,7 @@ class _Round:
                 lent = [self.states[n] for n in spec.nodes
                         if self.states[n].phase in (Phase.ONLINE_TO_OFFLINE, Phase.OFFLINE)]
                 lent.sort(key=lambda st: (st.phase is Phase.OFFLINE, *_surge_key(rule.order, st, _cap(obs, st.name))))
-                for st in lent[:rule.nodes]:
+                for st in lent[:max(0, rule.nodes - self.inp.surge_taken.get(rule.name, 0))]:
                     self.give_back(st, "Surge", f"{rule.service} at {load:.1f} >= {rule.threshold:g} "
                                    f"(surge rule {rule.name})", self.s.surge_notice_ms)
                     taken.append(st.name)
