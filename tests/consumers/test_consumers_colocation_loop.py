@@ -18,6 +18,9 @@ from metricsd.consumers.colocation.controller import ColocationController
 from metricsd.consumers.colocation.spec import parse_colocation
 from metricsd.consumers.hpa.parse import load_hpa_yaml
 from metricsd.consumers.statusfmt import format_status
+from metricsd.proto import metricsd_pb2_grpc as pb_grpc
+from metricsd.rpc.channel import open_channel
+from metricsd.rpc.client import GrpcBackend
 from metricsd.store.api import LocalBackend, StoreAPI
 
 NOW = DAY0 + 26 * HOUR
@@ -31,9 +34,9 @@ PODS = [("web-0", "n0"), ("web-1", "n0"), ("web-2", "n1"), ("web-3", "n1")]
 
 
 def fill(api: StoreAPI, start: int, end: int, per_pod: float = 1.0, pods: list[tuple[str, str]] = PODS,
-         counters: dict[str, float] | None = None) -> None:
+         counters: dict[str, float] | None = None, nodes: tuple[str, ...] = ("n0", "n1", "n2", "n3")) -> None:
     ts = list(range(start, end + 1, MIN))
-    for n in ("n0", "n1", "n2", "n3"):
+    for n in nodes:
         write(api, "kube_node_status_capacity", {"namespace": "kube-system", "pod": f"node-{n}", "node": n,
                                                  "resource": "cpu", "unit": "core"}, ts, [16.0] * len(ts))
     counters = counters if counters is not None else {}
@@ -161,3 +164,37 @@ async def test_without_yesterday_nothing_is_lent() -> None:
     rows = entry["result"]["table"]
     assert all(r["forecastCores"] is None and r["nodesLendable"] == 0 for r in rows[:23])
     assert rows[23]["hourStart"] == "2024-01-04T01:00:00Z" and rows[23]["forecastCores"] == 8.0
+
+
+async def test_a_lent_node_that_stops_reporting_is_still_called_back() -> None:
+    api, backend, counters = build()
+    clock = ManualClock(NOW)
+    ctl = ColocationController(parse_colocation(SPEC), backend, InMemoryScale(), clock)
+    await ctl.sync_once()
+    fill(api, NOW + MIN, NOW + 2 * MIN, counters=counters)
+    clock.set(NOW + 2 * MIN)
+    await ctl.sync_once()  # n2, n3 lent
+    # From then on n2 and n3 report nothing (their capacity series end); web surges to 16 cores on
+    # n0 and n1. The surge rule still finds the two lent nodes, though no metric names them now.
+    later = NOW + 30 * MIN
+    fill(api, NOW + 3 * MIN, later, per_pod=8.0, pods=[("web-0", "n0"), ("web-2", "n1")], counters=counters,
+         nodes=("n0", "n1"))
+    clock.set(later)
+    entry = await ctl.sync_once()
+    assert entry["inputs"]["nodes"] == 4
+    (surge,) = entry["result"]["surges"]
+    assert surge["active"] and set(surge["takenBack"]) == {"n2", "n3"}
+    nodes = {n["node"]: n["phase"] for n in entry["result"]["nodes"]}
+    assert nodes["n2"] == nodes["n3"] == "OfflineToOnline"
+
+
+async def test_an_unreachable_store_moves_no_node(free_ports: object) -> None:
+    channel = open_channel(f"127.0.0.1:{free_ports()}")  # type: ignore[operator]
+    try:
+        ctl = ColocationController(parse_colocation(SPEC), GrpcBackend(pb_grpc.MetricsStub(channel)), InMemoryScale(),
+                                   ManualClock(NOW))
+        entry = await ctl.sync_once()
+    finally:
+        await channel.close(None)
+    assert entry["rule"] == "Unavailable" and "cannot read the metrics now" in entry["message"]
+    assert ctl.states == {} and ctl.errors == 1

@@ -74,6 +74,13 @@ BASE = {"pools": [{"name": "a", "nodes": ["n1"]}]}
     ({**BASE, "nodeMarks": {"lentTaint": "bad key!"}}, "spec.nodeMarks.lentTaint", "label key"),
     ({**BASE, "nodeMarks": {"returnTaint": "metricsd.io/lent"}}, "spec.nodeMarks.returnTaint", "differ"),
     ({**BASE, "utcOffset": "8h"}, "spec.utcOffset", "+08:00"),
+    ({"pools": [{"name": f"p{i}", "nodes": [f"n{i}"]} for i in range(101)]}, "spec.pools", "at most 100 pools"),
+    ({"pools": [{"name": "a", "nodes": [f"n{i}" for i in range(10_001)]}]}, "spec.pools[0].nodes",
+     "at most 10000 nodes"),
+    ({**BASE, "surge": [{}] * 101}, "spec.surge", "at most 100 entries"),
+    ({"pools": [{"name": "a", "nodeRegex": "x" * 1001}]}, "spec.pools[0].nodeRegex", "at most 1000 characters"),
+    ({**BASE, "intervalSeconds": 0}, "spec.intervalSeconds", ">= 1.0"),
+    ({**BASE, "margin": -0.1}, "spec.margin", ">= 0.0"),
 ])
 def test_a_bad_spec_names_the_field(spec: dict[str, object], path: str, message: str) -> None:
     with pytest.raises(SpecError) as err:

@@ -119,7 +119,12 @@ class ColocationController:
     async def _plan(self, now_ms: int) -> Plan:
         observed = await self.observer.nodes(now_ms)
         names = sorted(observed)
-        pools = [PoolSpec(sel.name, sel.select(names), sel.keep_online) for sel in self.spec.pools]
+        # A node away from online service stays in its pool's plan while its metrics are missing:
+        # otherwise a lent node that stops reporting would never be called back.
+        away = {n for n, st in self.states.items() if st.phase is not Phase.ONLINE}
+        pools = [PoolSpec(sel.name, tuple(sorted({*sel.select(names)} | {n for n in away
+                                                                           if self.states[n].pool == sel.name})),
+                          sel.keep_online) for sel in self.spec.pools]
         all_nodes = sorted({n for p in pools for n in p.nodes})
         first = now_ms // HOUR_MS * HOUR_MS
         hours = [first + i * HOUR_MS for i in range(_FORECAST_HOURS)]

@@ -43,6 +43,7 @@ _MIN = 60_000
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _MAX_POOLS = 100
 _MAX_NODES = 10_000
+_MAX_RULES = 100
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,9 @@ def parse_colocation(doc: dict[str, Any]) -> ColocationSpec:
         utc_offset_minutes=_offset(spec),
     )
     curves = []
+    for key in ("replicaCurves", "surge"):
+        if len(spec.items(key)) > _MAX_RULES:
+            raise SpecError(spec.at(key), f"at most {_MAX_RULES} entries, got {len(spec.items(key))}")
     for c in spec.items("replicaCurves"):
         c.reject_unknown(("hpa", "pool", "coresPerReplica", "share"))
         ref = c.string("hpa")
