@@ -15,7 +15,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metricsd.consumers.colocation.forecast import HOUR_MS
+from metricsd.consumers.colocation.forecast import HOUR_MS, nodes_needed, time_share
 from metricsd.consumers.colocation.machine import NodeObservation, NodeState, Phase, Timing
 from metricsd.consumers.colocation.planner import PlanInput, PlanSettings, PoolSpec, SurgeRule, plan
 
@@ -101,3 +101,19 @@ def test_an_idle_pool_lends_every_node_above_its_floor_at_once(caps: list[float]
     assert all(t.reason == "Lend" and t.dst is Phase.ONLINE_TO_OFFLINE for t in out.transitions)
     table = [r for r in out.table if r.pool == "p"]
     assert len(table) == 24 and all(r.nodes_lendable == max(0, len(caps) - keep) for r in table)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.5, 64.0), max_size=12), st.floats(0.0, 500.0), st.integers(0, 14))
+def test_nodes_needed_is_the_fewest_that_cover_the_need(caps: list[float], need: float, keep: int) -> None:
+    k = nodes_needed(caps, need, keep)
+    ordered = sorted(caps, reverse=True)
+    if sum(ordered) >= need:
+        assert sum(ordered[:k]) >= need and k >= min(keep, len(caps))
+        if k > keep:  # one fewer would not do: the largest k - 1 fall short
+            assert sum(ordered[:k - 1]) < need
+    else:
+        assert k == len(caps)
+    rows = time_share("p", caps, {DAY0: need / 1.2}, DAY0, 0.2, keep, hours=1)
+    assert rows[0].nodes_online + rows[0].nodes_lendable == len(caps)
+    assert rows[0].cores_lendable <= sum(caps) - rows[0].need_cores + 1e-6 or rows[0].nodes_lendable == 0  # type: ignore[operator]
