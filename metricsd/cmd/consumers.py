@@ -1,7 +1,9 @@
-"""`metricsd hpa|vpa|overcommit`: run one consumer against a gRPC endpoint, or print its decisions.
+"""`metricsd hpa|vpa|overcommit|colocation`: run one consumer against a gRPC endpoint, or print its decisions.
 
     metricsd hpa --spec deploy/examples/hpa.yaml --addr 127.0.0.1:7401 [--backend log|webhook|kubernetes]
     metricsd hpa status --url http://127.0.0.1:7400
+    metricsd colocation --spec deploy/examples/colocation.yaml --hpa-spec deploy/examples/hpa.yaml \
+        --state colocation-state.json --http-port 7410
 
 `--once` runs a single sync and prints its decisions (a quick check of a spec).
 """
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
 from metricsd.clock import SystemClock
 from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args, run_main, stop_event
@@ -28,6 +31,8 @@ from metricsd.consumers.actuators import (
     WebhookSettings,
 )
 from metricsd.consumers.actuators.base import ActuatorError
+from metricsd.consumers.colocation.controller import ColocationController
+from metricsd.consumers.colocation.spec import load_colocation_yaml
 from metricsd.consumers.hpa.controller import HPAController
 from metricsd.consumers.hpa.parse import load_hpa_yaml
 from metricsd.consumers.loop import Periodic
@@ -44,6 +49,7 @@ from metricsd.consumers.vpa.checkpoint import (
 from metricsd.consumers.vpa.controller import VPAController
 from metricsd.consumers.vpa.spec import load_vpa_yaml
 from metricsd.defaults import grpc_address, http_url
+from metricsd.http.consumers import add_consumer_routes
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import GrpcBackend
@@ -55,11 +61,12 @@ KINDS = {
     "hpa": "horizontal autoscaler: Kubernetes' HPA rule plus schedules, step limit, history fallback",
     "vpa": "vertical recommender: the Kubernetes VPA recommender's model, checkpointed",
     "overcommit": "overcommit advisor: request sizes from weekly peaks, borrowable capacity, tidal table",
+    "colocation": "colocation lending plan: which whole nodes to lend to offline work, when, and how they return",
 }
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add `hpa`, `vpa` and `overcommit` to the `metricsd` command's subparsers."""
+    """Add `hpa`, `vpa`, `overcommit` and `colocation` to the `metricsd` command's subparsers."""
     for kind, text in KINDS.items():
         p = sub.add_parser(kind, help=text, description=text)
         p.set_defaults(consumer=kind, run=run)
@@ -80,6 +87,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--checkpoint", type=Path, help="JSON file for the histograms (default: memory only, "
                            "or etcd with --etcd)")
             add_etcd_arguments(p, required=False)
+        if kind == "colocation":
+            p.add_argument("--hpa-spec", type=Path, help="HPA specs whose schedules plan today's replica curves")
+            p.add_argument("--state", type=Path, help="JSON file of the node states, kept across restarts "
+                           "(default: memory only)")
+            p.add_argument("--http-port", type=int, help="serve /api/v1/metricsd/colocation (status, time-share "
+                           "table) on this port")
+            p.add_argument("--http-host", default="127.0.0.1", help="address for --http-port")
         add_client_arguments(p)
         actions = p.add_subparsers(dest="action", metavar="{status}")
         st = actions.add_parser("status", help=f"print the {kind} decisions from the HTTP API as a table")
@@ -139,7 +153,7 @@ async def _run_loop(args: argparse.Namespace) -> int:
         else None
     channel = open_channel(args.addr, client_from_args(args))
     backend = GrpcBackend(pb_grpc.MetricsStub(channel))
-    controller: HPAController | VPAController | OvercommitController
+    controller: HPAController | VPAController | OvercommitController | ColocationController
     if kind == "hpa":
         controller = HPAController(load_hpa_yaml(text), backend, actuator, clock, alerts=alerts)
     elif kind == "vpa":
@@ -152,11 +166,19 @@ async def _run_loop(args: argparse.Namespace) -> int:
         else:
             store = MemoryCheckpointStore()
         controller = VPAController(load_vpa_yaml(text), backend, actuator, clock, store)
+    elif kind == "colocation":
+        plans = load_colocation_yaml(text)
+        if not plans:
+            raise SpecError("documents", "no ColocationPlan in the file")
+        hpas = load_hpa_yaml(args.hpa_spec.read_text()) if args.hpa_spec else []
+        controller = ColocationController(plans[0], backend, actuator, clock, hpas=hpas, alerts=alerts,
+                                          state_file=args.state)
     else:
         configs = load_overcommit_yaml(text)
         if not configs:
             raise SpecError("documents", "no OvercommitAdvisor in the file")
         controller = OvercommitController(configs[0], backend, actuator, clock)
+    status_site = await _serve_status(args, controller) if getattr(args, "http_port", None) is not None else None
     try:
         if args.once:
             await controller.sync_once()
@@ -174,10 +196,31 @@ async def _run_loop(args: argparse.Namespace) -> int:
         if alerts is not None:
             await alerts.close()
         await channel.close(None)
+        if status_site is not None:
+            await status_site.cleanup()
+
+
+async def _serve_status(args: argparse.Namespace, controller: ColocationController | HPAController | VPAController
+                        | OvercommitController) -> web.AppRunner:
+    """GET /api/v1/metricsd/<kind> for this one consumer, read-only, without authentication: keep
+    it on loopback unless a proxy in front checks who asks."""
+    def document(kind: str) -> dict[str, object]:
+        if kind != args.consumer:
+            raise KeyError(kind)
+        return {"status": controller.status(), "history": controller.history()}
+
+    app = web.Application()
+    add_consumer_routes(app, document)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, args.http_host, args.http_port).start()
+    print(f"metricsd {args.consumer}: status on http://{args.http_host}:{args.http_port}/api/v1/metricsd/"
+          f"{args.consumer}", flush=True)
+    return runner
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point for `metricsd hpa|vpa|overcommit [status]`; returns the exit code."""
+    """Entry point for `metricsd hpa|vpa|overcommit|colocation [status]`; returns the exit code."""
     if getattr(args, "action", None) == "status":
         return asyncio.run(_status(args))
     if args.spec is None:

@@ -136,7 +136,7 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
 
         consumers = start_consumers(backend, clock, opts.examples_dir, checkpoint_dir=opts.data_dir)
     elif opts.consumers:
-        log.warning("no consumer specs at %s: HPA, VPA and overcommit are not running", opts.examples_dir)
+        log.warning("no consumer specs at %s: HPA, VPA, overcommit and colocation are not running", opts.examples_dir)
     http_runner, http_port = await serve_http(backend, opts.host, opts.http_port, CollectorRegistry(), clock,
                                               consumers=consumers.document if consumers is not None else None,
                                               security=opts.security, settings=opts.http_settings)
@@ -205,8 +205,8 @@ def _banner(addr: str, http: str, consumers: bool) -> str:
     ]
     if consumers:
         lines += [
-            "The HPA, VPA and overcommit advisor run on deploy/examples/ (dry run); their decisions:",
-            f"  metricsd hpa status --url {http}    (likewise vpa, overcommit)",
+            "The HPA, VPA, overcommit advisor and colocation plan run on deploy/examples/ (dry run); their decisions:",
+            f"  metricsd hpa status --url {http}    (likewise vpa, overcommit, colocation)",
         ]
     lines.append("Stop with Ctrl-C.")
     return "\n".join(lines)
@@ -233,9 +233,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--workloads", type=int, default=10, help="simulated workloads")
     up.add_argument("--nodes", type=int, default=5, help="simulated nodes")
     up.add_argument("--seed", type=int, default=0, help="simulator seed")
-    up.add_argument("--no-consumers", action="store_true", help="do not run the HPA, VPA and overcommit advisor")
+    up.add_argument("--no-consumers", action="store_true",
+                    help="do not run the HPA, VPA, overcommit advisor and colocation plan")
     up.add_argument("--examples-dir", type=Path, default=EXAMPLES_DIR,
-                    help="consumer specs (hpa.yaml, vpa.yaml, overcommit.yaml) to run in dry-run mode")
+                    help="consumer specs (hpa.yaml, vpa.yaml, overcommit.yaml, colocation.yaml) to run in dry-run mode")
     add_query_arguments(up)
     add_security_arguments(up)
     up.set_defaults(run=run)

@@ -1,8 +1,9 @@
-"""All three consumers together, as `metricsd up` runs them on its simulated cluster.
+"""All the consumers together, as `metricsd up` runs them on its simulated cluster.
 
-`start_consumers` reads hpa.yaml, vpa.yaml and overcommit.yaml from a directory (any may be
-missing) and builds the controllers on one backend and clock; `ConsumerSet.start()` runs each on
-its own period, the first sync at once, so decisions appear within seconds of start.
+`start_consumers` reads hpa.yaml, vpa.yaml, overcommit.yaml and colocation.yaml from a directory
+(any may be missing; the colocation plan takes the HPAs' schedules for its replica curves) and
+builds the controllers on one backend and clock; `ConsumerSet.start()` runs each on its own
+period, the first sync at once, so decisions appear within seconds of start.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 from metricsd.clock import Clock
 from metricsd.consumers.actuators.base import Actuator, LogActuator
+from metricsd.consumers.colocation.controller import ColocationController
+from metricsd.consumers.colocation.spec import load_colocation_yaml
 from metricsd.consumers.hpa.controller import HPAController
 from metricsd.consumers.hpa.parse import load_hpa_yaml
 from metricsd.consumers.loop import Periodic
@@ -37,10 +40,11 @@ class ConsumerSet:
     overcommit: OvercommitController | None
     actuator: Actuator
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    colocation: ColocationController | None = None
     _loops: list[Periodic] = field(default_factory=list)
 
-    def controllers(self) -> dict[str, HPAController | VPAController | OvercommitController]:
-        found = {"hpa": self.hpa, "vpa": self.vpa, "overcommit": self.overcommit}
+    def controllers(self) -> dict[str, HPAController | VPAController | OvercommitController | ColocationController]:
+        found = {"hpa": self.hpa, "vpa": self.vpa, "overcommit": self.overcommit, "colocation": self.colocation}
         return {k: v for k, v in found.items() if v is not None}
 
     async def start(self) -> None:
@@ -82,10 +86,12 @@ def start_consumers(
     or yaml.YAMLError for a malformed file.
     """
     actuator = actuator or LogActuator()
-    hpa = vpa = over = None
-    hpa_file, vpa_file, over_file = (examples_dir / f for f in ("hpa.yaml", "vpa.yaml", "overcommit.yaml"))
+    hpa = vpa = over = colo = None
+    hpa_file, vpa_file, over_file, colo_file = (examples_dir / f for f in ("hpa.yaml", "vpa.yaml", "overcommit.yaml",
+                                                                           "colocation.yaml"))
+    hpa_specs = load_hpa_yaml(hpa_file.read_text()) if hpa_file.exists() else []
     if hpa_file.exists():
-        hpa = HPAController(load_hpa_yaml(hpa_file.read_text()), backend, actuator, clock)
+        hpa = HPAController(hpa_specs, backend, actuator, clock)
     if vpa_file.exists():
         store: CheckpointStore = (FileCheckpointStore(checkpoint_dir / "vpa-checkpoint.json")
                                   if checkpoint_dir is not None else MemoryCheckpointStore())
@@ -94,4 +100,9 @@ def start_consumers(
         configs = load_overcommit_yaml(over_file.read_text())
         if configs:
             over = OvercommitController(configs[0], backend, actuator, clock)
-    return ConsumerSet(hpa, vpa, over, actuator, sleep)
+    if colo_file.exists():
+        plans = load_colocation_yaml(colo_file.read_text())
+        if plans:
+            state = checkpoint_dir / "colocation-state.json" if checkpoint_dir is not None else None
+            colo = ColocationController(plans[0], backend, actuator, clock, hpas=hpa_specs, state_file=state)
+    return ConsumerSet(hpa, vpa, over, actuator, sleep, colo)

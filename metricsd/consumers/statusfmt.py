@@ -1,4 +1,4 @@
-"""Readable tables of the consumers' decisions, for `metricsd hpa|vpa|overcommit status`.
+"""Readable tables of the consumers' decisions, for `metricsd hpa|vpa|overcommit|colocation status`.
 
 Input is the JSON document the HTTP API serves at /api/v1/metricsd/<kind>: either
 {"status": {...}, "history": [...]} or the bare history list. Pure: text in, text out.
@@ -113,10 +113,29 @@ def _overcommit(entries: Sequence[Mapping[str, Any]]) -> str:
     return out
 
 
+def _colocation(entries: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for e in entries:
+        for t in e.get("result", {}).get("transitions", []):
+            rows.append([t.get("time"), t.get("node"), t.get("pool"), f"{t.get('from')} -> {t.get('to')}",
+                         t.get("reason") + (" ALERT" if t.get("alert") else ""), t.get("deadline") or "-",
+                         t.get("message")])
+    out = table(["TIME", "NODE", "POOL", "MOVE", "REASON", "DEADLINE", "WHY"], rows) if rows else \
+        f"Node moves: none in the last {len(entries)} syncs ({entries[-1].get('message')})"
+    share = entries[-1].get("result", {}).get("table") if entries else None
+    if share:
+        trows = [[r["pool"], f"{r['hour']:02d}:00", _num(r["forecastCores"]), _num(r["needCores"]),
+                  f"{r['nodesOnline']}/{r['nodes']}", r["nodesLendable"], _num(r["coresLendable"])] for r in share]
+        out += "\n\nTime-share table, the next 24 hours (latest plan):\n"
+        out += table(["POOL", "HOUR", "FORECAST CPU", "NEED CPU", "ONLINE NODES", "LENDABLE NODES",
+                      "LENDABLE CPU"], trows)
+    return out
+
+
 def format_status(kind: str, doc: object, limit: int = 20) -> str:
     """The last `limit` decisions of one consumer as a table. Raises ValueError for an unknown kind
     or a document of the wrong shape."""
-    formatters = {"hpa": _hpa, "vpa": _vpa, "overcommit": _overcommit}
+    formatters = {"hpa": _hpa, "vpa": _vpa, "overcommit": _overcommit, "colocation": _colocation}
     if kind not in formatters:
         raise ValueError(f"unknown consumer {kind!r}")
     entries = _history(doc)[-limit:] if limit > 0 else []

@@ -1,4 +1,4 @@
-"""GET /api/v1/metricsd/{hpa,vpa,overcommit}: the consumers' status and decision history.
+"""GET /api/v1/metricsd/{hpa,vpa,overcommit,colocation}: the consumers' status and decision history.
 
 The HTTP layer knows nothing of the controllers: it is handed a function from a consumer's kind
 to its JSON document, and answers 404 for a consumer that is not running.
@@ -13,7 +13,7 @@ from aiohttp import web
 
 __all__ = ["CONSUMER_KINDS", "add_consumer_routes"]
 
-CONSUMER_KINDS = ("hpa", "vpa", "overcommit")
+CONSUMER_KINDS = ("hpa", "vpa", "overcommit", "colocation")
 
 DocumentProvider = Callable[[str], dict[str, Any]]
 

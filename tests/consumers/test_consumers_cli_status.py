@@ -1,5 +1,5 @@
 """`metricsd hpa|vpa|overcommit`: argument parsing, the status tables, fetching the HTTP document,
-and all three consumers started together on the example specs over a simulated cluster."""
+and all the consumers started together on the example specs over a simulated cluster."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ async def test_status_fetches_the_http_document(port: int) -> None:
         await runner.cleanup()
 
 
-async def test_all_three_consumers_decide_on_the_simulated_cluster(tmp_path: Path) -> None:
+async def test_all_the_consumers_decide_on_the_simulated_cluster(tmp_path: Path) -> None:
     api, backend = local_store()
     sim = Simulator(SimConfig(), START - 3_600_000)
     ts, values = sim.block(361)  # the hour before START, as `metricsd up` backfills it
@@ -97,11 +97,11 @@ async def test_all_three_consumers_decide_on_the_simulated_cluster(tmp_path: Pat
     consumers = start_consumers(backend, ManualClock(START), EXAMPLES, sink, tmp_path, sleep=sleep)
     await consumers.start()
     for _ in range(200):
-        if len(slept) == 3:
+        if len(slept) == 4:
             break
         await asyncio.sleep(0)
     await consumers.stop()
-    assert sorted(slept) == [15.0, 60.0, 60.0]
+    assert sorted(slept) == [15.0, 60.0, 60.0, 60.0]
     assert (tmp_path / "vpa-checkpoint.json").exists()
 
     hpa = consumers.document("hpa")
@@ -116,6 +116,11 @@ async def test_all_three_consumers_decide_on_the_simulated_cluster(tmp_path: Pat
     assert recs["video/video-transcode"] and vpa["history"][1]["rule"] == "RecommendOnly"
     over = consumers.document("overcommit")
     assert over["history"][0]["rule"] == "Advised" and over["history"][0]["inputs"]["hoursOfHistory"] == 2
-    for kind in ("hpa", "vpa", "overcommit"):
+    colo = consumers.document("colocation")
+    (entry,) = colo["history"]
+    # One hour of history: no hour of tomorrow has a same hour yesterday but 23:00's, so nothing is lent.
+    assert entry["rule"] == "Steady" and entry["inputs"]["nodes"] == 5
+    assert [r["nodesLendable"] for r in entry["result"]["table"]].count(0) >= 23
+    for kind in ("hpa", "vpa", "overcommit", "colocation"):
         doc: Any = json.loads(json.dumps(consumers.document(kind), allow_nan=False))
         assert "no " not in format_status(kind, doc)[:3]

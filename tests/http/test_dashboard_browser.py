@@ -150,6 +150,8 @@ def test_dashboard_draws_a_workloads_charts_in_chromium(metricsd_up: str) -> Non
         assert memory[label] > 0, ("memory", label, memory)
     assert util["utilisation"] > 0 and util["HPA target"] > 0, util
     assert sum(hours.values()) > 0, hours
+    # The colocation plan (dry run) knows the hour `metricsd up` backfilled, a day on: one point at least.
+    assert hours.get("lent by the colocation plan", 0) >= 1, hours
     for p in pixels:
         assert p["canvas"] and p["width"] > 0 and p["height"] > 0, p
         assert p["usage"] > 50, f"{p['id']}: the usage series is not drawn ({p})"

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Actuator", "ActuatorError", "InMemoryScale", "LogActuator", "ResourceUpdate", "ScaleRequest",
-           "WorkloadRef"]
+__all__ = ["Actuator", "ActuatorError", "InMemoryScale", "LogActuator", "NodeChange", "ResourceUpdate",
+           "ScaleRequest", "WorkloadRef"]
 
 
 class ActuatorError(RuntimeError):
@@ -56,6 +56,29 @@ class ResourceUpdate:
     decision: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class NodeChange:
+    """A node's move in the colocation plan, with the Kubernetes names its state is marked by.
+
+    src / dst are the machine's phases (Online, OnlineToOffline, Offline, OfflineToOnline).
+    evict_online: evict the online pods of a node being lent (drain: evict); evict_offline: evict
+    the offline pods of a node whose notice ran out (ReturnTimeout).
+    """
+
+    node: str
+    pool: str
+    src: str
+    dst: str
+    reason: str
+    deadline_ms: int | None
+    state_label: str
+    lent_taint: str
+    return_taint: str
+    evict_online: bool = False
+    evict_offline: bool = False
+    decision: Mapping[str, Any] = field(default_factory=dict)
+
+
 class Actuator(Protocol):
     """What the controllers need from a backend. Methods may raise ActuatorError.
 
@@ -74,6 +97,10 @@ class Actuator(Protocol):
     async def scale(self, request: ScaleRequest) -> None: ...
 
     async def update_resources(self, update: ResourceUpdate) -> None: ...
+
+    async def set_node(self, change: NodeChange) -> None:
+        """Mark a node for its new colocation state (labels, taints; evictions when asked)."""
+        ...
 
     async def publish(self, kind: str, payload: Mapping[str, Any]) -> None:
         """Report something that changes nothing: an alert, a recommendation, an advice table."""
@@ -102,6 +129,10 @@ class LogActuator:
         self.log.info("dry run: would set resources of %s (%s): %s", update.target, update.update_mode,
                       dict(update.containers))
 
+    async def set_node(self, change: NodeChange) -> None:
+        self.log.info("dry run: would mark node %s %s (%s, from %s)", change.node, change.dst, change.reason,
+                      change.src)
+
     async def publish(self, kind: str, payload: Mapping[str, Any]) -> None:
         level = logging.WARNING if kind.endswith("alert") else logging.INFO
         self.log.log(level, "%s: %s", kind, payload.get("message", ""))
@@ -124,6 +155,7 @@ class InMemoryScale(LogActuator):
         self.replicas: dict[WorkloadRef, int] = dict(initial or {})
         self.resources: dict[WorkloadRef, ResourceUpdate] = {}
         self.published: deque[tuple[str, Mapping[str, Any]]] = deque(maxlen=1000)
+        self.nodes: dict[str, NodeChange] = {}
 
     async def get_scale(self, target: WorkloadRef) -> int | None:
         return self.replicas.get(target)
@@ -133,6 +165,9 @@ class InMemoryScale(LogActuator):
 
     async def update_resources(self, update: ResourceUpdate) -> None:
         self.resources[update.target] = update
+
+    async def set_node(self, change: NodeChange) -> None:
+        self.nodes[change.node] = change
 
     async def publish(self, kind: str, payload: Mapping[str, Any]) -> None:
         self.published.append((kind, payload))

@@ -7,6 +7,8 @@
 - VPA in Auto or Recreate mode: a strategic merge patch of the pod template's container resources
   (merged by container name, so containers not named are kept); the rollout recreates the pods.
   Off and Initial change nothing here (Initial is applied at pod creation by an admission webhook).
+- Colocation: a node's lending state as a label and taints, its pods annotated or evicted
+  (`kubenodes`).
 - Alerts and advice are logged: the API has no object for them.
 
 The token is read from its file on every request, because projected service-account tokens rotate.
@@ -26,7 +28,8 @@ from urllib.parse import quote
 
 import aiohttp
 
-from metricsd.consumers.actuators.base import ActuatorError, ResourceUpdate, ScaleRequest, WorkloadRef
+from metricsd.consumers.actuators.base import ActuatorError, NodeChange, ResourceUpdate, ScaleRequest, WorkloadRef
+from metricsd.consumers.actuators.kubenodes import apply_node_change
 from metricsd.consumers.quantity import format_cpu, format_memory
 
 __all__ = ["DELETION_COST", "KubernetesActuator", "KubernetesSettings"]
@@ -138,6 +141,9 @@ class KubernetesActuator:
         body = {"spec": {"template": {"spec": {"containers": containers}}}}
         await self._call("PATCH", f"{_collection(update.target)}/{quote(update.target.name)}", body,
                          STRATEGIC_MERGE_PATCH)
+
+    async def set_node(self, change: NodeChange) -> None:
+        await apply_node_change(self._call, change, self.settings.colocation_deletion_cost)
 
     async def publish(self, kind: str, payload: Mapping[str, Any]) -> None:
         level = logging.WARNING if kind.endswith("alert") else logging.INFO

@@ -1,9 +1,10 @@
 """The webhook backend: every decision is POSTed as JSON to one URL, with a timeout and retries.
 
 A receiver (a chat bot, a deploy pipeline, a custom scaler) gets
-`{"kind": "hpa.scale" | "hpa.alert" | "vpa.update" | "vpa.recommendation" | "overcommit.advice",
-"target": {...}, "decision": {...}}`. Connection errors, timeouts, 429 and 5xx are retried with
-exponential backoff; other 4xx mean the receiver rejects the payload and are not retried.
+`{"kind": "hpa.scale" | "hpa.alert" | "vpa.update" | "vpa.recommendation" | "overcommit.advice" |
+"colocation.node" | "colocation.notice" | "colocation.alert", "target": {...}, "decision": {...}}`.
+Connection errors, timeouts, 429 and 5xx are retried with exponential backoff; other 4xx mean the
+receiver rejects the payload and are not retried.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from metricsd.consumers.actuators.base import ActuatorError, ResourceUpdate, ScaleRequest, WorkloadRef
+from metricsd.consumers.actuators.base import ActuatorError, NodeChange, ResourceUpdate, ScaleRequest, WorkloadRef
 from metricsd.consumers.history import jsonable
 
 __all__ = ["WebhookActuator", "WebhookSettings"]
@@ -60,6 +61,12 @@ class WebhookActuator:
     async def update_resources(self, update: ResourceUpdate) -> None:
         await self.post("vpa.update", update.decision, update.target,
                         {"updateMode": update.update_mode, "containers": update.containers})
+
+    async def set_node(self, change: NodeChange) -> None:
+        await self.post("colocation.node", change.decision, action={
+            "node": change.node, "pool": change.pool, "from": change.src, "to": change.dst, "reason": change.reason,
+            "deadlineMs": change.deadline_ms, "evictOnline": change.evict_online,
+            "evictOffline": change.evict_offline})
 
     async def publish(self, kind: str, payload: Mapping[str, Any]) -> None:
         await self.post(kind, payload)

@@ -216,9 +216,24 @@
     draw("chart-utilisation", grid.x, series, { fmt: percent, note });
   }
 
+  // The colocation plan's time-share table: cores it can lend in each hour of the next day, summed
+  // over its pools; null for an hour it has no forecast for (it lends nothing then).
+  function planned(colocation, hours) {
+    const latest = colocation && colocation.status && colocation.status.latest;
+    const rows = latest && latest.table ? latest.table.filter((r) => r.needCores != null) : [];
+    if (!rows.length) return [];
+    const values = hours.map((h) => {
+      const at = rows.filter((r) => r.hour === h);
+      return at.length ? at.reduce((sum, r) => sum + r.coresLendable, 0) : null;
+    });
+    return [{ label: "lent by the colocation plan", values, color: COLOR.hpa, withPoints: true }];
+  }
+
   // The overcommit advisor's tidal table when it has one; otherwise the last day's usage per hour.
-  async function loadHours(overcommit, fresh) {
+  // Either way with the colocation plan's lendable cores per hour when it runs.
+  async function loadHours(overcommit, colocation, fresh) {
     const hours = Array.from({ length: 24 }, (_, h) => h);
+    const plan = planned(colocation, hours);
     const latest = overcommit && overcommit.status && overcommit.status.latest;
     const tidal = latest && latest.tidal ? latest.tidal : [];
     if (tidal.some((row) => row.peakUsage.cpu != null)) {
@@ -230,6 +245,7 @@
         { label: "peak usage", values: by((r) => r.peakUsage.cpu), color: COLOR.usage, bars: true },
         { label: "lendable", values: by((r) => r.lendable.cpu), color: COLOR.lend, withPoints: true },
         ...(cap == null ? [] : [{ label: "capacity", values: hours.map(() => cap), color: COLOR.capacity, dash: [6, 4], width: 1 }]),
+        ...plan,
       ], { fmt: plain, hours: true, xLabel: "hour of day (advisor's clock)" });
       return;
     }
@@ -242,7 +258,7 @@
     const perHour = new Array(24).fill(null);
     grid.x.forEach((t, i) => { perHour[new Date((t - 3600) * 1000).getUTCHours()] = usage[i]; });
     $("hours-source").textContent = "mean CPU use of all pods per hour over the last day, cores";
-    draw("chart-hours", hours, [{ label: "usage", values: perHour, color: COLOR.usage, bars: true }],
+    draw("chart-hours", hours, [{ label: "usage", values: perHour, color: COLOR.usage, bars: true }, ...plan],
       { fmt: plain, hours: true, xLabel: "hour of day (UTC)" });
   }
 
@@ -312,9 +328,10 @@
     setStatus("loading…");
     const sel = `namespace=${quote(ns)},workload=${quote(workload)}`;
     const grid = timeGrid(Number($("range").value));
-    const [hpaDoc, overcommit] = await Promise.all([
+    const [hpaDoc, overcommit, colocation] = await Promise.all([
       getJSON("api/v1/metricsd/hpa", {}, true).catch(() => null),
       getJSON("api/v1/metricsd/overcommit", {}, true).catch(() => null),
+      getJSON("api/v1/metricsd/colocation", {}, true).catch(() => null),
     ]);
     const hpa = hpaOf(hpaDoc, ns, workload);
     const guard = (ids, p) => p.catch((e) => {
@@ -324,7 +341,7 @@
     const results = await Promise.allSettled([
       guard(["chart-cpu", "chart-memory"], loadResources(sel, grid, hpa, fresh)),
       guard(["chart-utilisation"], loadUtilisation(sel, grid, hpa, fresh)),
-      guard(["chart-hours"], loadHours(overcommit, fresh)),
+      guard(["chart-hours"], loadHours(overcommit, colocation, fresh)),
       guard([], loadPods(ns, workload, fresh)),
     ]);
     if (!fresh()) return;
