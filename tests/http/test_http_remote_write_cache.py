@@ -233,7 +233,9 @@ def _reference(series: list[Series], settings: HttpSettings) -> dict[int, list[t
         if "namespace" not in d and settings.default_namespace:
             d["namespace"] = settings.default_namespace
         if "pod" not in d:
-            d.update({"pod": d[name] for name in reversed(settings.pod_labels) if d.get(name)})
+            found = [d[name] for name in settings.pod_labels if d.get(name)]
+            if found:
+                d["pod"] = found[0]
         got = merged.setdefault(series_id(tuple(sorted(d.items()))), {})
         for t, v in samples:
             got.setdefault(t, struct.unpack("<q", struct.pack("<d", v))[0])
