@@ -306,14 +306,13 @@ class RemoteWriteReceiver:
 
     def _version(self, request: web.Request) -> int:
         """Content negotiation as the 2.0 specification says: the ``proto`` parameter of the
-        Content-Type picks the message (1.0 when absent); anything else is 415."""
+        Content-Type picks the message (1.0 when absent); another message is 415."""
         enc = request.headers.get("Content-Encoding", "snappy").strip().lower()
         if enc != "snappy":
             raise ApiError("bad_data", f"unsupported Content-Encoding {enc!r}: remote write bodies are snappy")
-        media, *rest = request.headers.get("Content-Type", "application/x-protobuf").split(";")
-        if media.strip().lower() != "application/x-protobuf":
-            raise ApiError("bad_data", f"unsupported Content-Type {media.strip()!r}: remote write bodies are "
-                                       "application/x-protobuf", 415)
+        # The media type itself is not checked: 1.0 senders that label the body otherwise (or not
+        # at all) were served before 2.0 existed.
+        _, *rest = request.headers.get("Content-Type", "application/x-protobuf").split(";")
         proto = _content_type_params(rest).get("proto", V1_PROTO)
         if proto == V1_PROTO:
             return 1

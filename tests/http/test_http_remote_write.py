@@ -118,7 +118,6 @@ def _framed(data: bytes) -> bytes:
         (_payload([(POD, [(1000, 1.0)])]),
          {**HEADERS, "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v3.Request"}, 415,
          "remote write 1.0 (prometheus.WriteRequest) and 2.0"),
-        (_payload([(POD, [(1000, 1.0)])]), {**HEADERS, "Content-Type": "application/json"}, 415, "Content-Type"),
         (_payload([(POD, [(1000, 1.0)])]),
          {**HEADERS, "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"}, 400,
          "a 1.0 prometheus.WriteRequest sent as 2.0"),
