@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test test-fast lint proto bench bench-quick bench-store browser-deps clean
+.PHONY: setup run test test-fast lint proto bench bench-quick bench-store browser-deps prometheus-deps clean
 
 include web/dashboard.mk
 
@@ -29,6 +29,17 @@ browser-deps:
 		fi; \
 	fi
 
+# Debian's Prometheus (2.42) for the remote-write test with a real sender
+# (tests/http/test_http_remote_write_prometheus.py). Installed when missing and root.
+prometheus-deps:
+	@if ! command -v prometheus >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		else \
+			echo "prometheus-deps: prometheus is missing: run 'sudo apt-get install prometheus'" >&2; exit 1; \
+		fi; \
+	fi
+
 run: setup  ## set up, then start the embedded default (a store fed by a simulated cluster)
 	$(BIN)/metricsd up
 
@@ -36,7 +47,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: setup lint browser-deps  ## set up, then run every check and test (what CI runs)
+test: setup lint browser-deps prometheus-deps  ## set up, then run every check and test (what CI runs)
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test-fast: setup  ## the fast tests only, for the edit loop

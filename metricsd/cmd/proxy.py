@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import SystemClock
 from metricsd.cluster.mapwatch import EtcdMapSource
-from metricsd.cmd.queryflags import add_query_arguments, http_settings_from_args
+from metricsd.cmd.queryflags import add_query_arguments, add_remote_write_arguments, http_settings_from_args
 from metricsd.cmd.runner import (
     add_etcd_arguments,
     etcd_from_args,
@@ -58,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
     add_query_arguments(p)
+    add_remote_write_arguments(p)
     add_security_arguments(p, probes=True)
 
 
@@ -115,4 +117,9 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        http_settings_from_args(args)  # a bad flag or relabel file stops the start, before anything listens
+    except ValueError as e:
+        print(f"metricsd proxy: {e}", file=sys.stderr)
+        return 2
     return run_service("metricsd proxy", serve, args)

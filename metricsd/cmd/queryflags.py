@@ -1,16 +1,19 @@
-"""PromQL's limits as flags of the processes that serve the HTTP API (``metricsd up``,
-``metricsd proxy``), named as Prometheus names its own (--query.timeout, --query.max-concurrency,
---query.max-samples), plus the input limits that bound the parser."""
+"""Flags of the processes that serve the HTTP API (``metricsd up``, ``metricsd proxy``): PromQL's
+limits, named as Prometheus names its own (--query.timeout, --query.max-concurrency,
+--query.max-samples), plus the input limits that bound the parser; and how remote write keys
+series (--remote-write-relabel and the namespace/pod fallbacks, metricsd/http/remote_series.py)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
+from metricsd.http.relabel import Rule, parse_rules
 from metricsd.http.settings import HttpSettings
 from metricsd.promql.limits import QueryLimits
 
-__all__ = ["add_query_arguments", "http_settings_from_args"]
+__all__ = ["add_query_arguments", "add_remote_write_arguments", "http_settings_from_args", "relabel_rules_from_file"]
 
 
 def add_query_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,6 +35,32 @@ def add_query_arguments(p: argparse.ArgumentParser) -> None:
                    help="binary operators in a query; past it 400 before parsing (default %(default)s)")
 
 
+def add_remote_write_arguments(p: argparse.ArgumentParser) -> None:
+    d = HttpSettings()
+    g = p.add_argument_group("remote write", "how series without namespace/pod are keyed (README: The HTTP API)")
+    g.add_argument("--remote-write-relabel", type=Path, default=None, metavar="FILE",
+                   help="a YAML or JSON list of Prometheus relabel_configs applied to every remote-written series")
+    g.add_argument("--remote-write.default-namespace", dest="rw_default_namespace", default=d.default_namespace,
+                   metavar="NAME", help="namespace of series without one after relabelling; '' refuses them "
+                                        "(default %(default)s)")
+    g.add_argument("--remote-write.pod-from", dest="rw_pod_from", default=",".join(d.pod_labels), metavar="LABELS",
+                   help="comma-separated labels whose value becomes pod when a series has none, the first present "
+                        "wins; '' refuses them (default %(default)s)")
+    g.add_argument("--remote-write.created-timestamp-zero", dest="rw_created_zero", action="store_true",
+                   help="remote write 2.0: store a 0 sample at a counter's created timestamp")
+
+
+def relabel_rules_from_file(path: Path | None) -> tuple[Rule, ...]:
+    """Raises ValueError (RelabelConfigError, or the file cannot be read) naming the file."""
+    if path is None:
+        return ()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--remote-write-relabel {path}: {e}") from None
+    return parse_rules(text, str(path))
+
+
 def http_settings_from_args(args: argparse.Namespace, base: HttpSettings | None = None) -> HttpSettings:
     """Raises ValueError for a limit that is not positive."""
     limits = QueryLimits(max_length=args.query_max_length, max_depth=args.query_max_depth,
@@ -39,5 +68,11 @@ def http_settings_from_args(args: argparse.Namespace, base: HttpSettings | None 
                          max_queued=args.query_max_queued)
     if args.query_timeout <= 0 or args.query_max_samples <= 0:
         raise ValueError("--query.timeout and --query.max-samples must be positive")
-    return dataclasses.replace(base or HttpSettings(), request_timeout_s=args.query_timeout,
-                               max_samples=args.query_max_samples, query_limits=limits)
+    settings = dataclasses.replace(base or HttpSettings(), request_timeout_s=args.query_timeout,
+                                   max_samples=args.query_max_samples, query_limits=limits)
+    if not hasattr(args, "rw_pod_from"):
+        return settings
+    pods = tuple(x.strip() for x in args.rw_pod_from.split(",") if x.strip())
+    return dataclasses.replace(settings, default_namespace=args.rw_default_namespace or None, pod_labels=pods,
+                               relabel_rules=relabel_rules_from_file(args.remote_write_relabel),
+                               created_timestamp_zero=args.rw_created_zero)

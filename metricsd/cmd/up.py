@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.clock import Clock, SystemClock
-from metricsd.cmd.queryflags import add_query_arguments, http_settings_from_args
+from metricsd.cmd.queryflags import add_query_arguments, add_remote_write_arguments, http_settings_from_args
 from metricsd.cmd.runner import port, run_main, stop_event
 from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
 from metricsd.cmd.store import add_limit_arguments, store_settings
@@ -238,6 +238,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--examples-dir", type=Path, default=EXAMPLES_DIR,
                     help="consumer specs (hpa.yaml, vpa.yaml, overcommit.yaml, colocation.yaml) to run in dry-run mode")
     add_query_arguments(up)
+    add_remote_write_arguments(up)
     add_security_arguments(up)
     up.set_defaults(run=run)
 

@@ -1,4 +1,4 @@
-"""Prometheus remote write 1.0 receiver: ``POST /api/v1/write``.
+"""Prometheus remote write receiver, 1.0 and 2.0: ``POST /api/v1/write``.
 
 The body is a snappy *block* (``cramjam.snappy.decompress_raw``; the framed format of plain
 ``compress``/``decompress`` is a different thing) holding a ``prometheus.WriteRequest``. It is
@@ -6,9 +6,13 @@ turned into metricsd's columnar WriteRequest and written through the backend, al
 snappy, bad protobuf, a body over the limits or a series the store refuses answer 4xx and store
 nothing.
 
-metricsd keys every series by ``namespace/pod``. Series without them are refused with a 400
-naming them, unless HttpSettings fills them in (``default_namespace``, and ``pod`` from the
-``pod_label`` label, e.g. ``instance`` for scraped targets).
+The Content-Type's ``proto`` parameter picks the message: ``prometheus.WriteRequest`` (1.0, also
+when absent) or ``io.prometheus.write.v2.Request`` (2.0, remote_write_v2.py, answered with the
+X-Prometheus-Remote-Write-*-Written headers); anything else is 415.
+
+metricsd keys every series by ``namespace/pod``. The operator's relabel rules run first, then a
+series without them gets a cluster-level key (remote_series.py: a default namespace, ``pod`` from
+``instance`` or ``job``); one still without is refused with a 400 naming it and the rule.
 
 Remote write 1.0 repeats every series' labels in every request, and a sender's live traffic is one
 sample per series, so the labels are nearly all the work. The receiver therefore keeps a
@@ -24,7 +28,7 @@ request (remote_write_scan.py).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 
 import cramjam
@@ -32,11 +36,13 @@ import numpy as np
 from aiohttp import web
 from google.protobuf.message import DecodeError
 
+from metricsd.http import remote_write_v2
 from metricsd.http.params import ApiError
+from metricsd.http.remote_series import Verdict, resolve
 from metricsd.http.remote_write_scan import Scanned, scan, scan_messages, varints
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
-from metricsd.model import Labels, describe, series_id
+from metricsd.model import Labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
@@ -47,6 +53,11 @@ __all__ = ["DEFAULT_SERIES_CACHE", "PreparedWrite", "RemoteWriteReceiver", "Seri
            "prepare_write"]
 
 _MAX_NAMED = 5  # series named in one error message
+V1_PROTO = "prometheus.WriteRequest"
+# Response headers of the 2.0 specification: what was stored, so a sender can tell a partial write.
+SAMPLES_WRITTEN = "X-Prometheus-Remote-Write-Samples-Written"
+HISTOGRAMS_WRITTEN = "X-Prometheus-Remote-Write-Histograms-Written"
+EXEMPLARS_WRITTEN = "X-Prometheus-Remote-Write-Exemplars-Written"
 
 # Series the receiver remembers. An entry is the series' label bytes (about 150-300 bytes for pod
 # metrics) plus a dict slot and an int: roughly 400 bytes, so 400 MB at the limit, against about
@@ -96,8 +107,8 @@ def decode_body(body: bytes, max_decompressed_bytes: int) -> Scanned:
         raise _protobuf_error(e) from None
 
 
-def _labels_of(key: bytes, settings: HttpSettings) -> Labels:
-    """A series' canonical labels from its label bytes, with the configured defaults filled in."""
+def _raw_labels(key: bytes) -> Labels:
+    """A series' labels as sent, from its label bytes (empty values left out, as in Prometheus)."""
     try:
         labels = prom.TimeSeries.FromString(key).labels
     except DecodeError as e:
@@ -109,11 +120,15 @@ def _labels_of(key: bytes, settings: HttpSettings) -> Labels:
             raise ApiError("bad_data", f"series {{{shown}}}: duplicate label name {lab.name!r}")
         if lab.value:  # an empty value is the same as no label, as in Prometheus
             d[lab.name] = lab.value
-    if "namespace" not in d and settings.default_namespace:
-        d["namespace"] = settings.default_namespace
-    if "pod" not in d and settings.pod_label and d.get(settings.pod_label):
-        d["pod"] = d[settings.pod_label]
     return tuple(sorted(d.items()))
+
+
+def _labels_of(key: bytes, settings: HttpSettings) -> Labels:
+    """The labels a series is stored under (it was stored: no rule drops or refuses it now)."""
+    verdict = resolve(_raw_labels(key), settings)
+    if verdict.labels is None:
+        raise ApiError("internal", "a stored series no longer resolves to labels")
+    return verdict.labels
 
 
 class SeriesCache:
@@ -157,17 +172,30 @@ class SeriesCache:
             self.evicted += len(oldest)
 
 
+class SeriesRefused(ApiError):
+    """A 400 for series that no rule or fallback gives namespace and pod (or that a rule broke);
+    ``rules`` says which rule refused each, for /metrics."""
+
+    def __init__(self, verdicts: list[Verdict]) -> None:
+        shown = "; ".join(str(v.refusal) for v in verdicts[:_MAX_NAMED]) + (
+            f"; and {len(verdicts) - _MAX_NAMED} more" if len(verdicts) > _MAX_NAMED else "")
+        super().__init__("bad_data", f"{len(verdicts)} series refused: {shown}")
+        self.rules = [v.rule for v in verdicts]
+
+
 @dataclass
 class PreparedWrite:
     """A columnar WriteRequest for a remote-write body, and what the handshake needs after it."""
 
-    request: pb.WriteRequest
-    learnt: list[tuple[bytes, int]]  # series sent with labels: cache them once the write succeeds
-    keys: list[bytes]  # every entry's label bytes and id, to find labels the backend asks for
+    request: pb.WriteRequest | None  # None: nothing to write (no series, or every one dropped)
+    learnt: list[tuple[bytes, int]]  # series resolved now: cache them once the write succeeds
+    keys: list[bytes]  # every written entry's label bytes and id, to find labels the backend asks for
     ids: list[int]
+    dropped: dict[int, int] = field(default_factory=dict)  # relabel rule index -> samples it dropped
 
     def with_labels(self, unknown: Iterable[int], settings: HttpSettings) -> pb.WriteRequest:
         """The request again, with the labels of ``unknown`` ids added (the backend forgot them)."""
+        assert self.request is not None
         key_of = dict(zip(self.ids, self.keys, strict=True))
         sent = {s.id for s in self.request.series}
         retry = pb.WriteRequest()
@@ -178,34 +206,47 @@ class PreparedWrite:
         return retry
 
 
-def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) -> PreparedWrite | None:
-    """metricsd's WriteRequest for a remote-write request (None when it has no series): known
-    series by id only, new ones with their labels. Samples of a series repeated across entries
-    are merged and sorted, and a repeated timestamp keeps its first value. Raises ApiError (400)
-    naming the series that lack namespace/pod, or one with a duplicate label name."""
+def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) -> PreparedWrite:
+    """metricsd's WriteRequest for a remote-write request: known series by id only, new ones with
+    their labels (after the relabel rules and fallbacks of remote_series.py), series a rule drops
+    left out. Samples of a series repeated across entries are merged and sorted, and a repeated
+    timestamp keeps its first value. Raises SeriesRefused (400) naming the series no rule or
+    fallback gives namespace/pod, or ApiError for a duplicate label name."""
     if not scanned.keys:
-        return None
+        return PreparedWrite(None, [], [], [])
     found = cache.lookup(scanned.keys)
     learnt: list[tuple[bytes, int]] = []
     new_labels: dict[int, Labels] = {}
     if None in found:  # the slow path: series not seen before
-        missing: list[str] = []
+        refused: list[Verdict] = []
         for i, key in enumerate(scanned.keys):
             if found[i] is None:
-                labels = _labels_of(key, settings)
-                names = {k for k, _ in labels}
-                if "namespace" not in names or "pod" not in names:
-                    missing.append(describe(labels))
+                verdict = resolve(_raw_labels(key), settings)
+                if verdict.refusal is not None:
+                    refused.append(verdict)
                     continue
-                sid = found[i] = series_id(labels)
-                new_labels[sid] = labels
+                if verdict.dropped_by is not None:
+                    sid = found[i] = -verdict.dropped_by.index
+                else:
+                    assert verdict.labels is not None
+                    sid = found[i] = series_id(verdict.labels)
+                    new_labels[sid] = verdict.labels
                 learnt.append((key, sid))
-        if missing:
-            shown = ", ".join(missing[:_MAX_NAMED]) + (
-                f" and {len(missing) - _MAX_NAMED} more" if len(missing) > _MAX_NAMED else "")
-            raise ApiError("bad_data", f"{len(missing)} series lack the namespace/pod labels metricsd requires: "
-                                       f"{shown} (or configure a default namespace and a pod label)")
+        if refused:
+            raise SeriesRefused(refused)
     ids: list[int] = found  # type: ignore[assignment]  # every None was filled in or raised
+    dropped: dict[int, int] = {}
+    if min(ids) < 0:  # some series dropped by a rule: leave their entries and samples out
+        keep = np.array([sid >= 0 for sid in ids], dtype=bool)
+        for sid, n in zip(ids, scanned.counts.tolist(), strict=True):
+            if sid < 0:
+                dropped[-sid] = dropped.get(-sid, 0) + n
+        per_sample = np.repeat(keep, scanned.counts)
+        scanned = Scanned([k for k, ok in zip(scanned.keys, keep.tolist(), strict=True) if ok], scanned.counts[keep],
+                          scanned.timestamps[per_sample], scanned.values[per_sample])
+        ids = [sid for sid in ids if sid >= 0]
+        if not ids:
+            return PreparedWrite(None, learnt, [], [], dropped)
     uids, counts, stamps, values = _columns(np.array(ids, dtype=np.uint64), len(set(ids)) == len(ids), scanned)
     stamp_bytes = scanned.stamp_varints  # the sender's varints serve when the samples pass unchanged
     if stamp_bytes is None or stamps is not scanned.timestamps:
@@ -219,7 +260,7 @@ def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) 
     request = pb.WriteRequest.FromString(b"".join(wire))
     for sid, labels in new_labels.items():
         request.series.add(id=sid).labels.extend(labels_to_pb(labels))
-    return PreparedWrite(request, learnt, scanned.keys, ids)
+    return PreparedWrite(request, learnt, scanned.keys, ids, dropped)
 
 
 def _columns(ids: np.ndarray, each_once: bool, scanned: Scanned
@@ -263,39 +304,79 @@ class RemoteWriteReceiver:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/api/v1/write", self.write)
 
-    def _check_headers(self, request: web.Request) -> None:
+    def _version(self, request: web.Request) -> int:
+        """Content negotiation as the 2.0 specification says: the ``proto`` parameter of the
+        Content-Type picks the message (1.0 when absent); another message is 415."""
         enc = request.headers.get("Content-Encoding", "snappy").strip().lower()
         if enc != "snappy":
             raise ApiError("bad_data", f"unsupported Content-Encoding {enc!r}: remote write bodies are snappy")
-        ctype = request.headers.get("Content-Type", "application/x-protobuf")
-        params = _content_type_params(ctype.split(";")[1:])
-        if params.get("proto", "prometheus.WriteRequest") != "prometheus.WriteRequest":
-            raise ApiError("bad_data", f"unsupported remote write message {params['proto']!r}: metricsd receives "
-                                       "remote write 1.0 (prometheus.WriteRequest)", 415)
+        # The media type itself is not checked: 1.0 senders that label the body otherwise (or not
+        # at all) were served before 2.0 existed.
+        _, *rest = request.headers.get("Content-Type", "application/x-protobuf").split(";")
+        proto = _content_type_params(rest).get("proto", V1_PROTO)
+        if proto == V1_PROTO:
+            return 1
+        if proto == remote_write_v2.PROTO:
+            return 2
+        raise ApiError("bad_data", f"unsupported remote write message {proto!r}: metricsd receives remote write 1.0 "
+                                   f"({V1_PROTO}) and 2.0 ({remote_write_v2.PROTO})", 415)
 
     async def write(self, request: web.Request) -> web.Response:
-        self._check_headers(request)
-        await self.ingest(await request.read())
-        return web.Response(status=204)
+        version = self._version(request)
+        body = await request.read()
+        if version == 1:
+            await self.ingest(body)
+            return web.Response(status=204)
+        written = await self.ingest_v2(body)
+        return web.Response(status=204, headers={SAMPLES_WRITTEN: str(written), HISTOGRAMS_WRITTEN: "0",
+                                                 EXEMPLARS_WRITTEN: "0"})
 
-    async def ingest(self, body: bytes) -> None:
-        """Store a remote-write body (snappy block), all or nothing. Raises ApiError or BadRequest
-        (4xx, nothing stored) and whatever the backend raises (Unavailable)."""
+    async def ingest(self, body: bytes) -> int:
+        """Store a remote write 1.0 body (snappy block), all or nothing; returns the samples
+        written. Raises ApiError or BadRequest (4xx, nothing stored) and whatever the backend
+        raises (Unavailable)."""
         scanned = decode_body(body, self.settings.max_decompressed_bytes)
-        n = len(scanned.timestamps)
-        # Before a label is parsed: a request of a million series costs nothing to refuse.
-        refusal = check_counts(len(scanned.keys), n, self.settings.request_limits)
+        self._check_counts(len(scanned.keys), len(scanned.timestamps))
+        return await self._store(scanned)
+
+    async def ingest_v2(self, body: bytes) -> int:
+        """ingest() for a remote write 2.0 body (io.prometheus.write.v2.Request)."""
+        raw = _decompress(body, self.settings.max_decompressed_bytes)
+        try:
+            req = remote_write_v2.parse(raw)
+            self._check_counts(*remote_write_v2.counts(req))
+            found = remote_write_v2.entries(req, self.settings.created_timestamp_zero)
+        except DecodeError as e:
+            raise ApiError("bad_data", f"protobuf: cannot decode {remote_write_v2.PROTO}: {e}") from None
+        if found.histograms or found.exemplars:
+            self.metrics.samples_rejected.labels(reason="unsupported_type").inc(found.histograms + found.exemplars)
+        return await self._store(found.scanned)
+
+    def _check_counts(self, series: int, samples: int) -> None:
+        """Before a label is parsed: a request of a million series costs nothing to refuse."""
+        refusal = check_counts(series, samples, self.settings.request_limits)
         if refusal is not None:
-            self.metrics.samples_rejected.labels(reason=refusal.reason).inc(n)
+            self.metrics.samples_rejected.labels(reason=refusal.reason).inc(samples)
             raise ApiError("bad_data", refusal.message)
+
+    async def _store(self, scanned: Scanned) -> int:
+        n = len(scanned.timestamps)
         try:
             prepared = prepare_write(scanned, self.cache, self.settings)
-            if prepared is None:
-                return
+            for rule, k in prepared.dropped.items():
+                self.metrics.relabel_dropped.labels(rule=str(rule)).inc(k)
+            if prepared.request is None:
+                self.cache.add(prepared.learnt)
+                return 0
             resp = await self.backend.write(prepared.request)
             if resp.unknown_ids:  # the backend forgot series we cached: send their labels once
                 self.label_resends += 1
                 resp = await self.backend.write(prepared.with_labels(resp.unknown_ids, self.settings))
+        except SeriesRefused as e:
+            for refused_by in e.rules:
+                self.metrics.series_refused.labels(rule=refused_by).inc()
+            self.metrics.samples_rejected.labels(reason="invalid").inc(n)
+            raise
         except (ApiError, BadRequest):
             self.metrics.samples_rejected.labels(reason="invalid").inc(n)
             raise
@@ -311,6 +392,8 @@ class RemoteWriteReceiver:
             self.metrics.samples_rejected.labels(reason="too_old").inc(resp.rejected_too_old)
         if resp.rejected_duplicate:
             self.metrics.samples_rejected.labels(reason="duplicate").inc(resp.rejected_duplicate)
+        # A duplicate is a sample the store already holds (a retried batch): written, for the sender.
+        return int(resp.samples_written + resp.rejected_duplicate)
 
 
 def _content_type_params(parts: Sequence[str]) -> dict[str, str]:

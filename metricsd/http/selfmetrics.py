@@ -27,6 +27,14 @@ class SelfMetrics:
             "metricsd_samples_ingested", "Samples stored through the HTTP write paths.", ["path"], registry=r)
         self.samples_rejected = Counter(
             "metricsd_samples_rejected", "Samples refused, by reason.", ["reason"], registry=r)
+        self.relabel_dropped = Counter(
+            "metricsd_remote_write_relabel_dropped_samples",
+            "Remote-write samples left out because a keep/drop relabel rule dropped their series, by rule (its "
+            "1-based place in the --remote-write-relabel file).", ["rule"], registry=r)
+        self.series_refused = Counter(
+            "metricsd_remote_write_refused_series",
+            "Remote-write series refused with a 400, by the rule that left them without namespace/pod or with an "
+            "invalid label name (a rule's place in the file, or \"fallback\").", ["rule"], registry=r)
         self.requests = Counter(
             "metricsd_http_requests", "HTTP requests by handler and status code.", ["handler", "code"], registry=r)
         self.request_duration = Histogram(

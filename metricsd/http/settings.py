@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from metricsd.http.relabel import Rule
 from metricsd.promql.limits import QueryLimits
 from metricsd.rpc.limits import RequestLimits
 
-__all__ = ["HttpSettings"]
+__all__ = ["CLUSTER_NAMESPACE", "HttpSettings"]
+
+CLUSTER_NAMESPACE = "_cluster"  # remote-written series without a namespace, unless told otherwise
 
 
 @dataclass(frozen=True)
@@ -25,10 +28,17 @@ class HttpSettings:
     lookback_ms: PromQL's lookback delta (5 minutes in Prometheus).
     max_samples: samples one PromQL query may load before it fails (Prometheus' --query.max-samples).
     pushdown: answer aggregations of the shapes in ``pushdown.py`` inside the stores.
-    default_namespace: remote write: the ``namespace`` given to series that lack one; None
-        rejects such series.
-    pod_label: remote write: a label whose value becomes ``pod`` when a series lacks one
-        (``instance`` is the usual choice for scraped targets); None rejects such series.
+    default_namespace: remote write: the ``namespace`` given to series that lack one after the
+        relabel rules (``_cluster``: no Kubernetes namespace can be called that); None refuses them.
+    pod_labels: remote write: labels whose value becomes ``pod`` when a series lacks one, the
+        first present wins (``instance``, then ``job``: a scrape target); empty refuses them.
+        See metricsd/http/remote_series.py.
+    relabel_rules: remote write: Prometheus relabel_configs applied to every series before the
+        two fallbacks above (``--remote-write-relabel``, metricsd/http/relabel.py).
+    created_timestamp_zero: remote write 2.0: store a 0 sample at a counter's created timestamp
+        before its first sample (Prometheus' created-timestamp zero ingestion). Off by default: a
+        sender repeats the created timestamp in every request, and each repeat after the first is
+        a duplicate the store drops and counts.
     access_log: log one line per request to the ``metricsd.http.access`` logger.
     request_limits: remote write: series entries and samples per request (400 past them), checked
         before any label is parsed; the same defaults as a store's gRPC Write.
@@ -44,8 +54,10 @@ class HttpSettings:
     lookback_ms: int = 300_000
     max_samples: int = 50_000_000
     pushdown: bool = True
-    default_namespace: str | None = None
-    pod_label: str | None = None
+    default_namespace: str | None = CLUSTER_NAMESPACE
+    pod_labels: tuple[str, ...] = ("instance", "job")
+    relabel_rules: tuple[Rule, ...] = ()
+    created_timestamp_zero: bool = False
     access_log: bool = True
     request_limits: RequestLimits = field(default_factory=RequestLimits)
     query_limits: QueryLimits = field(default_factory=QueryLimits)

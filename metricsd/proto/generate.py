@@ -1,7 +1,8 @@
 """Generate metricsd/proto/*_pb2*.py from proto/*.proto (`make proto`).
 
-proto/metricsd.proto is metricsd's gRPC API; proto/prometheus_remote.proto holds the messages of
-Prometheus remote write 1.0 (no service, so no gRPC stubs). grpcio-tools writes
+proto/metricsd.proto is metricsd's gRPC API; proto/prometheus_remote.proto and
+proto/prometheus_remote_v2.proto hold the messages of Prometheus remote write 1.0 and 2.0 (no
+service, so no gRPC stubs). grpcio-tools writes
 ``import metricsd_pb2``, which only works with the folder on sys.path; the import is rewritten to
 the package path so the generated code imports as ``metricsd.proto``.
 """
@@ -18,6 +19,8 @@ GENERATED = (
     "metricsd_pb2_grpc.py",
     "prometheus_remote_pb2.py",
     "prometheus_remote_pb2.pyi",
+    "prometheus_remote_v2_pb2.py",
+    "prometheus_remote_v2_pb2.pyi",
 )
 
 
@@ -38,8 +41,8 @@ def generate(out_dir: Path, proto_dir: Path = ROOT / "proto") -> None:
         f"--grpc_python_out={out_dir}",
         str(proto_dir / "metricsd.proto"),
     ])
-    _protoc([f"-I{proto_dir}", f"--python_out={out_dir}", f"--pyi_out={out_dir}",
-             str(proto_dir / "prometheus_remote.proto")])
+    for name in ("prometheus_remote.proto", "prometheus_remote_v2.proto"):
+        _protoc([f"-I{proto_dir}", f"--python_out={out_dir}", f"--pyi_out={out_dir}", str(proto_dir / name)])
     grpc_file = out_dir / "metricsd_pb2_grpc.py"
     text = grpc_file.read_text()
     text = text.replace(

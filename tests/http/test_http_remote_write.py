@@ -58,19 +58,38 @@ async def test_remote_write_round_trips_through_query_range(env: Env) -> None:
     assert f'metricsd_samples_ingested_total{{path="remote_write"}} {float(len(samples))}' in text
 
 
-async def test_series_without_pod_labels_are_refused_by_name(env: Env) -> None:
-    ok = (POD, [(1000, 1.0)])
-    bad = ({"__name__": "up", "job": "node", "instance": "10.0.0.1:9100"}, [(1000, 1.0)])
-    status, body = await _post(env, _payload([ok, bad]))
-    assert status == 400
-    assert body["errorType"] == "bad_data"
-    assert 'up{instance="10.0.0.1:9100",job="node"}' in body["error"]
-    assert "namespace/pod" in body["error"]
-    assert env.stats()["series"] == 0
+async def test_series_without_pod_labels_are_refused_by_name_when_no_fallback_is_set() -> None:
+    env = await start_env(HttpSettings(default_namespace=None, pod_labels=(), access_log=False))
+    try:
+        ok = (POD, [(1000, 1.0)])
+        bad = ({"__name__": "up", "job": "node", "instance": "10.0.0.1:9100"}, [(1000, 1.0)])
+        status, body = await _post(env, _payload([ok, bad]))
+        assert status == 400
+        assert body["errorType"] == "bad_data"
+        assert 'up{instance="10.0.0.1:9100",job="node"}' in body["error"]
+        assert "namespace/pod" in body["error"] and "default namespace: none; pod from labels: none" in body["error"]
+        assert env.stats()["series"] == 0
+        async with env.session.get(env.url + "/metrics") as r:
+            assert 'metricsd_remote_write_refused_series_total{rule="fallback"} 1.0' in await r.text()
+    finally:
+        await env.session.close()
+        await stop_http(env.runner)  # type: ignore[arg-type]
+
+
+async def test_series_without_namespace_and_pod_get_the_cluster_level_key_by_default(env: Env) -> None:
+    up = {"__name__": "up", "job": "prometheus", "instance": "localhost:9090"}
+    only_job = {"__name__": "prometheus_build_info", "job": "prometheus", "version": "2.42.0"}
+    status, _ = await _post(env, _payload([(up, [(1000, 1.0)]), (only_job, [(1000, 1.0)])]))
+    assert status == 204
+    result = await _query_range(env, '{namespace="_cluster"}', 0, 60, 60)
+    assert sorted((r["metric"] for r in result), key=lambda m: m["__name__"]) == [
+        {**only_job, "namespace": "_cluster", "pod": "prometheus"},
+        {**up, "namespace": "_cluster", "pod": "localhost:9090"},
+    ]
 
 
 async def test_configured_defaults_fill_in_namespace_and_pod() -> None:
-    env = await start_env(HttpSettings(default_namespace="scraped", pod_label="instance", access_log=False))
+    env = await start_env(HttpSettings(default_namespace="scraped", pod_labels=("instance",), access_log=False))
     try:
         status, _ = await _post(env, _payload([({"__name__": "up", "instance": "node-a:9100"}, [(1000, 1.0)])]))
         assert status == 204
@@ -97,8 +116,11 @@ def _framed(data: bytes) -> bytes:
         (b"\xff\xff\xff\xff\x0f" + b"\x00" * 10, None, 413, "decompresses to 4294967295 bytes"),
         (_payload([(POD, [(1000, 1.0)])]), {**HEADERS, "Content-Encoding": "identity"}, 400, "Content-Encoding"),
         (_payload([(POD, [(1000, 1.0)])]),
-         {**HEADERS, "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"}, 415,
-         "remote write 1.0"),
+         {**HEADERS, "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v3.Request"}, 415,
+         "remote write 1.0 (prometheus.WriteRequest) and 2.0"),
+        (_payload([(POD, [(1000, 1.0)])]),
+         {**HEADERS, "Content-Type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"}, 400,
+         "a 1.0 prometheus.WriteRequest sent as 2.0"),
         (_payload([({**POD, "bad-name": "x"}, [(1000, 1.0)])]), None, 400, "bad-name"),
         (_payload([(POD, [(1000, 1.0)]), ({**POD, "pod": "p2"}, [(-(2**63), 1.0)])]), None, 400, "out of range"),
     ],

@@ -149,7 +149,7 @@ async def test_rejected_series_are_not_cached_and_are_refused_every_time() -> No
     for _ in range(2):
         with pytest.raises(Exception, match="bad-name"):
             await rw.ingest(body)
-        with pytest.raises(ApiError, match=r"namespace/pod.*up\{namespace=\"shop\"\}"):
+        with pytest.raises(ApiError, match=r"up\{namespace=\"shop\"\} lacks the namespace/pod"):
             await rw.ingest(no_pod)
     assert len(rw.cache) == 0
     assert backend.store.stats()["series"] == 0
@@ -158,7 +158,7 @@ async def test_rejected_series_are_not_cached_and_are_refused_every_time() -> No
 
 async def test_defaults_are_part_of_what_the_cache_remembers() -> None:
     backend = RecordingBackend()
-    rw = _receiver(backend, HttpSettings(default_namespace="scraped", pod_label="instance", access_log=False))
+    rw = _receiver(backend, HttpSettings(default_namespace="scraped", pod_labels=("instance",), access_log=False))
     bare = {"__name__": "up", "instance": "node-a:9100"}
     spelled = {"__name__": "up", "instance": "node-a:9100", "namespace": "scraped", "pod": "node-a:9100"}
     other_ns = {"__name__": "up", "instance": "node-a:9100", "namespace": "infra"}
@@ -232,8 +232,10 @@ def _reference(series: list[Series], settings: HttpSettings) -> dict[int, list[t
         d = {k: v for k, v in labels.items() if v}
         if "namespace" not in d and settings.default_namespace:
             d["namespace"] = settings.default_namespace
-        if "pod" not in d and settings.pod_label and d.get(settings.pod_label):
-            d["pod"] = d[settings.pod_label]
+        if "pod" not in d:
+            found = [d[name] for name in settings.pod_labels if d.get(name)]
+            if found:
+                d["pod"] = found[0]
         got = merged.setdefault(series_id(tuple(sorted(d.items()))), {})
         for t, v in samples:
             got.setdefault(t, struct.unpack("<q", struct.pack("<d", v))[0])
