@@ -58,6 +58,7 @@ class PromAPI:
             ("/api/v1/labels", self.labels),
             ("/api/v1/label/{name}/values", self.label_values),
             ("/api/v1/query_exemplars", self.exemplars),
+            ("/api/v1/format_query", self.format_query),
         ):
             app.router.add_get(path, handler)
             app.router.add_post(path, handler)
@@ -172,6 +173,18 @@ class PromAPI:
 
     async def exemplars(self, request: web.Request) -> web.Response:
         return success([])
+
+    async def format_query(self, request: web.Request) -> web.Response:
+        """Prometheus' /api/v1/format_query (Grafana's "Format query"): the expression prettified,
+        under the same limits as a query and parsed off the event loop."""
+        params = await read_params(request)
+        expr = params.require("query")
+        try:
+            text = await self.runner.prettify(expr)
+        except QueryLimitError as e:
+            self.metrics.queries_refused.labels(limit=e.limit).inc()
+            raise
+        return success(text)
 
     async def buildinfo(self, request: web.Request) -> web.Response:
         return success({

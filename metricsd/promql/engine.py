@@ -73,6 +73,17 @@ def parse(text: str) -> tuple[Any, dict[int, int]]:
         raise PromQLError("bad_data", f"invalid parameter \"query\": {e}") from None
 
 
+def prettify(text: str) -> str:
+    """The query as Prometheus' ``promql.Prettify`` writes it (the parser's own formatter).
+    Raises bad_data as :func:`parse` does."""
+    try:
+        return str(pp.parse(text).prettify())
+    except BaseException as e:  # the Rust binding raises ValueError, or a PanicException
+        if isinstance(e, KeyboardInterrupt | SystemExit):
+            raise
+        raise PromQLError("bad_data", f"invalid parameter \"query\": {e}") from None
+
+
 def _card(c: Any) -> str:
     return {
         "OneToOne": "one-to-one",

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from metricsd.promql import Engine, Matrix, MemorySource, PromQLError, Result, pushdown
-from metricsd.promql.engine import MAX_POINTS, parse
+from metricsd.promql.engine import MAX_POINTS, parse, prettify
 from metricsd.promql.limits import Admission, QueryLimitError, QueryLimits, prescan
 from metricsd.promql.prefetch import fetch_all, plan_fetches
 from metricsd.promql.selectors import TOO_MANY_SAMPLES, EvalContext
@@ -72,6 +72,12 @@ class QueryRunner:
         res, path = await self._admitted(expr, start_ms, end_ms, step_ms, instant=False, timeout_s=timeout_s)
         assert isinstance(res, Matrix)
         return res, path
+
+    async def prettify(self, expr: str) -> str:
+        """``expr`` as Prometheus' formatter writes it; the query limits' pre-scan first, then the
+        parser on a worker thread. Raises QueryLimitError or PromQLError (bad_data)."""
+        prescan(expr, self.limits)
+        return await asyncio.to_thread(prettify, expr)
 
     async def _admitted(self, expr: str, start_ms: int, end_ms: int, step_ms: int, *, instant: bool,
                         timeout_s: float | None) -> tuple[Result, Path]:

@@ -135,3 +135,18 @@ async def test_unavailable_backend_is_503(env: Env) -> None:
         status, body = await _get(env, "/api/v1/query", query=query)
         assert status == 503
         assert body == {"status": "error", "errorType": "unavailable", "error": "no quorum for slot 3"}
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_format_query_prettifies_as_prometheus_and_refuses_bad_or_hostile_queries(env: Env, method: str) -> None:
+    """Grafana's "Format query" calls /api/v1/format_query (Prometheus 2.42+)."""
+    status, body = await _get(env, "/api/v1/format_query", method,
+                              query='sum  by(pod)(rate(cpu_seconds_total{namespace = "a"}[5m] ))')
+    assert (status, body) == (200, {"status": "success",
+                                    "data": 'sum by (pod) (rate(cpu_seconds_total{namespace="a"}[5m]))'})
+    status, body = await _get(env, "/api/v1/format_query", method, query="sum(")
+    assert status == 400 and body["errorType"] == "bad_data" and "invalid parameter" in body["error"]
+    status, body = await _get(env, "/api/v1/format_query", method, query="1" + "+1" * 300)  # 300 > 256 operators
+    assert status == 400 and "--query.max-operators" in body["error"], body  # as /api/v1/query refuses it
+    status, body = await _get(env, "/api/v1/format_query", method)
+    assert status == 400 and "query" in body["error"]
