@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -21,7 +22,13 @@ from aiohttp import web
 
 from metricsd.clock import SystemClock
 from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args, run_main, stop_event
-from metricsd.cmd.security import add_client_arguments, client_from_args
+from metricsd.cmd.security import (
+    add_client_arguments,
+    add_security_arguments,
+    client_from_args,
+    require_secure_or_loopback,
+    server_from_args,
+)
 from metricsd.consumers.actuators import (
     Actuator,
     KubernetesActuator,
@@ -49,7 +56,9 @@ from metricsd.consumers.vpa.checkpoint import (
 from metricsd.consumers.vpa.controller import VPAController
 from metricsd.consumers.vpa.spec import load_vpa_yaml
 from metricsd.defaults import grpc_address, http_url
+from metricsd.http.auth import auth_middleware
 from metricsd.http.consumers import add_consumer_routes
+from metricsd.http.server import start_http
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import GrpcBackend
@@ -94,7 +103,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--http-port", type=int, help="serve /api/v1/metricsd/colocation (status, time-share "
                            "table) on this port")
             p.add_argument("--http-host", default="127.0.0.1", help="address for --http-port")
-        add_client_arguments(p)
+            add_security_arguments(p)  # the status port is a listener: TLS, tokens, --insecure as any other
+        else:
+            add_client_arguments(p)
         actions = p.add_subparsers(dest="action", metavar="{status}")
         st = actions.add_parser("status", help=f"print the {kind} decisions from the HTTP API as a table")
         st.add_argument("--url", default=http_url(), help="base URL of the metricsd HTTP API")
@@ -202,19 +213,24 @@ async def _run_loop(args: argparse.Namespace) -> int:
 
 async def _serve_status(args: argparse.Namespace, controller: ColocationController | HPAController | VPAController
                         | OvercommitController) -> web.AppRunner:
-    """GET /api/v1/metricsd/<kind> for this one consumer, read-only, without authentication: keep
-    it on loopback unless a proxy in front checks who asks."""
+    """GET /api/v1/metricsd/<kind> for this one consumer, read-only. A listener like any other:
+    TLS and tokens (the read role) when given, and no non-loopback address without them unless
+    --insecure. Raises ValueError naming the flag that is wrong."""
     def document(kind: str) -> dict[str, object]:
         if kind != args.consumer:
             raise KeyError(kind)
         return {"status": controller.status(), "history": controller.history()}
 
-    app = web.Application()
+    security = server_from_args(args)
+    require_secure_or_loopback(args.http_host, security, args.insecure, f"metricsd {args.consumer} --http-port")
+    middlewares: list[Callable[..., Awaitable[web.StreamResponse]]] = []
+    if security.auth is not None:
+        middlewares.append(auth_middleware(security.auth))
+    app = web.Application(middlewares=middlewares)
     add_consumer_routes(app, document)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, args.http_host, args.http_port).start()
-    print(f"metricsd {args.consumer}: status on http://{args.http_host}:{args.http_port}/api/v1/metricsd/"
+    runner, port = await start_http(app, args.http_host, args.http_port, security.tls)
+    scheme = "https" if security.tls is not None else "http"
+    print(f"metricsd {args.consumer}: status on {scheme}://{args.http_host}:{port}/api/v1/metricsd/"
           f"{args.consumer}", flush=True)
     return runner
 

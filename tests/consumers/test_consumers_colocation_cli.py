@@ -123,3 +123,61 @@ def test_a_bad_spec_is_refused_naming_the_field(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0
     assert "documents[0].spec.minLendMinutes: must be a number or quantity, got 'soon'" in r.stderr
+
+
+@pytest.mark.slow
+def test_the_status_port_is_refused_off_loopback_without_tls_and_tokens(tmp_path: Path) -> None:
+    spec = tmp_path / "colocation.yaml"
+    spec.write_text(json.dumps(SPEC))
+    r = subprocess.run([str(BIN), "colocation", "--spec", str(spec), "--addr", "127.0.0.1:1", "--http-port", "7410",
+                        "--http-host", "10.0.0.1"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert "--http-port would listen on 10.0.0.1 without TLS" in r.stderr and "--insecure" in r.stderr
+
+
+@pytest.mark.slow
+def test_the_status_port_serves_tls_and_wants_a_read_token(tmp_path: Path, free_ports: Callable[[], int]) -> None:
+    import ssl
+
+    from metricsd.security.certs import create_local_pki
+    from metricsd.security.tokens import hash_token
+
+    pki = create_local_pki(tmp_path / "pki")
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"graf read {hash_token('r')}\nagent write {hash_token('w')}\n")
+    spec = tmp_path / "colocation.yaml"
+    spec.write_text(json.dumps(SPEC))
+    port = free_ports()
+    colo = subprocess.Popen([str(BIN), "colocation", "--spec", str(spec), "--addr", "127.0.0.1:1",
+                             "--http-port", str(port), "--tls-cert", str(pki.cert), "--tls-key", str(pki.key),
+                             "--tokens-file", str(tokens)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    url = f"https://127.0.0.1:{port}/api/v1/metricsd/colocation"
+
+    def get(token: str | None) -> int:
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            e.close()
+            return int(e.code)
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                code = get(None)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the status port never answered"
+                time.sleep(0.2)
+        assert code == 401
+        assert get("w") == 403  # a write token may not read
+        assert get("r") == 200
+        with pytest.raises(OSError):  # plaintext HTTP gets no answer from a TLS port
+            urllib.request.urlopen(url.replace("https", "http"), timeout=5)
+    finally:
+        colo.send_signal(signal.SIGINT)
+        out = colo.communicate(timeout=20)[0]
+    assert "status on https://" in out, out
