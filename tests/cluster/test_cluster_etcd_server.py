@@ -30,7 +30,15 @@ async def test_a_paused_etcd_fails_calls_within_the_timeout_and_answers_once_res
             await asyncio.wait_for(kv.get("/k"), 5)
     finally:
         private_etcd.resume()
-    assert await kv.get("/k") is not None
+    # Answers again once resumed: within a few request timeouts, as a resumed process on a busy
+    # machine may take more than the client's 1 s to serve its queue.
+    for attempt in range(10):
+        try:
+            assert await kv.get("/k") is not None
+            break
+        except KVUnavailable:
+            if attempt == 9:
+                raise
 
 
 @pytest.mark.slow
