@@ -190,8 +190,6 @@ class CustomMetrics:
         rule, series = found
         matchers, label = object_matchers(rule, resource, namespace if resource.namespaced else None, name,
                                           selector)
-        if resource == KINDS["namespace"] and namespace is not None:
-            matchers = [Matcher(MatchOp.EQ, label, namespace), *selector]
         doc = metric_values(await self._ask(render(rule, series, matchers, [label], at_ms)), api_name, resource,
                             label, namespace, at_ms, selector_text)
         if name != "*" and not doc["items"]:

@@ -20,7 +20,8 @@ MAX_SELECTOR_LENGTH = 4096
 MAX_REQUIREMENTS = 64
 _VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_TOKEN = re.compile(r"\s*(!=|==|=|!|\(|\)|,|[^\s!=(),]+)")
+_TOKEN = re.compile(r"\s*(!=|==|=|!|\(|\)|,|<|>|[^\s!=(),<>]+)")
+_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 class SelectorError(ValueError):
@@ -67,14 +68,17 @@ def parse_label_selector(text: str) -> list[Requirement]:
         i += 1
         return toks[i - 1]
 
+    def key_of(tok: str) -> str:
+        if not _KEY.fullmatch(tok):
+            raise SelectorError(f"expected a label key in {text!r}, found {tok!r}")
+        return tok
+
     while i < len(toks):
         tok = take()
         if tok == "!":
-            out.append(Requirement(take(), "!exists"))
-        elif tok in ("=", "==", "!=", "(", ")", ","):
-            raise SelectorError(f"expected a label key in {text!r}, found {tok!r}")
+            out.append(Requirement(key_of(take()), "!exists"))
         else:
-            key = tok
+            key = key_of(tok)
             nxt = toks[i] if i < len(toks) else ","
             if nxt == ",":
                 out.append(Requirement(key, "exists"))
@@ -101,7 +105,8 @@ def parse_label_selector(text: str) -> list[Requirement]:
                     raise SelectorError(f"{key} {nxt} (): at least one value is required")
                 out.append(Requirement(key, nxt, tuple(values)))
             else:
-                raise SelectorError(f"unknown operator {nxt!r} after {key!r} in {text!r} (=, ==, !=, in, notin)")
+                raise SelectorError(f"unknown operator {nxt!r} after {key!r} in {text!r} (=, ==, !=, in, notin; "
+                                    f"series labels are strings, so no < or >)")
         if i < len(toks):
             if take() != ",":
                 raise SelectorError(f"expected ',' between requirements in {text!r}")
