@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import ssl
 import subprocess
 import sys
@@ -21,18 +22,33 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from metricsd.model import make_labels
+from metricsd.model import Labels, make_labels, series_id
+from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.client import MetricsClient
+from metricsd.rpc.wire import labels_to_pb
 from metricsd.security.certs import LocalPKI, create_local_pki, issue_certificate
 from metricsd.security.tokens import hash_token
 
 pytestmark = pytest.mark.slow
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "http"))
-from http_fixtures import write_request  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import free_port  # noqa: E402
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_request(series: dict[Labels, tuple[list[int], list[float]]]) -> pb.WriteRequest:
+    req = pb.WriteRequest()
+    for labels, (ts, vals) in series.items():
+        sid = series_id(labels)
+        req.ids.append(sid)
+        req.counts.append(len(ts))
+        req.timestamps.extend(ts)
+        req.values.extend(vals)
+        req.series.add(id=sid).labels.extend(labels_to_pb(labels))
+    return req
 
 RULES = """
 rules:
@@ -128,7 +144,7 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
 async def _feed(addr: str, now_ms: int) -> None:
     """Five minutes at 10 s: CPU counters at known rates, working sets, HTTP counters, a gauge."""
     ts = [now_ms - 300_000 + 10_000 * i for i in range(31)]
-    series: dict[Any, tuple[list[int], list[float]]] = {}
+    series: dict[Labels, tuple[list[int], list[float]]] = {}
 
     def add(name: str, labels: dict[str, str], per_s: float | None, constant: float | None = None) -> None:
         vals = [per_s * (t - ts[0]) / 1000 if per_s is not None else float(constant or 0) for t in ts]
