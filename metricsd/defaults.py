@@ -13,6 +13,7 @@ __all__ = [
     "GRPC_PORT",
     "HOST",
     "HTTP_PORT",
+    "K8S_API_PORT",
     "LEASE_TTL_S",
     "SNAPSHOT_INTERVAL_S",
     "grpc_address",
@@ -47,3 +48,6 @@ def grpc_address(host: str = HOST, port: int = GRPC_PORT) -> str:
 
 def http_url(host: str = HOST, port: int = HTTP_PORT) -> str:
     return f"http://{host}:{port}"
+
+K8S_API_PORT = 7443
+"""``metricsd k8s-api``: the aggregated API server (HTTPS) the API server's aggregator calls."""

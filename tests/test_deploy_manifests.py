@@ -16,7 +16,10 @@ from metricsd.cmd.main import build_parser
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
 NAMESPACE = "metricsd"
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet")
-CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding", "APIService")
+# The one object outside metricsd's namespace: reading the front proxy's CA needs a RoleBinding
+# beside the Role it binds.
+ELSEWHERE = {("RoleBinding", "metricsd-k8s-api-auth-reader"): "kube-system"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -96,13 +99,14 @@ def test_every_manifest_parses_and_lives_in_the_metricsd_namespace() -> None:
     for d in docs:
         assert d.get("apiVersion") and d["metadata"].get("name")
         if d["kind"] not in CLUSTER_SCOPED:
-            assert d["metadata"].get("namespace") == NAMESPACE, d["metadata"]["name"]
+            want = ELSEWHERE.get((d["kind"], d["metadata"]["name"]), NAMESPACE)
+            assert d["metadata"].get("namespace") == want, d["metadata"]["name"]
 
 
 def test_the_roles_are_all_deployed_as_the_cluster_issue_asks() -> None:
     by_command = {(w["kind"], c["command"][1]): w for w, c in metricsd_containers()}
     assert set(by_command) == {("StatefulSet", "store"), ("Deployment", "proxy"),
-                               ("Deployment", "config-server"), ("DaemonSet", "agent")}
+                               ("Deployment", "config-server"), ("DaemonSet", "agent"), ("Deployment", "k8s-api")}
     etcd = next(w for w in workloads() if w["metadata"]["name"] == "metricsd-etcd")
     assert etcd["kind"] == "StatefulSet" and etcd["spec"]["replicas"] == 3
     image = etcd["spec"]["template"]["spec"]["containers"][0]["image"]
@@ -113,7 +117,7 @@ def test_the_roles_are_all_deployed_as_the_cluster_issue_asks() -> None:
 def test_metricsd_flags_parse_with_the_real_parser_and_ports_are_declared(container: dict[str, Any]) -> None:
     args = parse(container)
     declared = ports_of(container)
-    for flag in ("grpc_port", "http_port", "metrics_port"):
+    for flag in ("grpc_port", "http_port", "metrics_port", "port"):
         value = getattr(args, flag, None)
         if value is not None and value >= 0:
             assert value in declared, f"{container['name']}: --{flag.replace('_', '-')}={value} not a containerPort"
@@ -148,11 +152,14 @@ def test_every_data_listener_in_a_pod_has_tls_and_tokens_and_the_files_are_mount
         if args.command in ("store", "proxy"):
             assert args.tls_cert and args.tls_key and (args.tokens_file or args.tokenreview), container["name"]
             assert not args.insecure
+        if args.command == "k8s-api":  # the aggregator's front proxy is told apart by its CA
+            assert args.tls_cert and args.tls_key and not args.insecure
+            assert args.requestheader_from_cluster or args.requestheader_client_ca_file
         mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
         volumes = {v["name"] for v in workload["spec"]["template"]["spec"].get("volumes", [])}
         volumes |= {c["metadata"]["name"] for c in workload["spec"].get("volumeClaimTemplates", [])}
         assert {m["name"] for m in container.get("volumeMounts", [])} <= volumes, container["name"]
-        for flag in ("tls_cert", "tls_key", "tls_client_ca", "tls_ca"):
+        for flag in ("tls_cert", "tls_key", "tls_client_ca", "tls_ca", "rules", "requestheader_client_ca_file"):
             path = getattr(args, flag, None)
             if path is not None:
                 assert any(str(path).startswith(m + "/") for m in mounts), f"{container['name']}: {path} not mounted"
@@ -211,3 +218,77 @@ def test_the_statefulsets_name_existing_headless_services() -> None:
             svc = services().get(w["spec"]["serviceName"])
             assert svc is not None and svc["spec"].get("clusterIP") == "None", w["metadata"]["name"]
             assert w["spec"]["selector"]["matchLabels"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
+
+
+# --- the Kubernetes metrics APIs (deploy/kubernetes/k8s-api.yaml) ---------------------------------
+
+
+def k8s_api() -> tuple[dict[str, Any], dict[str, Any], argparse.Namespace]:
+    (workload, container), = [(w, c) for w, c in metricsd_containers() if c["command"][1] == "k8s-api"]
+    return workload, container, parse(container)
+
+
+def test_an_apiservice_per_group_points_at_the_k8s_api_port_with_the_tls_ca_injected() -> None:
+    from metricsd.k8sapi.discovery import GROUPS
+
+    _, container, args = k8s_api()
+    apis = {d["metadata"]["name"]: d for d in documents() if d["kind"] == "APIService"}
+    assert set(apis) == {f"{g.version}.{g.name}" for g in GROUPS}
+    cert = next(d for d in documents() if d["kind"] == "Certificate" and d["metadata"]["name"] == "metricsd-tls")
+    for g in GROUPS:
+        spec = apis[f"{g.version}.{g.name}"]["spec"]
+        assert (spec["group"], spec["version"]) == (g.name, g.version)
+        assert spec.get("insecureSkipTLSVerify") is False and spec["groupPriorityMinimum"] > 0
+        svc_ref = spec["service"]
+        svc = services()[svc_ref["name"]]
+        assert svc_ref["namespace"] == NAMESPACE == svc["metadata"]["namespace"]
+        target = next(p["targetPort"] for p in svc["spec"]["ports"] if p["port"] == svc_ref["port"])
+        assert ports_of(container)[target] == args.port
+        # the aggregator checks the serving certificate against the APIService's caBundle,
+        # injected by cert-manager from the Certificate the container serves
+        inject = apis[f"{g.version}.{g.name}"]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        assert inject == f"{NAMESPACE}/{cert['metadata']['name']}"
+        assert f"{svc_ref['name']}.{NAMESPACE}.svc" in cert["spec"]["dnsNames"]
+    assert any(v.get("secret", {}).get("secretName") == cert["spec"]["secretName"]
+               for v in k8s_api()[0]["spec"]["template"]["spec"]["volumes"])
+
+
+def test_the_k8s_api_may_delegate_auth_read_the_front_proxy_ca_and_query_the_proxy() -> None:
+    workload, _, args = k8s_api()
+    sa = workload["spec"]["template"]["spec"]["serviceAccountName"]
+    subject = {"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}
+
+    def bound(kind: str, role: str, namespace: str | None = None) -> bool:
+        return any(d["kind"] == kind and d["roleRef"]["name"] == role and subject in d["subjects"]
+                   and d["metadata"].get("namespace") == namespace for d in documents())
+
+    assert bound("ClusterRoleBinding", "system:auth-delegator")
+    assert bound("RoleBinding", "extension-apiserver-authentication-reader", "kube-system")
+    assert args.requestheader_from_cluster
+    # its queries go to the proxy's gRPC port, which must give its ServiceAccount the read role
+    svc, port = service_port(args.addr)
+    assert svc["metadata"]["name"] == "metricsd-proxy"
+    (_, proxy), = [(w, c) for w, c in metricsd_containers() if c["command"][1] == "proxy"]
+    proxy_args = parse(proxy)
+    assert port == proxy_args.grpc_port and args.tls_ca and args.auth_token_file
+    assert f"system:serviceaccount:{NAMESPACE}:{sa}=read" in proxy_args.tokenreview_role
+
+
+def test_kubectl_top_is_granted_to_the_view_role() -> None:
+    reader = next(d for d in documents() if d["kind"] == "ClusterRole"
+                  and d["metadata"]["name"] == "metricsd:aggregated-metrics-reader")
+    assert reader["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    metrics = next(r for r in reader["rules"] if r["apiGroups"] == ["metrics.k8s.io"])
+    assert set(metrics["resources"]) == {"pods", "nodes"} and {"get", "list"} <= set(metrics["verbs"])
+
+
+def test_the_rules_configmap_loads_with_the_real_rule_parser() -> None:
+    from metricsd.k8sapi.rules import load_rules
+
+    workload, container, args = k8s_api()
+    mount = next(m for m in container["volumeMounts"] if str(args.rules).startswith(m["mountPath"] + "/"))
+    volume = next(v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    cm = next(d for d in documents() if d["kind"] == "ConfigMap"
+              and d["metadata"]["name"] == volume["configMap"]["name"])
+    rules = load_rules(cm["data"][args.rules.name], "k8s-api.yaml")
+    assert rules.custom and rules.external

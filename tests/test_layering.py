@@ -37,9 +37,10 @@ ALLOWED: dict[str, set[str]] = {
     "metricsd.http": {"metricsd.maths", "metricsd.rpc", "metricsd.promql", "metricsd.security"},
     "metricsd.agent": {"metricsd.maths", "metricsd.rpc", "metricsd.security"},
     "metricsd.consumers": {"metricsd.maths", "metricsd.rpc", "metricsd.cluster", "metricsd.security"},
+    "metricsd.k8sapi": {"metricsd.maths", "metricsd.rpc", "metricsd.promql", "metricsd.http", "metricsd.security"},
     "metricsd.cmd": {"metricsd.codec", "metricsd.maths", "metricsd.rpc", "metricsd.store", "metricsd.cluster",
                      "metricsd.replica", "metricsd.proxy", "metricsd.promql", "metricsd.http", "metricsd.agent",
-                     "metricsd.consumers", "metricsd.security"},
+                     "metricsd.consumers", "metricsd.security", "metricsd.k8sapi"},
     "metricsd.__main__": {"metricsd.cmd"},
 }
 # The bottom imports nothing above it (among themselves, the cycle test keeps them in order).

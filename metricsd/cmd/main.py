@@ -28,7 +28,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 COMMANDS: dict[str, str] = {
     "up": "up", "query": "query", "hpa": "consumers", "vpa": "consumers", "overcommit": "consumers",
     "colocation": "consumers", "agent": "agent", "store": "store", "proxy": "proxy", "config-server": "configserver",
-    "cluster": "cluster", "chaos": "chaos", "token": "token",
+    "cluster": "cluster", "chaos": "chaos", "token": "token", "k8s-api": "k8sapi",
 }
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
