@@ -11,9 +11,10 @@ environment, which this respects when set.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import logging
 import os
+from typing import Any
 
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
@@ -21,15 +22,21 @@ _M_ARENA_MAX = -8
 log = logging.getLogger("metricsd.memory")
 
 
+@functools.cache
+def libc_function(name: str) -> Any | None:
+    """A C library function of this process (glibc's mallopt, malloc_trim, prctl), or None where
+    there is none. Looked up in the symbols already loaded (``CDLL(None)``), once: no ldconfig run,
+    which ``ctypes.util.find_library`` would start as a child process each call."""
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def tune_malloc(mmap_threshold: int = 128 * 1024, arena_max: int = 2) -> bool:
     """Apply the settings if this is glibc; returns whether they were applied. Call early."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = libc_function("mallopt")
+    if mallopt is None:
         return False
     ok = True
     if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
@@ -46,14 +53,8 @@ def release_free_memory() -> bool:
     had taken in 7.3 M samples, RSS fell from 124.5 to 114.8 MiB with nothing else changed
     (perf/RESULTS.md). It locks each malloc arena while it walks it: call it from a worker
     thread, now and then (the retention loop does, once a minute)."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    return bool(trim(0))
+    trim = libc_function("malloc_trim")
+    return trim is not None and bool(trim(0))
 
 
 def total_memory_bytes() -> int:

@@ -10,11 +10,10 @@ child's environment, and the child asks the kernel for SIGTERM on its parent's d
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import os
 import signal
+
+from metricsd.memory import libc_function
 
 __all__ = ["PARENT_ENV", "die_with_parent", "parent_env"]
 
@@ -33,9 +32,8 @@ def die_with_parent() -> None:
     want = os.environ.pop(PARENT_ENV, "")
     if not want.isdigit():
         return
-    name = ctypes.util.find_library("c")
-    if name:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(name, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    prctl = libc_function("prctl")
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != int(want):
         os.kill(os.getpid(), signal.SIGTERM)

@@ -59,27 +59,27 @@ def encode_chunk(timestamps: np.ndarray, values: np.ndarray) -> bytes:
     return _encode(t, v)
 
 
-def _encode(t: np.ndarray, v: np.ndarray, regular: bool = False) -> bytes:
-    """encode_chunk on checked, contiguous int64 / float64 input; ``regular``: the caller has
-    found the timestamps on their grid already (a REGULAR section)."""
+def _encode(t: np.ndarray, v: np.ndarray) -> bytes:
+    """encode_chunk on checked, contiguous int64 / float64 input."""
     min_t = int(t[0])
     max_t = int(t[-1])
-    if regular:
-        tcode, tbody = ts.TsCode.REGULAR, b""
-    else:
-        tcode, tbody = ts.encode_timestamps(t.view(np.uint64), min_t, max_t)
+    tcode, tbody = ts.encode_timestamps(t.view(np.uint64), min_t, max_t)
     vcode, vbody = vs.encode_values(v)
-    head = _HEADER.pack(tcode << 4 | vcode, t.size, min_t, max_t)
-    body = b"".join((head, tbody, vbody))
+    return _assemble(tcode, tbody, vcode, vbody, t.size, min_t, max_t)
+
+
+def _assemble(tcode: int, tbody: bytes, vcode: int, vbody: bytes, n: int, min_t: int, max_t: int) -> bytes:
+    """Header, sections and CRC (FORMAT.md, "Chunk")."""
+    body = b"".join((_HEADER.pack(tcode << 4 | vcode, n, min_t, max_t), tbody, vbody))
     return body + _CRC.pack(zlib.crc32(body))
 
 
 def encode_chunks(timestamps: np.ndarray, values: np.ndarray) -> list[bytes]:
     """encode_chunk of each row of 2-D ``timestamps`` / ``values`` (k rows of n samples), byte for
     byte the same, for the store's bursts of seals: every series of a batch fills its head at
-    the same write. The checks, the regular-grid test and the constant-value test run once over
-    the whole matrix; a row both regular and constant (requests, limits: half of a pod's
-    series) is then a struct pack and a CRC, and any other row is encoded alone.
+    the same write. The checks, the regular-grid test, the constant-value test and the decimal
+    test run once over the whole matrix; each row then only packs its sections (a regular,
+    constant row, as requests and limits are, is a header, one value and a CRC).
     Raises ValueError as encode_chunk does, for the first bad row."""
     t2 = np.asarray(timestamps)
     v2 = np.asarray(values)
@@ -102,30 +102,17 @@ def encode_chunks(timestamps: np.ndarray, values: np.ndarray) -> list[bytes]:
     regular = narrow & (t2 == grid).all(axis=1)
     bits = v2.view(np.uint64)
     const = (bits == bits[:, :1]).all(axis=1)
-    fast = regular & const
-    out: list[bytes] = []
-    code = ts.TsCode.REGULAR << 4 | vs.ValueCode.CONST
-    lo_l, hi_l, first = lo.tolist(), hi.tolist(), bits[:, 0].astype("<u8")
     varying = np.flatnonzero(~const)
     decimals = dict(zip(varying.tolist(), vs.decimal_scales(v2[varying]), strict=True))
-    for i, (f, r, c) in enumerate(zip(fast.tolist(), regular.tolist(), const.tolist(), strict=True)):
-        if f:
-            body = _HEADER.pack(code, n, lo_l[i], hi_l[i]) + first[i].tobytes()
-            out.append(body + _CRC.pack(zlib.crc32(body)))
-            continue
+    out: list[bytes] = []
+    lo_l, hi_l = lo.tolist(), hi.tolist()
+    for i, (r, c) in enumerate(zip(regular.tolist(), const.tolist(), strict=True)):
         if r:
             tcode, tbody = ts.TsCode.REGULAR, b""
         else:
             tcode, tbody = ts.encode_timestamps(t2[i].view(np.uint64), lo_l[i], hi_l[i])
-        dec = decimals.get(i)
-        if c:
-            vcode, vbody = vs.ValueCode.CONST, vs.Const.encode(bits[i])
-        elif dec is not None:
-            vcode, vbody = vs.ValueCode.DECIMAL, vs.Decimal.encode(*dec)
-        else:
-            vcode, vbody = vs.encode_xor(bits[i])
-        body = b"".join((_HEADER.pack(tcode << 4 | vcode, n, lo_l[i], hi_l[i]), tbody, vbody))
-        out.append(body + _CRC.pack(zlib.crc32(body)))
+        vcode, vbody = vs.choose_values(bits[i], c, decimals.get(i))
+        out.append(_assemble(tcode, tbody, vcode, vbody, n, lo_l[i], hi_l[i]))
     return out
 
 

@@ -262,9 +262,16 @@ def encode_values(v: np.ndarray, decimal: bool = True) -> tuple[ValueCode, bytes
     ``decimal=False`` skips DECIMAL, only so that the benchmark can show what it buys.
     """
     bits = v.view(np.uint64)
-    if not np.count_nonzero(bits != bits[0]):  # fast path: requests, limits, idle counters
+    const = not np.count_nonzero(bits != bits[0])  # fast path: requests, limits, idle counters
+    return choose_values(bits, const, decimal_scale(v) if decimal and not const else None)
+
+
+def choose_values(bits: np.ndarray, const: bool, dec: tuple[int, np.ndarray] | None) -> tuple[ValueCode, bytes]:
+    """The section for uint64 ``bits`` once the cheap tests are made: constant, or decimal with
+    ``dec`` (decimal_scale's answer), or else the smaller XOR encoding. encode_values makes the
+    tests for one chunk, codec.encode_chunks for a block of them."""
+    if const:
         return ValueCode.CONST, Const.encode(bits)
-    dec = decimal_scale(v) if decimal else None
     if dec is not None:
         return ValueCode.DECIMAL, Decimal.encode(*dec)
     return encode_xor(bits)

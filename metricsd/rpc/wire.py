@@ -149,10 +149,6 @@ def partials_to_pb(p: Partials, out: pb.Partials) -> None:
     out.MergeFromString(b"".join(packed_fixed(i, a, "<f8") for i, a in enumerate((p.sum, p.count, p.min, p.max), 1)))
 
 
-def _partials_to_pb(side: SideResult, out: pb.Partials) -> None:
-    partials_to_pb(side.partials, out)
-
-
 def series_partials_to_pb(ids: np.ndarray, group: np.ndarray, values: np.ndarray, samples: np.ndarray,
                           out: pb.SeriesPartials) -> None:
     """Fill a SeriesPartials message from NumPy arrays: per-series aggregate replies carry a value
@@ -176,9 +172,9 @@ def aggregate_result_to_pb(res: AggregateResult, spec: AggregateSpec) -> pb.Aggr
     resp.timestamps.extend(res.times.tolist())
     for g in res.groups:
         resp.groups.add().labels.extend(labels_to_pb(g))
-    _partials_to_pb(res.numerator, resp.numerator)
+    partials_to_pb(res.numerator.partials, resp.numerator)
     if res.denominator is not None:
-        _partials_to_pb(res.denominator, resp.denominator)
+        partials_to_pb(res.denominator.partials, resp.denominator)
     resp.MergeFromString(packed_fixed(5, res.values, "<f8"))  # AggregateResponse.values
     if spec.per_series or spec.across is AcrossFn.QUANTILE:
         _series_to_pb(res.numerator, resp.numerator_series)

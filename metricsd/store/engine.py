@@ -291,9 +291,11 @@ class Store:
         full = counts > room
         if bool(full.any()):
             self._seal_many(rows[full])
-        room = self.head.room(rows)
-        ends = starts + counts - 1
-        fits = (counts <= room) & self.head.fits(rows, ts[starts], ts[ends])
+            room = self.head.room(rows)
+        if len(ts) == len(rows):  # one sample a series (the agents' shape): it is first and newest
+            fits = (counts <= room) & self.head.fits(rows, ts, ts)
+        else:
+            fits = (counts <= room) & self.head.fits(rows, ts[starts], ts[starts + counts - 1])
         if bool(fits.all()):
             self.head.append_many(rows, counts, ts, vals)
             return

@@ -96,17 +96,8 @@ class Head:
     def take_for_seal(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """Remove the unsealed samples for sealing into a chunk; keep the last ``keep`` as overlap,
         rebased so that the row's offsets start again from 0."""
-        ts, vals = self.unsealed(row)
-        c = int(self.count[row])
-        k = min(self.keep, c)
-        if k:
-            shift = int(self.ts[row, c - k])
-            self.ts[row, :k] = self.ts[row, c - k : c] - shift
-            self.vals[row, :k] = self.vals[row, c - k : c]
-            self.base[row] += shift
-        self.count[row] = k
-        self.sealed[row] = k
-        return ts, vals
+        ts, vals = self.take_for_seal_many(np.array([row]), int(self.sealed[row]), int(self.count[row]))
+        return ts[0], vals[0]
 
     def take_for_seal_many(self, rows: np.ndarray, sealed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """take_for_seal of many rows that all hold ``count`` samples, ``sealed`` of them sealed:

@@ -5,7 +5,6 @@ and it stops cleanly on SIGTERM."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from metricsd.cluster.etcd_server import free_port
 from metricsd.rpc.client import MetricsClient
 from metricsd.rpc.health import HEALTH_SERVICE, SERVING, encode_check_response
 from metricsd.security.certs import LocalPKI
@@ -23,17 +23,12 @@ from metricsd.security.tokens import hash_token
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 async def test_a_secure_store_serves_probes_in_plaintext_and_data_only_over_tls_with_a_token(
         pki: LocalPKI, tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"graf read {hash_token('r')}\n")
-    port, health = _free_port(), _free_port()
+    port, health = free_port(), free_port()
     log = open(tmp_path / "store.log", "w")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "metricsd", "store", "--grpc-port", str(port),
                              "--health-port", str(health), "--tls-cert", str(pki.cert), "--tls-key", str(pki.key),

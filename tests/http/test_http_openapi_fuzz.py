@@ -6,7 +6,6 @@ for refusals)."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from metricsd.cluster.etcd_server import free_port
+
 pytestmark = pytest.mark.slow
 
 
@@ -29,15 +30,10 @@ def _raw_bytes(ctx: Any, value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    grpc_port, http_port = _free_port(), _free_port()
+    grpc_port, http_port = free_port(), free_port()
     log = open(tmp_path_factory.mktemp("up") / "up.log", "w")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "metricsd", "up", "--grpc-port", str(grpc_port), "--http-port",
                              str(http_port), "--pods", "20", "--workloads", "2", "--nodes", "2", "--no-consumers"],

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from metricsd.cluster.etcd_server import free_port
+
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [
     pytest.mark.slow,
@@ -28,11 +29,6 @@ pytestmark = [
                                                   "(apt-get install prometheus, as root)"),
 ]
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> Any:
@@ -79,7 +75,7 @@ Result = list[dict[str, Any]]
 
 
 def _run(tmp: Path, relabel: str | None) -> tuple[Result, Result, Result, str]:
-    http, grpc, prom = _free_port(), _free_port(), _free_port()
+    http, grpc, prom = free_port(), free_port(), free_port()
     argv = [sys.executable, "-m", "metricsd", "up", "--no-simulate", "--no-consumers", "--host", "127.0.0.1",
             "--http-port", str(http), "--grpc-port", str(grpc)]
     if relabel is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import ssl
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from metricsd.cluster.etcd_server import free_port
 from metricsd.model import Labels, make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.client import MetricsClient
@@ -32,11 +32,6 @@ from metricsd.security.tokens import hash_token
 pytestmark = pytest.mark.slow
 
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_request(series: dict[Labels, tuple[list[int], list[float]]]) -> pb.WriteRequest:
