@@ -35,6 +35,7 @@ from pathlib import Path
 
 from metricsd.cluster.etcd_server import EtcdServer
 from metricsd.cmd.parentdeath import parent_env
+from metricsd.cmd.queryflags import add_remote_write_arguments, remote_write_argv
 from metricsd.cmd.status import add_status_arguments, run_status
 from metricsd.maths.slots import DEFAULT_SLOTS
 
@@ -80,6 +81,7 @@ class ClusterPlan:
     cluster: str = "default"
     lease_ttl: int = LEASE_TTL_S
     security_dir: str = ""  # TLS and tokens from LocalSecurity there; "" runs plaintext without tokens
+    proxy_args: tuple[str, ...] = ()  # more flags for every proxy (the remote-write ones)
 
     def __post_init__(self) -> None:
         if not 1 <= self.proxies <= MAX_PROXIES:
@@ -140,7 +142,8 @@ class ClusterPlan:
         return [ProcessSpec(f"proxy-{i}", "proxy",
                             ("--host", self.host, "--grpc-port", str(self.proxy_grpc_port(i)),
                              "--http-port", str(self.proxy_http_port(i)), "--w", str(self.w), "--r", str(self.r),
-                             *self._cluster_args(), *self._secure(True, "proxy")), self.proxy_grpc_port(i))
+                             *self._cluster_args(), *self._secure(True, "proxy"), *self.proxy_args),
+                            self.proxy_grpc_port(i))
                 for i in range(1, self.proxies + 1)]
 
     def agent_spec(self) -> ProcessSpec:
@@ -306,6 +309,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--plaintext", action="store_true",
                    help="no TLS and no tokens (by default a throw-away CA and a token per role are made in "
                         "<data-dir>/security and every process uses them)")
+    add_remote_write_arguments(u)
     s = sub.add_parser("status", help="members, slots per member, map version, leader and health")
     add_status_arguments(s)
 
@@ -320,10 +324,11 @@ def run(args: argparse.Namespace) -> int:
     if args.cluster_command == "status":
         return run_status(args)
     try:
+        proxy_args = remote_write_argv(args)
         plan = ClusterPlan(base_port=args.base_port, stores=args.stores, proxies=args.proxies,
                            config_servers=args.config_servers, slots=args.slots, rf=args.rf, w=args.w, r=args.r,
                            simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
-                           cluster=args.cluster)
+                           cluster=args.cluster, proxy_args=proxy_args)
     except ValueError as e:
         print(f"metricsd cluster up: {e}", file=sys.stderr)
         return 2

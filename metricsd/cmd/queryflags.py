@@ -13,7 +13,10 @@ from metricsd.http.relabel import Rule, parse_rules
 from metricsd.http.settings import HttpSettings
 from metricsd.promql.limits import QueryLimits
 
-__all__ = ["add_query_arguments", "add_remote_write_arguments", "http_settings_from_args", "relabel_rules_from_file"]
+__all__ = [
+    "add_query_arguments", "add_remote_write_arguments", "http_settings_from_args", "relabel_rules_from_file",
+    "remote_write_argv",
+]
 
 
 def add_query_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,6 +51,22 @@ def add_remote_write_arguments(p: argparse.ArgumentParser) -> None:
                         "wins; '' refuses them (default %(default)s)")
     g.add_argument("--remote-write.created-timestamp-zero", dest="rw_created_zero", action="store_true",
                    help="remote write 2.0: store a 0 sample at a counter's created timestamp")
+
+
+def remote_write_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    """The remote-write flags as given, for a command that starts proxies of its own (``cluster
+    up``); the relabel file is checked here, so a bad one fails before any process starts, and made
+    absolute, so the children find it whatever their working directory.
+
+    Raises ValueError naming the file."""
+    out: list[str] = []
+    if args.remote_write_relabel is not None:
+        relabel_rules_from_file(args.remote_write_relabel)
+        out += ["--remote-write-relabel", str(args.remote_write_relabel.resolve())]
+    out += ["--remote-write.default-namespace", args.rw_default_namespace, "--remote-write.pod-from", args.rw_pod_from]
+    if args.rw_created_zero:
+        out.append("--remote-write.created-timestamp-zero")
+    return tuple(out)
 
 
 def relabel_rules_from_file(path: Path | None) -> tuple[Rule, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import signal
@@ -18,6 +19,10 @@ import pytest
 
 from metricsd.cluster.shardmap import KeyLayout, Member, ShardMap
 from metricsd.cmd.cluster import ClusterPlan
+from metricsd.cmd.cluster import add_arguments as cluster_add_arguments
+from metricsd.cmd.cluster import run as cluster_run
+from metricsd.cmd.proxy import add_arguments as proxy_add_arguments
+from metricsd.cmd.queryflags import remote_write_argv
 from metricsd.cmd.status import ClusterStatus, format_status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,3 +143,43 @@ def _proxy_http_needs_the_ops_token(base: int, security: Path) -> None:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
         assert resp.status == 200
+
+
+def _up_args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    cluster_add_arguments(p)
+    return p.parse_args(["up", *argv])
+
+
+def test_cluster_up_hands_the_remote_write_flags_to_every_proxy(tmp_path: Path) -> None:
+    rules = tmp_path / "relabel.yaml"
+    rules.write_text("- source_labels: [job]\n  target_label: namespace\n", encoding="utf-8")
+    args = _up_args("--remote-write-relabel", str(rules), "--remote-write.default-namespace", "infra",
+                    "--remote-write.pod-from", "instance", "--remote-write.created-timestamp-zero")
+    plan = ClusterPlan(stores=1, proxies=2, config_servers=1, proxy_args=remote_write_argv(args))
+    proxies = plan.proxy_specs()
+    assert len(proxies) == 2
+    for spec in proxies:
+        a = spec.args
+        assert a[a.index("--remote-write-relabel") + 1] == str(rules.resolve())
+        assert a[a.index("--remote-write.default-namespace") + 1] == "infra"
+        assert a[a.index("--remote-write.pod-from") + 1] == "instance"
+        assert "--remote-write.created-timestamp-zero" in a
+        # what the proxy's own parser makes of them: the same settings as if given to it directly
+        p = argparse.ArgumentParser()
+        proxy_add_arguments(p)
+        parsed = p.parse_args(list(a))
+        assert parsed.rw_default_namespace == "infra" and parsed.rw_pod_from == "instance"
+        assert parsed.remote_write_relabel == rules.resolve() and parsed.rw_created_zero
+    assert all("--remote-write-relabel" not in s.args for s in plan.store_specs())
+
+
+def test_cluster_up_refuses_a_bad_relabel_file_before_starting_anything(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "relabel.yaml"
+    bad.write_text("- action: explode\n", encoding="utf-8")
+    assert cluster_run(_up_args("--remote-write-relabel", str(bad), "--base-port", "7400")) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "explode" in err
+    assert cluster_run(_up_args("--remote-write-relabel", str(tmp_path / "missing.yaml"))) == 2
+    assert "missing.yaml" in capsys.readouterr().err
