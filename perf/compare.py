@@ -4,15 +4,19 @@
     .venv/bin/python perf/compare.py            # full: 10,000 pods, 40,000 series, 2 h (about 10 min)
     .venv/bin/python perf/compare.py --quick    # 2,000 pods, 60 queries (about 1.5 min)
 
-1. Starts metricsd (`metricsd up --no-simulate --no-consumers`, one store process), Prometheus 2.42
-   (remote-write receiver on) and VictoriaMetrics 1.79 (no latency offset, no response cache) on
-   127.0.0.1 with temporary data directories, installing the Debian packages when missing (as root);
-   stops every process it started, also on Ctrl-C or an error.
+1. Starts metricsd (`metricsd up --no-simulate --no-consumers`, one store process), a metricsd
+   cluster (`metricsd cluster up --no-simulate`: 3 stores, RF 3, W 2, R 2, one proxy, etcd and a
+   config server; `--no-cluster` leaves it out), Prometheus 2.42 (remote-write receiver on) and
+   VictoriaMetrics 1.79 (no latency offset, no response cache) on 127.0.0.1 with temporary data
+   directories, installing the Debian packages when missing (as root); stops every process it
+   started, also on Ctrl-C or an error.
 2. Feeds one seeded simulation (perf/compare_workload.py) to all of them in the same batches, block
    by block with the systems' order rotating: the backfill shape, then the agents' live shape.
-   metricsd gets columnar gRPC Write; the peers, and a second metricsd process, Prometheus remote
-   write. Measures samples/s, server CPU seconds per million samples (/proc), RSS and the time from
-   the last acknowledged write to the sample being queryable.
+   metricsd and the cluster's proxy get columnar gRPC Write; the peers, and a second metricsd
+   process, Prometheus remote write. Measures samples/s, server CPU seconds per million samples
+   (/proc; for the cluster, all its processes, and the proxy and the stores apart), RSS (the
+   cluster: the sum of its processes, three copies of every sample) and the time from the last
+   acknowledged write to the sample being queryable.
 3. Checks that metricsd's answers (Aggregate API and PromQL endpoint) equal Prometheus' within a
    relative 1e-6 on the three questions of perf/compare_queries.py, and exits non-zero before any
    timing if they do not; VictoriaMetrics' differences are reported.
@@ -35,7 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +74,34 @@ RW_HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-proto
 Send = Callable[[Batch], Awaitable[None]]
 
 
+def server_cpu(server: Server) -> dict[str, float]:
+    """CPU seconds so far by role (``server`` for one process; a cluster's roles, and ``all``)."""
+    by_role = {role: sum(cpu_seconds(p) for p in pids) for role, pids in server.pids().items()}
+    by_role["all"] = sum(by_role.values())
+    return by_role
+
+
+def server_rss(server: Server, peak: bool = False) -> int:
+    read = peak_rss_bytes if peak else rss_bytes
+    return sum(read(p) for pids in server.pids().values() for p in pids)
+
+
+async def wait_cluster_ready(client: MetricsClient, name: str, timeout_s: float = 60.0) -> None:
+    """Until the proxy can reach a read quorum for every slot (the config server has assigned them)."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            h = await client.health()
+            if h.status == h.SERVING:
+                return
+            last = h.member
+        except Exception as e:  # not up yet
+            last = str(e)
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"{name} did not become ready in {timeout_s:.0f} s: {last}")
+
+
 def grpc_sender(client: MetricsClient) -> Send:
     async def send(b: Batch) -> None:
         resp = await client.write(b.grpc)
@@ -101,7 +133,7 @@ async def send_block(send: Send, batches: list[Batch]) -> None:
 async def ingest(wl: Workload, live: bool, senders: dict[str, Send], servers: dict[str, Server]) -> dict[str, Any]:
     cfg = wl.config
     per_req = cfg.live_series if live else cfg.backfill_series
-    cpu0 = {n: cpu_seconds(servers[n].pid) for n in senders}
+    cpu0 = {n: server_cpu(servers[n]) for n in senders}
     wall = dict.fromkeys(senders, 0.0)
     samples = 0
     names = list(senders)
@@ -113,9 +145,14 @@ async def ingest(wl: Workload, live: bool, senders: dict[str, Send], servers: di
             await send_block(senders[name], batches)
             wall[name] += time.perf_counter() - t0
     await asyncio.sleep(3.0)  # background work the writes caused (flushes, merges) lands in this phase
-    return {n: {"samples": samples, "wall_s": wall[n], "samples_per_s": samples / wall[n],
-                "server_cpu_s": (cpu := cpu_seconds(servers[n].pid) - cpu0[n]),
-                "cpu_s_per_million": cpu / samples * 1e6} for n in senders}
+    out: dict[str, Any] = {}
+    for n in senders:
+        cpu = {role: v - cpu0[n].get(role, 0.0) for role, v in server_cpu(servers[n]).items()}
+        out[n] = {"samples": samples, "wall_s": wall[n], "samples_per_s": samples / wall[n],
+                  "server_cpu_s": cpu["all"], "cpu_s_per_million": cpu["all"] / samples * 1e6}
+        if servers[n].tree:
+            out[n]["cpu_s_per_million_by_role"] = {role: v / samples * 1e6 for role, v in cpu.items()}
+    return out
 
 
 async def freshness(wl: Workload, senders: dict[str, Send], servers: dict[str, Server],
@@ -141,16 +178,17 @@ async def freshness(wl: Workload, senders: dict[str, Send], servers: dict[str, S
     return out
 
 
-def _ask(name: str, q: Question, client: MetricsClient, http: aiohttp.ClientSession,
+def _ask(name: str, q: Question, clients: dict[str, MetricsClient], http: aiohttp.ClientSession,
          servers: dict[str, Server]) -> Callable[[], Awaitable[Any]]:
-    if name == "metricsd":
+    if name in clients:
+        client = clients[name]
         return lambda: client.aggregate(q.aggregate)
     url = servers["metricsd" if name == "metricsd-promql" else name].url
     return lambda: promql_get(http, url, q)
 
 
-async def check_answers(qs: list[Question], systems: list[str], client: MetricsClient, http: aiohttp.ClientSession,
-                        servers: dict[str, Server]) -> tuple[dict[str, Any], list[str]]:
+async def check_answers(qs: list[Question], systems: list[str], clients: dict[str, MetricsClient],
+                        http: aiohttp.ClientSession, servers: dict[str, Server]) -> tuple[dict[str, Any], list[str]]:
     report: dict[str, Any] = {}
     failures: list[str] = []
     for q in qs:
@@ -159,8 +197,8 @@ async def check_answers(qs: list[Question], systems: list[str], client: MetricsC
         for name in systems:
             if name == "prometheus":
                 continue
-            raw = await _ask(name, q, client, http, servers)()
-            got = (from_aggregate(raw, q.group_label, q.top) if name == "metricsd"
+            raw = await _ask(name, q, clients, http, servers)()
+            got = (from_aggregate(raw, q.group_label, q.top) if name in clients
                    else from_prometheus_json(raw, q.group_label))
             c: Comparison = compare_answers(ref, got)
             row[name] = {"max_rel": c.max_rel, "median_rel": c.median_rel, "points": c.points,
@@ -232,14 +270,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         servers = {"metricsd": procs.start_metricsd()}
         if not args.no_remote_write:
             servers["metricsd-rw"] = procs.start_metricsd("metricsd-rw")
+        if not args.no_cluster:
+            servers["metricsd-cluster"] = procs.start_metricsd_cluster()
+            res["cluster_mode"] = "metricsd cluster up: 3 stores, RF 3, W 2, R 2, 1 proxy, etcd, 1 config server"
         servers["prometheus"] = procs.start_prometheus()
         servers["victoriametrics"] = procs.start_victoria_metrics()
         md = servers["metricsd"]
         ours = {n: s for n, s in servers.items() if n.startswith("metricsd")}
-        async with MetricsClient(md.grpc_address, timeout_s=120) as client, aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=64), timeout=aiohttp.ClientTimeout(total=300)) as http:
-            senders: dict[str, Send] = {"metricsd": grpc_sender(client)}
-            senders.update({n: remote_write_sender(http, s) for n, s in servers.items() if n != "metricsd"})
+        grpc = {n: s for n, s in servers.items() if n in ("metricsd", "metricsd-cluster")}
+        async with AsyncExitStack() as stack:
+            clients = {n: await stack.enter_async_context(MetricsClient(s.grpc_address, timeout_s=120))
+                       for n, s in grpc.items()}
+            client = clients["metricsd"]
+            http = await stack.enter_async_context(aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=64), timeout=aiohttp.ClientTimeout(total=300)))
+            if "metricsd-cluster" in clients:
+                await wait_cluster_ready(clients["metricsd-cluster"], "metricsd-cluster")
+            senders: dict[str, Send] = {n: grpc_sender(c) for n, c in clients.items()}
+            senders.update({n: remote_write_sender(http, s) for n, s in servers.items() if n not in clients})
             ms: list[dict[str, Any]] = []
             for shape, live in (("backfill", False), ("live", True)):
                 print(f"ingest, {shape} shape ...", flush=True)
@@ -248,6 +296,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for n, r in phase.items():
                     ms.append(measure(n, f"ingest.{shape}.samples_per_s", r["samples_per_s"], "samples/s"))
                     ms.append(measure(n, f"ingest.{shape}.cpu_s_per_million", r["cpu_s_per_million"], "CPU s"))
+                    for role, v in r.get("cpu_s_per_million_by_role", {}).items():
+                        if role in ("proxy", "store"):
+                            ms.append(measure(n, f"ingest.{shape}.{role}_cpu_s_per_million", v, "CPU s"))
                 res[f"ingest_{shape}"] = phase
             print("freshness probe ...", flush=True)
             for n, secs in (await freshness(wl, senders, servers, http)).items():
@@ -255,7 +306,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             st = await client.stats()
             samples = wl.samples + len(wl.series)
             for n, s in servers.items():
-                rss = rss_bytes(s.pid)
+                rss = server_rss(s)
                 ms += [measure(n, "memory.rss_mib", rss / 2**20, "MiB"),
                        measure(n, "memory.rss_bytes_per_series", rss / len(wl.series), "bytes"),
                        measure(n, "memory.rss_bytes_per_sample", rss / samples, "bytes")]
@@ -272,24 +323,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             res["questions"] = [{"key": q.key, "title": q.title, "promql": q.promql} for q in qs]
             print("checking answers against Prometheus ...", flush=True)
             systems = ["metricsd", "metricsd-promql", *(n for n in servers if n != "metricsd")]
-            res["answers"], failures = await check_answers(qs, systems, client, http, servers)
+            res["answers"], failures = await check_answers(qs, systems, clients, http, servers)
             res["measures"] = ms
             if failures:
                 res["failures"] = failures
                 return res
-            timed = ["metricsd", "metricsd-promql", "prometheus", "victoriametrics"]
+            timed = ["metricsd", "metricsd-promql", *(["metricsd-cluster"] if "metricsd-cluster" in clients else []),
+                     "prometheus", "victoriametrics"]
             for q in qs:
                 async with profiled({"metricsd": md}, prof, f"query_{q.key}"):
                     for c in res["concurrency"]:
                         print(f"timing ({q.key}) at concurrency {c} ...", flush=True)
-                        calls = {n: _ask(n, q, client, http, servers) for n in timed}
+                        calls = {n: _ask(n, q, clients, http, servers) for n in timed}
                         times = await interleaved(calls, args.queries, c, args.warmup)
                         for n, t in times.items():
                             pct = summarise(t)
                             ms += [measure(n, f"query.{q.key}.c{c}.p50_ms", pct["p50_ms"], "ms"),
                                    measure(n, f"query.{q.key}.c{c}.p99_ms", pct["p99_ms"], "ms")]
             for n, s in servers.items():
-                ms.append(measure(n, "memory.peak_rss_mib", peak_rss_bytes(s.pid) / 2**20, "MiB"))
+                ms.append(measure(n, "memory.peak_rss_mib", server_rss(s, peak=True) / 2**20, "MiB"))
             for n in ("prometheus", "victoriametrics"):
                 ms.append(measure(n, "disk.bytes_per_sample", servers[n].disk_bytes() / samples, "bytes"))
     res["ratios"] = ratios(ms)
@@ -306,6 +358,7 @@ def main() -> int:
     p.add_argument("--queries", type=int, default=200, help="timed queries per system, question and concurrency")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--no-remote-write", action="store_true", help="skip the metricsd fed by remote write")
+    p.add_argument("--no-cluster", action="store_true", help="skip the metricsd cluster (3 stores, RF 3, a proxy)")
     p.add_argument("--profile", action="store_true",
                    help="record the metricsd server with py-spy (raw folded stacks in perf/results/)")
     p.add_argument("--no-write", action="store_true", help="print the section; leave RESULTS.md alone")

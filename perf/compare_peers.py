@@ -10,6 +10,7 @@ exception and on Ctrl-C alike.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -21,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PACKAGES", "Processes", "Server", "ensure_installed", "free_port", "package_version"]
+__all__ = ["PACKAGES", "Processes", "Server", "ensure_installed", "free_port", "free_port_block", "package_version"]
 
 PACKAGES = {"prometheus": "prometheus", "victoria-metrics": "victoria-metrics"}  # binary -> Debian package
 METRICSD = Path(sys.executable).parent / "metricsd"
@@ -36,6 +37,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_port_block(size: int = 200, tries: int = 50) -> int:
+    """A base port with ``size`` free ports above it (``metricsd cluster up`` lays its ports out
+    from one base)."""
+    for _ in range(tries):
+        base = random.randrange(20_000, 60_000 - size)
+        try:
+            for port in range(base, base + size):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no block of {size} free ports found on 127.0.0.1")
 
 
 def ensure_installed() -> None:
@@ -77,13 +93,45 @@ class Server:
     data_dir: Path
     grpc_address: str = ""
     log_path: Path = field(default_factory=Path)
+    tree: bool = False  # the server is this process and its children (a local cluster)
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
+    def pids(self) -> dict[str, list[int]]:
+        """The server's processes by role: ``server`` for a single process; for a tree, its
+        children by the metricsd command they run (``store``, ``proxy``, ...) and ``control`` for
+        the rest (the parent, etcd, config servers)."""
+        if not self.tree:
+            return {"server": [self.pid]}
+        out: dict[str, list[int]] = {"control": [self.pid]}
+        for child in _children(self.pid):
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            words = [a.decode(errors="replace") for a in argv]
+            role = next((w for w in words if w in ("store", "proxy")), "control")
+            out.setdefault(role, []).append(child)
+        return out
+
     def disk_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file())
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(d.name))
+    return out
 
 
 def _http_ok(url: str) -> bool:
@@ -117,12 +165,12 @@ class Processes:
         raise SystemExit(128 + signum)
 
     def _start(self, name: str, argv: list[str], url: str, ready_path: str, data_dir: Path,
-               grpc_address: str = "") -> Server:
+               grpc_address: str = "", tree: bool = False) -> Server:
         log_path = self._tmp / f"{name}.log"
         with open(log_path, "wb") as log:
             # A new session: Ctrl-C reaches this script only, which then stops the servers in order.
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        server = Server(name, url, proc, data_dir, grpc_address, log_path)
+        server = Server(name, url, proc, data_dir, grpc_address, log_path, tree)
         self.servers.append(server)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -159,6 +207,20 @@ class Processes:
                 "--grpc-port", str(grpc_port), "--http-port", str(http_port)]
         return self._start(name, argv, f"http://127.0.0.1:{http_port}", "/api/v1/status/buildinfo", d,
                            grpc_address=f"127.0.0.1:{grpc_port}")
+
+    def start_metricsd_cluster(self, name: str = "metricsd-cluster", stores: int = 3, rf: int = 3, w: int = 2,
+                               r: int = 2) -> Server:
+        """``metricsd cluster up`` without the simulated agent and without TLS (loopback only, as
+        every other server here): etcd, one config server, ``stores`` stores and one proxy. The
+        Server's URL and gRPC address are the proxy's."""
+        d = self._tmp / name
+        d.mkdir()
+        base = free_port_block()
+        argv = [str(METRICSD), "--log-level", "WARNING", "cluster", "up", "--stores", str(stores), "--proxies", "1",
+                "--config-servers", "1", "--rf", str(rf), "--w", str(w), "--r", str(r), "--no-simulate",
+                "--plaintext", "--base-port", str(base), "--data-dir", str(d)]
+        return self._start(name, argv, f"http://127.0.0.1:{base}", "/api/v1/status/buildinfo", d,
+                           grpc_address=f"127.0.0.1:{base + 1}", tree=True)
 
     def stop_all(self) -> None:
         """SIGTERM each server, then SIGKILL what is still running after 20 s."""

@@ -109,5 +109,26 @@ def test_markdown_names_the_command_and_every_question() -> None:
     }
     text = markdown(result)
     assert "`perf/compare.py --quick`" in text
-    assert "| (a) avg CPU utilisation | 1 | 2.00 / 3.00 | - | 50.0 / 70.0 | - | 0.04; - | -; - |" in text
+    assert "| (a) avg CPU utilisation | 1 | 2.00 / 3.00 | - | - | 50.0 / 70.0 | - | 0.04; - | -; -; - |" in text
     assert "RSS after ingest, MiB: metricsd 300 vs Prometheus 250 (1.20x)" in text
+
+
+def test_the_cluster_column_and_its_ratio_to_victoriametrics() -> None:
+    ms = [measure(s, "ingest.live.cpu_s_per_million", v, "CPU s")
+          for s, v in (("metricsd", 0.6), ("metricsd-cluster", 3.0), ("prometheus", 5.0), ("victoriametrics", 1.5))]
+    ms.append(measure("metricsd-cluster", "ingest.live.proxy_cpu_s_per_million", 1.0, "CPU s"))
+    result = {
+        "command": "perf/compare.py", "date": "2026-01-01", "cores": 2, "duration_s": 60.0, "python": "3.11",
+        "metricsd_mode": "one store", "rtol": 1e-6, "queries": 1, "warmup": 1, "concurrency": [1],
+        "versions": {"metricsd": "0.1", "prometheus": "2.42", "victoriametrics": "1.79"},
+        "workload": {"seed": 8, "pods": 10, "big_pods": 5, "other_workloads": 2, "series": 40, "hours": 2.0,
+                     "interval_s": 10.0, "samples": 28800, "backfill_samples": 26400, "live_samples": 2400,
+                     "backfill_series": 1000, "backfill_ticks": 60, "live_series": 2000},
+        "questions": [], "answers": {}, "measures": ms, "ratios": ratios(ms),
+    }
+    text = markdown(result)
+    assert ("| ingest, live shape: server CPU s per million samples | 0.60 | - | 3.00 | 5.00 | 1.50 | 0.12 | 0.40 "
+            "| 2.00 |") in text
+    assert "| ingest, live shape: of which the cluster's proxy | - | - | 1.00 | - | - | - | - | - |" in text
+    assert ("ingest, live shape: server CPU s per million samples: metricsd cluster (3 stores RF 3, a proxy) 3.00 "
+            "vs VictoriaMetrics 1.50 (2.00x)") in text
