@@ -13,7 +13,8 @@ Measures, on simulated pod metrics (one Deployment ``big`` of 5,000 pods, seeded
    samples a request) and the agents' live shape (1,000 series x 1 sample a request), with the
    proxy's and the stores' CPU seconds per million samples;
 2. latency (p50, p99 at concurrency 1 and 8) of the average CPU rate over the 5,000-pod workload
-   (1-minute window) through the proxy: R=2 replicas per slot, per-series partials merged.
+   (1-minute window) through the proxy: R=2 replicas per slot, one answering with group partials
+   and the other with slot digests (``--exact-reads``: both with per-series values, merged).
 Prints a Markdown table and writes perf/results/bench_proxy.json.
 """
 
@@ -66,7 +67,7 @@ async def _serve_store(port: int) -> None:
     await server.stop(None)
 
 
-async def _serve_proxy(port: int, stores: list[str]) -> None:
+async def _serve_proxy(port: int, stores: list[str], digest_reads: bool) -> None:
     from metricsd.clock import SystemClock
     from metricsd.cluster.assign import assign
     from metricsd.cluster.mapsource import StaticMapSource
@@ -77,7 +78,7 @@ async def _serve_proxy(port: int, stores: list[str]) -> None:
     from metricsd.rpc.servicer import MetricsServicer
 
     members = [Member(f"store-{i}", addr) for i, addr in enumerate(stores)]
-    proxy = ProxyBackend(StaticMapSource(assign(members, None, SLOTS, 3)), ProxySettings(call_timeout_s=30),
+    proxy = ProxyBackend(StaticMapSource(assign(members, None, SLOTS, 3)), ProxySettings(call_timeout_s=30, digest_reads=digest_reads),
                          SystemClock())
     server, _ = await start_grpc_server(MetricsServicer(proxy), "127.0.0.1", port)
     await _until_signal()
@@ -163,7 +164,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     try:
         for s in stores:
             await s.wait_ready()
-        proxy = Proc("--serve-proxy", "--stores", ",".join(s.addr for s in stores))
+        proxy = Proc("--serve-proxy", "--stores", ",".join(s.addr for s in stores),
+                     *(["--exact-reads"] if args.exact_reads else []))
         await proxy.wait_ready()
         pids = {"proxy": [proxy.proc.pid], "stores": [s.proc.pid for s in stores]}
         sim = Simulator(SimConfig(pods=args.pods, workloads=1, nodes=100, seed=2, big_workload_pods=args.pods),
@@ -214,6 +216,8 @@ def main() -> None:
     p.add_argument("--ticks", type=int, default=60, help="backfilled ticks of 10 s")
     p.add_argument("--live-ticks", type=int, default=6, help="ticks sent in the live shape afterwards")
     p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--exact-reads", action="store_true",
+                   help="the proxy merges every replica's per-series values (ProxySettings.digest_reads off)")
     p.add_argument("--serve-store", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--serve-proxy", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--stores", default="", help=argparse.SUPPRESS)
@@ -223,7 +227,7 @@ def main() -> None:
         asyncio.run(_serve_store(args.port))
         return
     if args.serve_proxy:
-        asyncio.run(_serve_proxy(args.port, args.stores.split(",")))
+        asyncio.run(_serve_proxy(args.port, args.stores.split(","), not args.exact_reads))
         return
     if args.quick:
         args.queries, args.ticks = 20, 30

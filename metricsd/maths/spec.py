@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metricsd.maths.partials import AcrossFn, Partials
+from metricsd.maths.slotdigest import SlotDigestArrays
 from metricsd.maths.slots import SlotFilter
 from metricsd.maths.window import SeriesFn
 from metricsd.model import Labels
@@ -45,6 +46,10 @@ class AggregateSpec:
     quantile: float = 0.5
     per_series: bool = False
     slots: SlotFilter | None = None
+    # A proxy's read: digests for every slot of ``slots``, data (groups, partials, values) for the
+    # series of ``data_slots`` only (see metricsd/maths/slotdigest.py).
+    slot_digests: bool = False
+    data_slots: tuple[int, ...] = ()
 
 
 @dataclass
@@ -66,3 +71,4 @@ class AggregateResult:
     series_scanned: int = 0
     samples_scanned: int = 0
     notes: list[str] = field(default_factory=list)
+    digests: SlotDigestArrays | None = None

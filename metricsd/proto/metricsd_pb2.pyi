@@ -156,7 +156,7 @@ class AggregateQuery(_message.Message):
     def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., series_fn: _Optional[_Union[SeriesFn, str]] = ..., window_ms: _Optional[int] = ...) -> None: ...
 
 class AggregateRequest(_message.Message):
-    __slots__ = ("query", "denominator", "across", "quantile", "group_by", "start_ms", "end_ms", "step_ms", "per_series", "slots")
+    __slots__ = ("query", "denominator", "across", "quantile", "group_by", "start_ms", "end_ms", "step_ms", "per_series", "slots", "slot_digests", "data_slots")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     DENOMINATOR_FIELD_NUMBER: _ClassVar[int]
     ACROSS_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,8 @@ class AggregateRequest(_message.Message):
     STEP_MS_FIELD_NUMBER: _ClassVar[int]
     PER_SERIES_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SLOT_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    DATA_SLOTS_FIELD_NUMBER: _ClassVar[int]
     query: AggregateQuery
     denominator: AggregateQuery
     across: AcrossFn
@@ -177,7 +179,21 @@ class AggregateRequest(_message.Message):
     step_ms: int
     per_series: bool
     slots: SlotFilter
-    def __init__(self, query: _Optional[_Union[AggregateQuery, _Mapping]] = ..., denominator: _Optional[_Union[AggregateQuery, _Mapping]] = ..., across: _Optional[_Union[AcrossFn, str]] = ..., quantile: _Optional[float] = ..., group_by: _Optional[_Iterable[str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., step_ms: _Optional[int] = ..., per_series: _Optional[bool] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ...) -> None: ...
+    slot_digests: bool
+    data_slots: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, query: _Optional[_Union[AggregateQuery, _Mapping]] = ..., denominator: _Optional[_Union[AggregateQuery, _Mapping]] = ..., across: _Optional[_Union[AcrossFn, str]] = ..., quantile: _Optional[float] = ..., group_by: _Optional[_Iterable[str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., step_ms: _Optional[int] = ..., per_series: _Optional[bool] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., slot_digests: _Optional[bool] = ..., data_slots: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SlotDigests(_message.Message):
+    __slots__ = ("slots", "series", "samples", "hash")
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    slots: _containers.RepeatedScalarFieldContainer[int]
+    series: _containers.RepeatedScalarFieldContainer[int]
+    samples: _containers.RepeatedScalarFieldContainer[int]
+    hash: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, slots: _Optional[_Iterable[int]] = ..., series: _Optional[_Iterable[int]] = ..., samples: _Optional[_Iterable[int]] = ..., hash: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Partials(_message.Message):
     __slots__ = ("sum", "count", "min", "max")
@@ -210,7 +226,7 @@ class Group(_message.Message):
     def __init__(self, labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ...) -> None: ...
 
 class AggregateResponse(_message.Message):
-    __slots__ = ("timestamps", "groups", "numerator", "denominator", "values", "numerator_series", "denominator_series", "series_scanned", "samples_scanned")
+    __slots__ = ("timestamps", "groups", "numerator", "denominator", "values", "numerator_series", "denominator_series", "series_scanned", "samples_scanned", "slot_digests")
     TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     NUMERATOR_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +236,7 @@ class AggregateResponse(_message.Message):
     DENOMINATOR_SERIES_FIELD_NUMBER: _ClassVar[int]
     SERIES_SCANNED_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    SLOT_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     timestamps: _containers.RepeatedScalarFieldContainer[int]
     groups: _containers.RepeatedCompositeFieldContainer[Group]
     numerator: Partials
@@ -229,7 +246,8 @@ class AggregateResponse(_message.Message):
     denominator_series: SeriesPartials
     series_scanned: int
     samples_scanned: int
-    def __init__(self, timestamps: _Optional[_Iterable[int]] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., numerator: _Optional[_Union[Partials, _Mapping]] = ..., denominator: _Optional[_Union[Partials, _Mapping]] = ..., values: _Optional[_Iterable[float]] = ..., numerator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., denominator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., series_scanned: _Optional[int] = ..., samples_scanned: _Optional[int] = ...) -> None: ...
+    slot_digests: SlotDigests
+    def __init__(self, timestamps: _Optional[_Iterable[int]] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., numerator: _Optional[_Union[Partials, _Mapping]] = ..., denominator: _Optional[_Union[Partials, _Mapping]] = ..., values: _Optional[_Iterable[float]] = ..., numerator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., denominator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., series_scanned: _Optional[int] = ..., samples_scanned: _Optional[int] = ..., slot_digests: _Optional[_Union[SlotDigests, _Mapping]] = ...) -> None: ...
 
 class SeriesRollups(_message.Message):
     __slots__ = ("id", "labels", "hours", "min", "max", "sum", "count", "last")

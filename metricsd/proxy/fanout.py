@@ -24,7 +24,7 @@ __all__ = ["QuorumFailure", "Replies", "Reply", "consume", "read_fanout", "slot_
 
 T = TypeVar("T")
 
-MemberCall = Callable[[MetricsBackend, list[int]], Awaitable[T]]
+MemberCall = Callable[[MetricsBackend, list[int], str], Awaitable[T]]  # (backend, the member's slots, member)
 
 
 class QuorumFailure(Unavailable):
@@ -59,8 +59,8 @@ def consume(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-def _bind(call: MemberCall[T], slots: list[int]) -> Callable[[MetricsBackend], Awaitable[T]]:
-    return lambda backend: call(backend, slots)
+def _bind(call: MemberCall[T], slots: list[int], member: str) -> Callable[[MetricsBackend], Awaitable[T]]:
+    return lambda backend: call(backend, slots, member)
 
 
 def slot_filter(num_slots: int, slots: Sequence[int]) -> pb.SlotFilter:
@@ -86,7 +86,7 @@ def plan_reads(view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> 
 
 
 async def read_fanout(view: ClusterView, shard_map: ShardMap, slots: Sequence[int], call: MemberCall[T]) -> Replies[T]:
-    """Ask R replicas of each slot through ``call(backend, member_slots)``. Raises QuorumFailure
+    """Ask R replicas of each slot through ``call(backend, member_slots, member)``. Raises QuorumFailure
     when some slot cannot get R replies, BadRequest when a store rejects the request."""
     tracker = QuorumTracker(plan_reads(view, shard_map, slots))
     out: Replies[T] = Replies([])
@@ -94,7 +94,7 @@ async def read_fanout(view: ClusterView, shard_map: ShardMap, slots: Sequence[in
 
     def launch(asks: dict[str, list[int]]) -> None:
         for member, member_slots in asks.items():
-            task = asyncio.ensure_future(view.call(shard_map, member, _bind(call, member_slots)))
+            task = asyncio.ensure_future(view.call(shard_map, member, _bind(call, member_slots, member)))
             task.add_done_callback(consume)
             tasks[task] = (member, member_slots)
 

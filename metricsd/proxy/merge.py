@@ -1,5 +1,13 @@
 """Merging Aggregate replies from several stores and replicas into one answer. Pure: no I/O.
 
+Two ways, by what the replies hold:
+
+- :func:`merge_group_partials`: each slot's data came from exactly one replica (the others only
+  vouched for it with slot digests, metricsd/maths/slotdigest.py), so the replies hold partials
+  of disjoint series sets, merged per group as shards are (sum and count add, min and max take
+  the extreme). No per-series work: this is the proxy's usual read.
+- :func:`merge_aggregates`, below: the exact merge when replicas may disagree.
+
 A proxy asks R replicas of every slot with ``per_series`` set, so each reply carries, per series,
 its value at each evaluation time and how many raw samples it came from. Series are then
 de-duplicated by id, keeping the reply that saw more samples (the more complete replica), and
@@ -20,7 +28,7 @@ from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import packed_fixed, partials_to_pb, series_partials_to_pb
 
-__all__ = ["MergeError", "MergedAggregate", "merge_aggregates"]
+__all__ = ["MergeError", "MergedAggregate", "merge_aggregates", "merge_group_partials"]
 
 
 class MergeError(ValueError):
@@ -89,14 +97,34 @@ def _partials_to_pb(p: Partials, out: pb.Partials, order: np.ndarray) -> None:
     partials_to_pb(Partials(p.sum[order], p.count[order], p.min[order], p.max[order]), out)
 
 
-def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.AggregateResponse]) -> MergedAggregate:
-    """One answer from replies that together cover every slot at least once (per_series set)."""
+def _common_times(replies: Sequence[pb.AggregateResponse]) -> list[int]:
     if not replies:
         raise MergeError("no replies to merge")
     times = list(replies[0].timestamps)
     for r in replies[1:]:
         if list(r.timestamps) != times:
             raise MergeError("replies have different evaluation times")
+    return times
+
+
+def _response(times: list[int], group_labels: list[Labels], order: np.ndarray, num_p: Partials,
+              den_p: Partials | None, values: np.ndarray, series_scanned: int, samples_scanned: int
+              ) -> pb.AggregateResponse:
+    """The merged answer, groups sorted by labels (``order``)."""
+    resp = pb.AggregateResponse(series_scanned=series_scanned, samples_scanned=samples_scanned)
+    resp.timestamps.extend(times)
+    for gi in order.tolist():
+        resp.groups.add().labels.extend(pb.Label(name=k, value=v) for k, v in group_labels[gi])
+    _partials_to_pb(num_p, resp.numerator, order)
+    if den_p is not None:
+        _partials_to_pb(den_p, resp.denominator, order)
+    resp.MergeFromString(packed_fixed(5, values[order], "<f8"))
+    return resp
+
+
+def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.AggregateResponse]) -> MergedAggregate:
+    """One answer from replies that together cover every slot at least once (per_series set)."""
+    times = _common_times(replies)
     n_times = len(times)
     gindex: dict[Labels, int] = {}
     lagging: dict[int, set[int]] = {}
@@ -117,17 +145,9 @@ def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.Aggregat
         den_p = group_partials(den.values, den.samples, den.group, n_groups)
         with np.errstate(divide="ignore", invalid="ignore"):
             values = values / finalize(across, den_p)
-    resp = pb.AggregateResponse(
-        series_scanned=len(num.ids) + (len(den.ids) if den is not None else 0),
-        samples_scanned=int(num.samples.sum()) + (int(den.samples.sum()) if den is not None else 0),
-    )
-    resp.timestamps.extend(times)
-    for gi in order.tolist():
-        resp.groups.add().labels.extend(pb.Label(name=k, value=v) for k, v in group_labels[gi])
-    _partials_to_pb(num_p, resp.numerator, order)
-    if den_p is not None:
-        _partials_to_pb(den_p, resp.denominator, order)
-    resp.MergeFromString(packed_fixed(5, values[order], "<f8"))
+    resp = _response(times, group_labels, order, num_p, den_p, values,
+                     len(num.ids) + (len(den.ids) if den is not None else 0),
+                     int(num.samples.sum()) + (int(den.samples.sum()) if den is not None else 0))
     if request.per_series or across is AcrossFn.QUANTILE:
         rank = np.empty(n_groups, dtype=np.int64)
         rank[order] = np.arange(n_groups)
@@ -136,3 +156,53 @@ def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.Aggregat
                 continue
             series_partials_to_pb(side.ids, rank[side.group], side.values, side.samples, out)
     return MergedAggregate(resp, lagging)
+
+
+def _partials_from_pb(p: pb.Partials, n_groups: int, n_times: int) -> Partials:
+    shape = (n_groups, n_times)
+    arrays = [np.array(getattr(p, f), dtype=np.float64) for f in ("sum", "count", "min", "max")]
+    if any(a.size != n_groups * n_times for a in arrays):
+        raise MergeError(f"partials of {arrays[0].size} cells for {n_groups} groups x {n_times} times")
+    return Partials(*(a.reshape(shape) for a in arrays))
+
+
+def merge_group_partials(request: pb.AggregateRequest, replies: Sequence[pb.AggregateResponse]) -> pb.AggregateResponse:
+    """One answer from replies whose partials cover disjoint series (one data replica per slot)."""
+    times = _common_times(replies)
+    n_times = len(times)
+    has_den = request.HasField("denominator")
+    gindex: dict[Labels, int] = {}
+    parts: list[tuple[np.ndarray, Partials, Partials | None]] = []
+    for r in replies:
+        if not r.groups:
+            continue
+        local = np.array([gindex.setdefault(_labels(g), len(gindex)) for g in r.groups], dtype=np.int64)
+        num = _partials_from_pb(r.numerator, len(local), n_times)
+        den = _partials_from_pb(r.denominator, len(local), n_times) if has_den else None
+        parts.append((local, num, den))
+    n_groups = len(gindex)
+
+    def fold(which: int) -> Partials:
+        out = Partials.empty(n_groups, n_times)
+        for local, *sides in parts:
+            p = sides[which]
+            assert p is not None
+            np.add.at(out.sum, local, p.sum)
+            np.add.at(out.count, local, p.count)
+            np.fmin.at(out.min, local, p.min)
+            np.fmax.at(out.max, local, p.max)
+        return out
+
+    across = AcrossFn(request.across)
+    if across is AcrossFn.QUANTILE:
+        raise MergeError("a quantile across series cannot be merged from partials")
+    num_p = fold(0)
+    values = finalize(across, num_p)
+    den_p = fold(1) if has_den else None
+    if den_p is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = values / finalize(across, den_p)
+    group_labels = list(gindex)
+    order = np.array(sorted(range(n_groups), key=lambda i: group_labels[i]), dtype=np.int64)
+    return _response(times, group_labels, order, num_p, den_p, values, sum(r.series_scanned for r in replies),
+                     sum(r.samples_scanned for r in replies))

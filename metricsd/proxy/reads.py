@@ -5,9 +5,14 @@ Merging, per RPC:
 - Read: per series id, the union of the replicas' samples by timestamp (on a timestamp both hold,
   the longer reply's value wins). A replica that lacked samples, or the whole series, gets them
   written back (read repair).
-- Aggregate: each replica is asked with ``per_series`` so merge.merge_aggregates can keep, per
-  series, the reply with more samples; replicas named lagging get those series copied from a
-  replica that answered the same slots.
+- Aggregate: per slot the first replica asked answers with data (group partials over its data
+  slots) and every replica asked sends a digest of what it holds of the query's series
+  (metricsd/maths/slotdigest.py); when every slot's digests agree, the data replies' partials are
+  merged (merge.merge_group_partials), no per-series values on the wire or in the proxy. When they
+  differ, a data replica failed, or a store sends no digests, the question is asked again with
+  ``per_series``, so merge.merge_aggregates can keep, per series, the reply with more samples;
+  replicas named lagging get those series copied from a replica that answered the same slots.
+  ``per_series`` requests and quantiles across series always take that second way.
 - ListSeries, LabelValues: the union. Rollups: per series, the reply with more hours.
 
 A store answering FAILED_PRECONDITION (it does not hold a slot: the proxy's map is stale) makes the
@@ -27,14 +32,15 @@ from google.protobuf.message import Message
 
 from metricsd.clock import Clock
 from metricsd.cluster.shardmap import ShardMap
+from metricsd.maths.slotdigest import differing
 from metricsd.maths.slots import slot_of, slot_of_labels
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.fanout import QuorumFailure, Replies, read_fanout, slot_filter
-from metricsd.proxy.merge import MergeError, merge_aggregates
+from metricsd.proxy.merge import MergeError, merge_aggregates, merge_group_partials
 from metricsd.proxy.repair import ReadRepair, missing_samples
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import MetricsBackend, Unavailable
-from metricsd.rpc.wire import labels_from_pb
+from metricsd.rpc.wire import labels_from_pb, slot_digests_from_pb
 
 __all__ = ["ReadPath", "slots_for"]
 
@@ -69,16 +75,16 @@ class ReadPath:
     async def _write_member(self, member: str, request: pb.WriteRequest) -> pb.WriteResponse:
         return await self.view.call(self.view.current_map(), member, lambda b: b.write(request))
 
-    async def _fanout(self, matcher_lists: Sequence[Sequence[pb.Matcher]],
-                      call: Callable[[MetricsBackend, list[int], ShardMap], Awaitable[T]]
-                      ) -> tuple[Replies[T], ShardMap]:
-        """read_fanout with the stale-map retry; raises Unavailable naming the slots."""
+    async def _fanout(self, matcher_lists: Sequence[Sequence[pb.Matcher]], call: Callable[..., Awaitable[T]],
+                      with_member: bool = False) -> tuple[Replies[T], ShardMap]:
+        """read_fanout with the stale-map retry; raises Unavailable naming the slots. ``call`` is
+        called with (backend, slots, map), and the member's name too ``with_member``."""
         self.counters["reads"] += 1
         shard_map = self.view.current_map()
         for attempt in (0, 1):
             slots = slots_for(matcher_lists, shard_map.num_slots)
             try:
-                replies = await read_fanout(self.view, shard_map, slots, _with_map(call, shard_map))
+                replies = await read_fanout(self.view, shard_map, slots, _with_map(call, shard_map, with_member))
             except QuorumFailure as e:
                 if not e.stale or attempt == 1:
                     self.counters["read_unavailable"] += 1
@@ -141,6 +147,57 @@ class ReadPath:
     # --- Aggregate -------------------------------------------------------------------------
 
     async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        if request.per_series or request.across == pb.ACROSS_QUANTILE or not self.view.settings.digest_reads:
+            return await self._aggregate_exact(request)
+        try:
+            return await self._aggregate_by_digest(request)
+        except DigestsDiffer as e:
+            self.counters["aggregate_digest_fallbacks"] += 1
+            log.debug("aggregate: %s; asking again per series", e)
+            return await self._aggregate_exact(request)
+
+    async def _aggregate_by_digest(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        """Per slot, the first replica asked answers with data, every replica asked with a digest;
+        raises DigestsDiffer when a slot's digests differ or its data replica did not answer."""
+        owners: dict[int, str] = {}
+        assigned: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+
+        async def call(b: MetricsBackend, slots: list[int], m: ShardMap, member: str) -> pb.AggregateResponse:
+            key = (member, tuple(slots))
+            data = assigned.get(key)
+            if data is None:  # not on a retry of the same call
+                data = assigned[key] = [s for s in slots if owners.setdefault(s, member) == member]
+            sub = pb.AggregateRequest()
+            sub.CopyFrom(request)
+            sub.slot_digests = True
+            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
+            sub.data_slots.extend(data)
+            return await b.aggregate(sub)
+
+        replies, _ = await self._fanout(_sides(request), call, with_member=True)
+        digests: dict[int, list[dict[int, tuple[int, int, int]]]] = {}
+        data_replies = []
+        for r in replies.replies:
+            if not r.response.HasField("slot_digests"):
+                raise DigestsDiffer(f"{r.member} sent no slot digests (an older store)")
+            d = slot_digests_from_pb(r.response.slot_digests)
+            for slot in r.slots:
+                digests.setdefault(slot, []).append(d)
+            if any(owners.get(slot) == r.member for slot in r.slots):
+                data_replies.append(r.response)
+        for slot, members in replies.answered.items():
+            if owners.get(slot) not in members:
+                raise DigestsDiffer(f"the data replica of slot {slot} did not answer")
+        differ = [slot for slot, ds in digests.items() if differing(ds, [slot])]
+        if differ:
+            raise DigestsDiffer(f"replicas differ on {len(differ)} slots ({', '.join(map(str, sorted(differ)[:5]))})")
+        self.counters["aggregate_digest_reads"] += 1
+        try:
+            return merge_group_partials(request, data_replies or [r.response for r in replies.replies[:1]])
+        except MergeError as e:
+            raise Unavailable(f"cannot merge the replicas' aggregates: {e}") from e
+
+    async def _aggregate_exact(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
         async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.AggregateResponse:
             sub = pb.AggregateRequest()
             sub.CopyFrom(request)
@@ -148,10 +205,7 @@ class ReadPath:
             sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
             return await b.aggregate(sub)
 
-        sides = [request.query.matchers]
-        if request.HasField("denominator"):
-            sides.append(request.denominator.matchers)
-        replies, shard_map = await self._fanout(sides, call)
+        replies, shard_map = await self._fanout(_sides(request), call)
         try:
             merged = merge_aggregates(request, [r.response for r in replies.replies])
         except MergeError as e:
@@ -219,9 +273,22 @@ def _label_key(labels: Iterable[pb.Label]) -> tuple[tuple[str, str], ...]:
     return tuple((lab.name, lab.value) for lab in labels)
 
 
-def _with_map(call: Callable[[MetricsBackend, list[int], ShardMap], Awaitable[T]], shard_map: ShardMap
-              ) -> Callable[[MetricsBackend, list[int]], Awaitable[T]]:
-    return lambda backend, slots: call(backend, slots, shard_map)
+def _with_map(call: Callable[..., Awaitable[T]], shard_map: ShardMap, with_member: bool
+              ) -> Callable[[MetricsBackend, list[int], str], Awaitable[T]]:
+    if with_member:
+        return lambda backend, slots, member: call(backend, slots, shard_map, member)
+    return lambda backend, slots, member: call(backend, slots, shard_map)
+
+
+def _sides(request: pb.AggregateRequest) -> list[Sequence[pb.Matcher]]:
+    sides: list[Sequence[pb.Matcher]] = [request.query.matchers]
+    if request.HasField("denominator"):
+        sides.append(request.denominator.matchers)
+    return sides
+
+
+class DigestsDiffer(Exception):
+    """The digest read cannot stand for the answer; the exact per-series read must be made."""
 
 
 def _union(copies: Sequence[tuple[str, pb.SeriesData]]) -> tuple[np.ndarray, np.ndarray]:

@@ -81,6 +81,9 @@ class ProxySettings:
         cleared, and labels are resent as a member reports them unknown.
     request_limits: series and samples per Write request, checked before a batch is split (the
         stores check their parts again, and their series limits).
+    digest_reads: aggregates read data from one replica per slot and digests from the others,
+        falling back to the per-series merge when they differ (proxy/reads.py); off: always the
+        per-series merge (R times the values on the wire; for comparison and as an escape hatch).
     """
 
     w: int = 2
@@ -94,6 +97,7 @@ class ProxySettings:
     request_limits: RequestLimits = field(default_factory=RequestLimits)
     repair: RepairSettings = field(default_factory=RepairSettings)
     health: HealthSettings = field(default_factory=HealthSettings)
+    digest_reads: bool = True
 
     def __post_init__(self) -> None:
         if self.w < 1 or self.r < 1:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from metricsd.maths.partials import AcrossFn, Partials
+from metricsd.maths.slotdigest import SlotDigestArrays
 from metricsd.maths.slots import SlotFilter
 from metricsd.maths.spec import AggregateResult, AggregateSpec, InvalidAggregate, SideQuery, SideResult
 from metricsd.maths.window import SeriesFn
@@ -28,6 +29,8 @@ __all__ = [
     "length_delimited",
     "matchers_from_pb",
     "matchers_to_pb",
+    "slot_digests_from_pb",
+    "slot_digests_to_pb",
     "varint",
 ]
 
@@ -123,6 +126,8 @@ def aggregate_spec_from_pb(req: pb.AggregateRequest) -> AggregateSpec:
         step_ms=req.step_ms,
         per_series=req.per_series,
         slots=slot_filter_from_pb(req.slots),
+        slot_digests=req.slot_digests,
+        data_slots=tuple(req.data_slots),
     )
 
 
@@ -180,7 +185,21 @@ def aggregate_result_to_pb(res: AggregateResult, spec: AggregateSpec) -> pb.Aggr
         _series_to_pb(res.numerator, resp.numerator_series)
         if res.denominator is not None:
             _series_to_pb(res.denominator, resp.denominator_series)
+    if res.digests is not None:
+        slot_digests_to_pb(res.digests, resp.slot_digests)
     return resp
+
+
+def slot_digests_to_pb(d: SlotDigestArrays, out: pb.SlotDigests) -> None:
+    out.SetInParent()  # present even when empty: a reply without it comes from an older store
+    out.slots.extend(d.slots.tolist())
+    out.series.extend(d.series.tolist())
+    out.samples.extend(d.samples.tolist())
+    out.MergeFromString(packed_fixed(4, d.hash, "<u8"))
+
+
+def slot_digests_from_pb(d: pb.SlotDigests) -> dict[int, tuple[int, int, int]]:
+    return {s: (n, c, h) for s, n, c, h in zip(d.slots, d.series, d.samples, d.hash, strict=True)}
 
 
 def values_matrix(resp: pb.AggregateResponse) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from metricsd.maths.partials import AcrossFn, finalize, group_partials, quantile_across
+from metricsd.maths.slotdigest import SlotDigestArrays, series_hashes, slot_digests
 from metricsd.maths.spec import AggregateResult, AggregateSpec, InvalidAggregate, SideQuery, SideResult
 from metricsd.maths.window import SeriesFn, reduce_windows
 from metricsd.store.engine import Store
@@ -48,6 +49,69 @@ def _validate(spec: AggregateSpec) -> None:
         raise InvalidAggregate("a ratio of quantiles is not supported")
 
 
+def _tail_columns(store: Store, rows: np.ndarray, count: np.ndarray, need: int, width: int
+                  ) -> tuple[np.ndarray, int, np.ndarray]:
+    """The newest columns of each head row, enough that the oldest gathered sample is at or before
+    ``need`` (or the row's first): (first column per row, width, column matrix clipped to the row)."""
+    head = store.head
+    while True:
+        start = np.maximum(count - width, 0)
+        oldest = head.abs_ts(rows, start)
+        if width >= head.capacity or bool(np.all((start == 0) | (oldest <= need))):
+            break
+        width *= 2
+    width = min(width, head.capacity)
+    cols = start[:, None] + np.arange(width)[None, :]
+    return start, width, np.minimum(cols, head.capacity - 1)
+
+
+def series_stats(store: Store, rows: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per series, the samples in (lo, hi] and the newest timestamp at or before hi (-1: none):
+    what a slot digest covers (metricsd/maths/slotdigest.py). Timestamps only, no values reduced."""
+    head = store.head
+    n = len(rows)
+    counts = np.zeros(n, dtype=np.int64)
+    newest = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return counts, newest
+    count = head.count[rows].astype(np.int64)
+    first_ts = head.first_ts(rows)
+    has_chunks = head.chunk_max_ts[rows] != NO_TS
+    covered = (count > 0) & (first_ts <= lo) | ~has_chunks
+    fast = np.flatnonzero(covered)
+    if len(fast):
+        fr = rows[fast]
+        start, width, cols_c = _tail_columns(store, fr, count[fast], lo, 8)
+        ts = head.abs_ts(fr[:, None], cols_c)
+        valid = np.arange(width)[None, :] < np.minimum(count[fast] - start, width)[:, None]
+        upto = valid & (ts <= hi)
+        counts[fast] = (upto & (ts > lo)).sum(axis=1)
+        newest[fast] = np.where(upto.any(axis=1), np.where(upto, ts, -1).max(axis=1), -1)
+    for i in np.flatnonzero(~covered).tolist():
+        t, _ = store.series_samples(int(rows[i]), lo + 1, hi)
+        counts[i] = len(t)
+        if len(t):
+            newest[i] = int(t[-1])
+    return counts, newest
+
+
+def _digests(store: Store, spec: AggregateSpec, sides: list[SideQuery], rows_per_side: list[np.ndarray],
+             times: np.ndarray) -> SlotDigestArrays:
+    if spec.slots is None or not spec.slots.slot_count:
+        raise InvalidAggregate("slot_digests needs a slot filter")
+    stray = sorted(set(spec.data_slots) - set(spec.slots.slots))
+    if stray:
+        raise InvalidAggregate(f"data_slots {stray[:5]} are not among the request's slots")
+    slot_count = np.uint64(spec.slots.slot_count)
+    slots, counts, hashes = [], [], []
+    for i, (side, rows) in enumerate(zip(sides, rows_per_side, strict=True)):
+        c, newest = series_stats(store, rows, int(times[0]) - side.window_ms, int(times[-1]))
+        slots.append((store.index.pod_hash[rows] % slot_count).astype(np.int64))
+        counts.append(c)
+        hashes.append(series_hashes(store.index.id_column[rows], i, c, newest))
+    return slot_digests(np.concatenate(slots), np.concatenate(counts), np.concatenate(hashes))
+
+
 def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                                                             int]:
     """Reduce each series in ``rows`` over its window at each time: (values, samples, scanned)."""
@@ -71,16 +135,7 @@ def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.nda
         # at or before what the window needs (for last, the newest sample at or before the first
         # evaluation time; otherwise everything after the window's start).
         need = int(times[0]) if side.fn is SeriesFn.LAST else lo
-        width = 2 if side.fn is SeriesFn.LAST else 8
-        while True:
-            start = np.maximum(count[fast] - width, 0)
-            oldest = head.abs_ts(fr, start)
-            if width >= head.capacity or bool(np.all((start == 0) | (oldest <= need))):
-                break
-            width *= 2
-        width = min(width, head.capacity)
-        cols = start[:, None] + np.arange(width)[None, :]
-        cols_c = np.minimum(cols, head.capacity - 1)
+        start, width, cols_c = _tail_columns(store, fr, count[fast], need, 2 if side.fn is SeriesFn.LAST else 8)
         ts = head.abs_ts(fr[:, None], cols_c)
         vals = head.vals[fr[:, None], cols_c]
         cnt = np.minimum(count[fast] - start, width)
@@ -110,6 +165,13 @@ def run_aggregate(store: Store, spec: AggregateSpec) -> AggregateResult:
     times = eval_times(spec.start_ms, spec.end_ms, spec.step_ms, store.settings.max_eval_times)
     sides = [spec.query] + ([spec.denominator] if spec.denominator is not None else [])
     rows_per_side = [store.select(side.matchers, spec.slots) for side in sides]
+    digests = None
+    if spec.data_slots and not spec.slot_digests:
+        raise InvalidAggregate("data_slots is only meaningful with slot_digests")
+    if spec.slot_digests:
+        digests = _digests(store, spec, sides, rows_per_side, times)
+        assert spec.slots is not None  # _digests checked
+        rows_per_side = [store.index.in_slots(rows, spec.slots.slot_count, spec.data_slots) for rows in rows_per_side]
     # Groups over both sides together, so numerator and denominator line up.
     all_rows = np.concatenate(rows_per_side) if len(rows_per_side) > 1 else rows_per_side[0]
     groups, gidx_all = store.index.group_codes(all_rows, spec.group_by)
@@ -132,4 +194,5 @@ def run_aggregate(store: Store, spec: AggregateSpec) -> AggregateResult:
         if den is not None:
             with np.errstate(divide="ignore", invalid="ignore"):
                 values = values / finalize(spec.across, den.partials)
-    return AggregateResult(times, groups, values, num, den, int(sum(len(r) for r in rows_per_side)), scanned)
+    return AggregateResult(times, groups, values, num, den, int(sum(len(r) for r in rows_per_side)), scanned,
+                           digests=digests)

@@ -134,6 +134,16 @@ async def test_an_aggregate_over_all_slots_equals_brute_force_and_one_store_hold
     ratio.denominator.window_ms = 300_000
     a, b = await proxy.aggregate(ratio), await single.aggregate(ratio)
     assert np.allclose(np.array(a.values), np.array(b.values)) and len(a.values) == 1
+    # Replicas agreeing, every aggregate but the quantile was answered from one data replica per
+    # slot and the others' digests, and equals the per-series merge's answer.
+    assert proxy.counters["aggregate_digest_reads"] == 5 and proxy.counters["aggregate_digest_fallbacks"] == 0
+    exact = cluster4.proxy(fast_settings(digest_reads=False))
+    for q in (ratio, agg_request(TIMES[5], TIMES[-1], group_by=["workload"])):
+        a, b = await proxy.aggregate(q), await exact.aggregate(q)
+        assert [list(g.labels) for g in a.groups] == [list(g.labels) for g in b.groups]
+        assert np.allclose(np.array(a.values), np.array(b.values), equal_nan=True)
+        assert (a.series_scanned, a.samples_scanned) == (b.series_scanned, b.samples_scanned)
+    assert exact.counters["aggregate_digest_reads"] == 0
 
 
 async def test_list_series_label_values_and_rollups_are_the_union_of_the_slots(cluster4: LocalCluster) -> None:

@@ -133,6 +133,12 @@ async def test_aggregate_read_repair_copies_the_lagging_series(cluster3: LocalCl
         return level(cluster3, "store-1", series)
 
     await eventually(repaired)
+    # store-1's digests differed, so the proxy asked again per series; once repaired, they agree
+    assert proxy.counters["aggregate_digest_fallbacks"] >= 1
+    fallbacks, digest_reads = proxy.counters["aggregate_digest_fallbacks"], proxy.counters["aggregate_digest_reads"]
+    assert list((await proxy.aggregate(query)).values) == [len(series) * 6]
+    assert proxy.counters["aggregate_digest_fallbacks"] == fallbacks
+    assert proxy.counters["aggregate_digest_reads"] == digest_reads + 1
 
 
 async def test_repair_is_rate_limited(cluster3: LocalCluster) -> None:
