@@ -11,6 +11,7 @@ between -1024 and 1024 in decimal form. ``metav1.Duration`` prints Go's ``time.D
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 
 __all__ = ["binary_quantity", "decimal_quantity", "go_duration", "milli_quantity", "nano_quantity", "rfc3339"]
@@ -55,6 +56,7 @@ def milli_quantity(value: float) -> str:
     return decimal_quantity(int(value * 1000.0), -3)
 
 
+@functools.lru_cache(maxsize=64)  # one window for every item of an answer
 def go_duration(ms: int) -> str:
     """Go's ``time.Duration.String()`` of a whole number of milliseconds."""
     if ms == 0:
@@ -73,6 +75,7 @@ def go_duration(ms: int) -> str:
     return f"{sign}{seconds}"
 
 
+@functools.lru_cache(maxsize=64)  # one time for every item of an answer
 def rfc3339(ms: int) -> str:
     """``metav1.Time`` on the wire: UTC, whole seconds (the fraction is cut, as Go's marshaller does)."""
     return dt.datetime.fromtimestamp(math.floor(ms / 1000), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

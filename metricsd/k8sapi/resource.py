@@ -15,10 +15,11 @@ The requests (``*_requests``) and the mapping of answers (``pod_items``, ``node_
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from metricsd.k8sapi.discovery import METRICS
 from metricsd.k8sapi.quantity import binary_quantity, go_duration, nano_quantity, rfc3339
@@ -80,13 +81,14 @@ def values_of(req: pb.AggregateRequest, resp: pb.AggregateResponse) -> Values:
     by = list(req.group_by)
     n = len(resp.timestamps)
     out: Values = {}
-    for g, group in enumerate(resp.groups):
-        if n == 0 or resp.numerator.count[g * n + n - 1] <= 0:
-            continue
-        value = resp.values[g * n + n - 1]
-        if math.isnan(value) or math.isinf(value):
-            continue
-        labels = {lab.name: lab.value for lab in group.labels}
+    if n == 0 or not resp.groups:
+        return out
+    # the newest evaluation time of every group at once; Python work only for groups with a value
+    last = np.array(resp.values, dtype=np.float64)[n - 1::n]
+    ok = (np.array(resp.numerator.count, dtype=np.float64)[n - 1::n] > 0) & np.isfinite(last)
+    groups = resp.groups
+    for g, value in zip(np.flatnonzero(ok).tolist(), last[ok].tolist(), strict=True):
+        labels = {lab.name: lab.value for lab in groups[g].labels}
         out[tuple(labels.get(k, "") for k in by)] = value
     return out
 

@@ -26,7 +26,7 @@ import numpy as np
 from metricsd.maths.partials import AcrossFn, Partials, finalize, group_partials, quantile_across
 from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.wire import packed_fixed, partials_to_pb, series_partials_to_pb
+from metricsd.rpc.wire import groups_field, packed_fixed, partials_to_pb, series_partials_to_pb
 
 __all__ = ["MergeError", "MergedAggregate", "merge_aggregates", "merge_group_partials"]
 
@@ -113,8 +113,7 @@ def _response(times: list[int], group_labels: list[Labels], order: np.ndarray, n
     """The merged answer, groups sorted by labels (``order``)."""
     resp = pb.AggregateResponse(series_scanned=series_scanned, samples_scanned=samples_scanned)
     resp.timestamps.extend(times)
-    for gi in order.tolist():
-        resp.groups.add().labels.extend(pb.Label(name=k, value=v) for k, v in group_labels[gi])
+    resp.MergeFromString(groups_field(2, [group_labels[gi] for gi in order.tolist()]))  # AggregateResponse.groups
     _partials_to_pb(num_p, resp.numerator, order)
     if den_p is not None:
         _partials_to_pb(den_p, resp.denominator, order)

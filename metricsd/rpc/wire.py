@@ -24,6 +24,7 @@ __all__ = [
     "SERIES_FNS",
     "aggregate_result_to_pb",
     "aggregate_spec_from_pb",
+    "groups_field",
     "labels_from_pb",
     "labels_to_pb",
     "length_delimited",
@@ -73,6 +74,27 @@ def labels_from_pb(labels: Iterable[pb.Label]) -> Labels:
 
 def labels_to_pb(labels: Labels) -> list[pb.Label]:
     return [pb.Label(name=k, value=v) for k, v in labels]
+
+
+def groups_field(field: int, groups: Sequence[Labels]) -> bytes:
+    """Repeated ``Group`` messages (one per label set) as raw bytes: an answer grouped by pod and
+    container has tens of thousands, and filling message objects per group and label cost more
+    than the aggregate itself. Each distinct label pair is encoded once."""
+    cache: dict[tuple[str, str], bytes] = {}
+    tag = varint(field << 3 | 2)
+    parts = []
+    for g in groups:
+        body = []
+        for pair in g:
+            enc = cache.get(pair)
+            if enc is None:
+                name, value = (x.encode("utf-8") for x in pair)
+                inner = (length_delimited(1, name) if name else b"") + (length_delimited(2, value) if value else b"")
+                enc = cache[pair] = length_delimited(1, inner)
+            body.append(enc)
+        data = b"".join(body)
+        parts.append(tag + varint(len(data)) + data)
+    return b"".join(parts)
 
 
 def matchers_from_pb(matchers: Iterable[pb.Matcher]) -> list[Matcher]:
@@ -175,8 +197,7 @@ def _series_to_pb(side: SideResult, out: pb.SeriesPartials) -> None:
 def aggregate_result_to_pb(res: AggregateResult, spec: AggregateSpec) -> pb.AggregateResponse:
     resp = pb.AggregateResponse(series_scanned=res.series_scanned, samples_scanned=res.samples_scanned)
     resp.timestamps.extend(res.times.tolist())
-    for g in res.groups:
-        resp.groups.add().labels.extend(labels_to_pb(g))
+    resp.MergeFromString(groups_field(2, res.groups))  # AggregateResponse.groups
     partials_to_pb(res.numerator.partials, resp.numerator)
     if res.denominator is not None:
         partials_to_pb(res.denominator.partials, resp.denominator)

@@ -15,6 +15,7 @@ series, as the design asks.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -94,6 +95,7 @@ class SeriesIndex:
         self._sorted_ids = np.zeros(0, dtype=np.uint64)
         self._sorted_rows = np.zeros(0, dtype=np.int64)
         self._pending: list[tuple[int, int]] = []
+        self._ranks: dict[str, tuple[int, np.ndarray]] = {}  # label name -> (values seen, rank per value id)
 
     @property
     def n_rows(self) -> int:
@@ -281,28 +283,56 @@ class SeriesIndex:
         return sorted(self.columns)
 
     def group_codes(self, rows: np.ndarray, by: Sequence[str]) -> tuple[list[Labels], np.ndarray]:
-        """Group rows by the values of ``by``: (group label sets sorted, group index per row)."""
+        """Group rows by the values of ``by``: (group label sets sorted, group index per row).
+
+        Vectorised, because an answer grouped by pod and container has tens of thousands of
+        groups: the codes of the label columns are folded into one int64 key per row, and
+        groups are ordered by each value's rank among its column's values, not by comparing
+        tuples (only when some row lacks a label, as tuples order such groups differently)."""
         if not by:
             return [()], np.zeros(len(rows), dtype=np.int64)
+        if len(rows) == 0:
+            return [], np.zeros(0, dtype=np.int64)
         names = sorted(set(by))
         cols = [self.columns.get(n) for n in names]
-        keys = np.stack(
-            [c.codes[rows] if c is not None else np.full(len(rows), -1, np.int32) for c in cols], axis=1
-        )
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        groups: list[Labels] = []
-        for key in uniq:
-            groups.append(
-                tuple(
-                    (n, c.values[int(k)])
-                    for n, c, k in zip(names, cols, key, strict=True)
-                    if c is not None and k >= 0
-                )
-            )
-        order = sorted(range(len(groups)), key=lambda i: groups[i])
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        return [groups[i] for i in order], rank[inverse.reshape(-1)]
+        # code + 1 per row and column (0: the label is absent); the radix of each column
+        codes = [c.codes[rows].astype(np.int64) + 1 if c is not None else np.zeros(len(rows), np.int64) for c in cols]
+        sizes = [len(c.values) + 1 if c is not None else 1 for c in cols]
+        if math.prod(sizes) < 2**62:
+            key = codes[0]
+            for code, size in zip(codes[1:], sizes[1:], strict=True):
+                key = key * size + code
+            uniq, inverse = np.unique(key, return_inverse=True)
+            ucodes: list[np.ndarray] = [np.zeros(0, np.int64)] * len(cols)
+            for j in range(len(cols) - 1, -1, -1):
+                ucodes[j] = uniq % sizes[j]
+                uniq = uniq // sizes[j]
+        else:
+            stacked, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
+            ucodes = [stacked[:, j] for j in range(len(cols))]
+        n = len(ucodes[0])
+        pairs = [[(name, c.values[k - 1]) if k else None for k in uc.tolist()] if c is not None else [None] * n
+                 for name, c, uc in zip(names, cols, ucodes, strict=True)]
+        if all(int(uc.min(initial=1)) > 0 for uc in ucodes):
+            groups: list[Labels] = list(zip(*pairs, strict=True))
+            ranks = [self._value_ranks(name)[uc - 1] for name, uc in zip(names, ucodes, strict=True)]
+            order = np.lexsort(ranks[::-1]) if n else np.zeros(0, np.int64)
+        else:
+            groups = [tuple(p for p in g if p is not None) for g in zip(*pairs, strict=True)]
+            order = np.array(sorted(range(n), key=lambda i: groups[i]), dtype=np.int64)
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n)
+        return [groups[i] for i in order.tolist()], rank[inverse.reshape(-1)]
+
+    def _value_ranks(self, name: str) -> np.ndarray:
+        """Each value id's rank in sorted order among the column's values, kept until it grows."""
+        col = self.columns[name]
+        cached = self._ranks.get(name)
+        if cached is None or cached[0] != len(col.values):
+            ranks = np.empty(len(col.values), dtype=np.int64)
+            ranks[sorted(range(len(col.values)), key=col.values.__getitem__)] = np.arange(len(col.values))
+            cached = self._ranks[name] = (len(col.values), ranks)
+        return cached[1]
 
     def pods_with_prefix(self, prefix: str) -> Iterator[str]:
         return iter(self.pods.irange(prefix, prefix + "\uffff"))
