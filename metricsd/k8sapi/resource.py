@@ -87,9 +87,17 @@ def values_of(req: pb.AggregateRequest, resp: pb.AggregateResponse) -> Values:
     last = np.array(resp.values, dtype=np.float64)[n - 1::n]
     ok = (np.array(resp.numerator.count, dtype=np.float64)[n - 1::n] > 0) & np.isfinite(last)
     groups = resp.groups
+    # Group labels come sorted by name: with all of them present, take the values by position.
+    names = sorted(set(by))
+    where = [names.index(k) for k in by]
     for g, value in zip(np.flatnonzero(ok).tolist(), last[ok].tolist(), strict=True):
-        labels = {lab.name: lab.value for lab in groups[g].labels}
-        out[tuple(labels.get(k, "") for k in by)] = value
+        labels = groups[g].labels
+        if len(labels) == len(names):
+            values = [lab.value for lab in labels]
+            out[tuple(values[i] for i in where)] = value
+        else:
+            have = {lab.name: lab.value for lab in labels}
+            out[tuple(have.get(k, "") for k in by)] = value
     return out
 
 

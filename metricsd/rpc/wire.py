@@ -45,8 +45,13 @@ _OPS = {pb.Matcher.EQ: MatchOp.EQ, pb.Matcher.NEQ: MatchOp.NEQ, pb.Matcher.RE: M
 _OPS_BACK = {v: k for k, v in _OPS.items()}
 
 
+_ONE_BYTE = tuple(bytes([i]) for i in range(128))
+
+
 def varint(n: int) -> bytes:
     """Protobuf's base-128 varint of a non-negative int (< 2**64)."""
+    if n < 128:
+        return _ONE_BYTE[n]  # tags and short lengths, the most common by far
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
