@@ -81,12 +81,14 @@ async def point(series: int, ticks: int, live_ticks: int, queries: int) -> dict[
 
 
 def markdown(r: dict[str, Any]) -> str:
-    rows = ["| series | pods (in `big`) | samples | RSS, MiB | RSS per series, bytes | RSS per sample, bytes | live "
-            "ingest, CPU s per million | backfill ingest, CPU s per million | HPA question over `big`, c1 p50 / p99 |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| series | pods (in `big`) | samples | RSS, MiB | RSS per series, bytes | of which above the idle process "
+            "| RSS per sample, bytes | live ingest, CPU s per million | backfill ingest, CPU s per million "
+            "| HPA question over `big`, c1 p50 / p99 |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in r["points"]:
+        above = (p["rss_mib"] - p["idle_rss_mib"]) * 2**20 / p["series"]
         rows.append(f"| {p['series']:,} | {p['pods']:,} ({p['big_pods']:,}) | {p['samples']:,} | {p['rss_mib']:,.0f} | "
-                    f"{p['rss_bytes_per_series']:,.0f} | {p['rss_bytes_per_sample']:.2f} | "
+                    f"{p['rss_bytes_per_series']:,.0f} | {above:,.0f} | {p['rss_bytes_per_sample']:.2f} | "
                     f"{p['live_cpu_s_per_million']:.2f} | {p['backfill_cpu_s_per_million']:.2f} | "
                     f"{p['hpa_p50_ms']:.1f} / {p['hpa_p99_ms']:.1f} ms |")
     return "\n".join(rows)
@@ -126,7 +128,15 @@ def main() -> None:
     p.add_argument("--minutes", type=int, default=60, help="minutes of data at 10 s")
     p.add_argument("--live-minutes", type=int, default=10, help="of which the last go in the live shape")
     p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--report", action="store_true", help="print the table and redraw the plot from the last JSON")
     args = p.parse_args()
+    out = HERE / "results"
+    if args.report:
+        r = json.loads((out / "bench_scale.json").read_text())
+        plot(r, out / "scale_curve.png")
+        print(f"command: {r['command']}  (cores: {r['cores']}, Python {r['python']})")
+        print(markdown(r))
+        return
     points = [int(x) for x in args.points.split(",") if x.strip()]
     r: dict[str, Any] = {"command": " ".join([".venv/bin/python", "perf/bench_scale.py", *sys.argv[1:]]),
                          "cores": os.cpu_count(), "python": platform.python_version(), "points": []}
@@ -134,7 +144,6 @@ def main() -> None:
         print(f"{n:,} series ...", flush=True)
         r["points"].append(asyncio.run(point(n, args.minutes * 6, args.live_minutes * 6, args.queries)))
         print(markdown({"points": r["points"][-1:]}).splitlines()[-1], flush=True)
-    out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "bench_scale.json").write_text(json.dumps(r, indent=2))
     plot(r, out / "scale_curve.png")
