@@ -78,8 +78,8 @@ async def _serve_proxy(port: int, stores: list[str], digest_reads: bool) -> None
     from metricsd.rpc.servicer import MetricsServicer
 
     members = [Member(f"store-{i}", addr) for i, addr in enumerate(stores)]
-    proxy = ProxyBackend(StaticMapSource(assign(members, None, SLOTS, 3)), ProxySettings(call_timeout_s=30, digest_reads=digest_reads),
-                         SystemClock())
+    proxy = ProxyBackend(StaticMapSource(assign(members, None, SLOTS, 3)),
+                         ProxySettings(call_timeout_s=30, digest_reads=digest_reads), SystemClock())
     server, _ = await start_grpc_server(MetricsServicer(proxy), "127.0.0.1", port)
     await _until_signal()
     await server.stop(None)
