@@ -106,7 +106,8 @@ def test_every_manifest_parses_and_lives_in_the_metricsd_namespace() -> None:
 def test_the_roles_are_all_deployed_as_the_cluster_issue_asks() -> None:
     by_command = {(w["kind"], c["command"][1]): w for w, c in metricsd_containers()}
     assert set(by_command) == {("StatefulSet", "store"), ("Deployment", "proxy"),
-                               ("Deployment", "config-server"), ("DaemonSet", "agent"), ("Deployment", "k8s-api")}
+                               ("Deployment", "config-server"), ("DaemonSet", "agent"), ("Deployment", "k8s-api"),
+                               ("Deployment", "hpa"), ("Deployment", "vpa")}
     etcd = next(w for w in workloads() if w["metadata"]["name"] == "metricsd-etcd")
     assert etcd["kind"] == "StatefulSet" and etcd["spec"]["replicas"] == 3
     image = etcd["spec"]["template"]["spec"]["containers"][0]["image"]
@@ -149,7 +150,8 @@ def test_every_data_listener_in_a_pod_has_tls_and_tokens_and_the_files_are_mount
     mounted volume."""
     for workload, container in metricsd_containers():
         args = parse(container)
-        if args.command in ("store", "proxy"):
+        listens_off_loopback = getattr(args, "http_host", "127.0.0.1") != "127.0.0.1"
+        if args.command in ("store", "proxy") or (args.command in ("hpa", "vpa") and listens_off_loopback):
             assert args.tls_cert and args.tls_key and (args.tokens_file or args.tokenreview), container["name"]
             assert not args.insecure
         if args.command == "k8s-api":  # the aggregator's front proxy is told apart by its CA
@@ -159,7 +161,8 @@ def test_every_data_listener_in_a_pod_has_tls_and_tokens_and_the_files_are_mount
         volumes = {v["name"] for v in workload["spec"]["template"]["spec"].get("volumes", [])}
         volumes |= {c["metadata"]["name"] for c in workload["spec"].get("volumeClaimTemplates", [])}
         assert {m["name"] for m in container.get("volumeMounts", [])} <= volumes, container["name"]
-        for flag in ("tls_cert", "tls_key", "tls_client_ca", "tls_ca", "rules", "requestheader_client_ca_file"):
+        for flag in ("tls_cert", "tls_key", "tls_client_ca", "tls_ca", "rules", "requestheader_client_ca_file",
+                     "spec"):
             path = getattr(args, flag, None)
             if path is not None:
                 assert any(str(path).startswith(m + "/") for m in mounts), f"{container['name']}: {path} not mounted"

@@ -23,7 +23,6 @@ from aiohttp import web
 from metricsd.clock import SystemClock
 from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args, run_main, stop_event
 from metricsd.cmd.security import (
-    add_client_arguments,
     add_security_arguments,
     client_from_args,
     require_secure_or_loopback,
@@ -100,12 +99,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--hpa-spec", type=Path, help="HPA specs whose schedules plan today's replica curves")
             p.add_argument("--state", type=Path, help="JSON file of the node states, kept across restarts "
                            "(default: memory only)")
-            p.add_argument("--http-port", type=int, help="serve /api/v1/metricsd/colocation (status, time-share "
-                           "table) on this port")
-            p.add_argument("--http-host", default="127.0.0.1", help="address for --http-port")
-            add_security_arguments(p)  # the status port is a listener: TLS, tokens, --insecure as any other
-        else:
-            add_client_arguments(p)
+        # In a pod the status port is also what the kubelet probes (/healthz), so every consumer has one.
+        p.add_argument("--http-port", type=int, help=f"serve /api/v1/metricsd/{kind} (status, decisions) and "
+                       "/healthz on this port")
+        p.add_argument("--http-host", default="127.0.0.1", help="address for --http-port")
+        add_security_arguments(p)  # the status port is a listener: TLS, tokens, --insecure as any other
         actions = p.add_subparsers(dest="action", metavar="{status}")
         st = actions.add_parser("status", help=f"print the {kind} decisions from the HTTP API as a table")
         st.add_argument("--url", default=http_url(), help="base URL of the metricsd HTTP API")
@@ -228,6 +226,13 @@ async def _serve_status(args: argparse.Namespace, controller: ColocationControll
         middlewares.append(auth_middleware(security.auth))
     app = web.Application(middlewares=middlewares)
     add_consumer_routes(app, document)
+
+    async def healthz(_: web.Request) -> web.Response:
+        # Liveness only: the loop answers. A failing sync (the API server or the proxy away) is in
+        # the status document, and a restart would not bring them back.
+        return web.Response(text="ok\n")
+
+    app.router.add_get("/healthz", healthz)
     runner, port = await start_http(app, args.http_host, args.http_port, security.tls)
     scheme = "https" if security.tls is not None else "http"
     print(f"metricsd {args.consumer}: status on {scheme}://{args.http_host}:{port}/api/v1/metricsd/"
