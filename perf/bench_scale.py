@@ -107,7 +107,12 @@ def plot(r: dict[str, Any], path: Path) -> None:
               ("live_cpu_s_per_million", "live-shape ingest, CPU s per million samples"),
               ("hpa_p50_ms", "HPA question over Deployment big, ms")]
     for ax, (key, title) in zip(axes, panels, strict=True):
-        ax.plot(xs, [p[key] for p in pts], marker="o", color="#1b7837", label="p50" if key == "hpa_p50_ms" else None)
+        label = {"hpa_p50_ms": "p50", "rss_bytes_per_series": "whole process"}.get(key)
+        ax.plot(xs, [p[key] for p in pts], marker="o", color="#1b7837", label=label)
+        if key == "rss_bytes_per_series":
+            ax.plot(xs, [(p["rss_mib"] - p["idle_rss_mib"]) * 2**20 / p["series"] for p in pts], marker="o",
+                    color="#7fbf7b", label="above the idle process")
+            ax.legend(fontsize=8)
         if key == "hpa_p50_ms":
             ax.plot(xs, [p["hpa_p99_ms"] for p in pts], marker="_", color="black", linestyle="--", label="p99")
             ax.legend(fontsize=8)
