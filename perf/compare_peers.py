@@ -156,6 +156,8 @@ class Processes:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:
+            self.print_logs()
         self.stop_all()
         signal.signal(signal.SIGTERM, self._old_term)  # type: ignore[arg-type]
         shutil.rmtree(self._tmp, ignore_errors=True)
@@ -221,6 +223,16 @@ class Processes:
                 "--plaintext", "--base-port", str(base), "--data-dir", str(d)]
         return self._start(name, argv, f"http://127.0.0.1:{base}", "/api/v1/status/buildinfo", d,
                            grpc_address=f"127.0.0.1:{base + 1}", tree=True)
+
+    def print_logs(self, lines: int = 25) -> None:
+        """The end of every server's log (a cluster's: each of its processes'), to see why a run failed."""
+        for s in self.servers:
+            logs = [s.log_path, *sorted((s.data_dir / "logs").glob("*.log"))] if s.tree else [s.log_path]
+            for log in logs:
+                if log.is_file():
+                    tail = log.read_text(errors="replace").splitlines()[-lines:]
+                    print(f"--- {s.name}: {log.name} (last {len(tail)} lines)", file=sys.stderr)
+                    print("\n".join(tail), file=sys.stderr)
 
     def stop_all(self) -> None:
         """SIGTERM each server, then SIGKILL what is still running after 20 s."""

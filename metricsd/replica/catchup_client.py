@@ -27,7 +27,8 @@ import numpy as np
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.replica.catchup import missing_only
-from metricsd.replica.digest import SeriesDigests, bucket_count, repair_ranges, store_digest
+from metricsd.replica.digest import SeriesDigests, bucket_count, repair_ranges
+from metricsd.replica.digestloop import store_digest_async
 from metricsd.rpc.wire import labels_from_pb
 from metricsd.store.engine import Store, WriteResult
 from metricsd.store.recovery import CATCH_UP_WINDOW_MS, request_arrays
@@ -150,7 +151,7 @@ async def sync_slots(stub: pb_grpc.MetricsStub, store: Store, apply: Apply, slot
         req = pb.DigestRequest(slots=pb.SlotFilter(slot_count=slot_count, slots=group), start_ms=start_ms,
                                end_ms=end_ms, bucket_ms=bucket_ms)
         remote = await stub.Digest(req, timeout=timeout_s)
-        local = store_digest(store, req)
+        local = await store_digest_async(store, req)
         mine = {d.slot: (d.series, d.samples, d.hash) for d in local.slots}
         stats.slots_compared += len(group)
         empty: list[int] = []
@@ -172,7 +173,7 @@ async def sync_slots(stub: pb_grpc.MetricsStub, store: Store, apply: Apply, slot
             sreq = pb.DigestRequest(slots=pb.SlotFilter(slot_count=slot_count, slots=[slot]), start_ms=start_ms,
                                     end_ms=end_ms, bucket_ms=bucket_ms, per_series=True)
             theirs = series_digests(await stub.Digest(sreq, timeout=timeout_s), n_buckets)
-            ours = series_digests(store_digest(store, sreq), n_buckets)
+            ours = series_digests(await store_digest_async(store, sreq), n_buckets)
             for lo, hi in repair_ranges(ours, theirs, start_ms, end_ms, bucket_ms):
                 stats.ranges_copied += 1
                 await catch_up(stub, pb.SlotFilter(slot_count=slot_count, slots=[slot]), lo, hi, apply,

@@ -31,8 +31,9 @@ from metricsd.maths.slots import SlotFilter
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.store.engine import Store
 
-__all__ = ["SeriesDigests", "SlotDigests", "bucket_count", "combine_slots", "digest_series", "mix64",
-           "repair_ranges", "sample_hashes", "store_digest", "store_samples"]
+__all__ = ["SeriesDigests", "SlotDigests", "SlotSamples", "bucket_count", "combine_slots", "digest_request",
+           "digest_response", "digest_series", "mix64", "repair_ranges", "sample_hashes", "store_digest",
+           "store_samples"]
 
 C1 = np.uint64(0x9E3779B97F4A7C15)
 C2 = np.uint64(0xD6E8FEB86659FD93)
@@ -174,27 +175,56 @@ def store_samples(store: Store, slot_count: int, slots: list[int], start_ms: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(ids, counts, timestamps, values, slot per series) of the store's series in ``slots``, in
     [start_ms, end_ms]; series without samples there are left out. One read per series."""
-    rows = store.select([], SlotFilter(slot_count, tuple(slots)) if slot_count else None)
-    ids, counts, ts_parts, val_parts, row_list = [], [], [], [], []
-    for row in rows.tolist():
-        t, v = store.series_samples(row, start_ms, end_ms)
-        if len(t) == 0:
-            continue
-        ids.append(store.index.ids[row])
-        counts.append(len(t))
-        ts_parts.append(t)
-        val_parts.append(v)
-        row_list.append(row)
-    row_arr = np.array(row_list, dtype=np.int64)
-    series_slots = ((store.index.pod_hash[row_arr] % np.uint64(slot_count)).astype(np.int64) if slot_count
-                    else np.zeros(len(row_arr), dtype=np.int64))
-    return (np.array(ids, dtype=np.uint64), np.array(counts, dtype=np.int64),
-            np.concatenate(ts_parts) if ts_parts else np.zeros(0, dtype=np.int64),
-            np.concatenate(val_parts) if val_parts else np.zeros(0, dtype=np.float64), series_slots)
+    samples = SlotSamples(store, slot_count, slots, start_ms, end_ms)
+    samples.read(len(samples.rows))
+    return samples.arrays()
 
 
-def store_digest(store: Store, request: pb.DigestRequest) -> pb.DigestResponse:
-    """Answer a DigestRequest from the store. Raises ValueError for a bad slot filter or range."""
+class SlotSamples:
+    """The samples of a slot set read a slice of series at a time (``read``), so an async caller
+    can let other requests run between slices: a digest of a day of data decodes every chunk of
+    its series, seconds of work on a large store (metricsd/replica/digestloop.py)."""
+
+    def __init__(self, store: Store, slot_count: int, slots: list[int], start_ms: int, end_ms: int) -> None:
+        self.store, self.slot_count, self.start_ms, self.end_ms = store, slot_count, start_ms, end_ms
+        self.rows = store.select([], SlotFilter(slot_count, tuple(slots)) if slot_count else None).tolist()
+        self.next = 0
+        self._ids: list[int] = []
+        self._counts: list[int] = []
+        self._ts: list[np.ndarray] = []
+        self._vals: list[np.ndarray] = []
+        self._rows: list[int] = []
+
+    @property
+    def done(self) -> bool:
+        return self.next >= len(self.rows)
+
+    def read(self, n: int) -> None:
+        """Read the next ``n`` series. A row's id and samples are read together, so a series
+        dropped or added meanwhile is seen whole or not at all."""
+        store = self.store
+        for row in self.rows[self.next : self.next + n]:
+            t, v = store.series_samples(row, self.start_ms, self.end_ms)
+            if len(t) == 0:
+                continue
+            self._ids.append(store.index.ids[row])
+            self._counts.append(len(t))
+            self._ts.append(t)
+            self._vals.append(v)
+            self._rows.append(row)
+        self.next += n
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        row_arr = np.array(self._rows, dtype=np.int64)
+        series_slots = ((self.store.index.pod_hash[row_arr] % np.uint64(self.slot_count)).astype(np.int64)
+                        if self.slot_count else np.zeros(len(row_arr), dtype=np.int64))
+        return (np.array(self._ids, dtype=np.uint64), np.array(self._counts, dtype=np.int64),
+                np.concatenate(self._ts) if self._ts else np.zeros(0, dtype=np.int64),
+                np.concatenate(self._vals) if self._vals else np.zeros(0, dtype=np.float64), series_slots)
+
+
+def digest_request(request: pb.DigestRequest) -> tuple[int, list[int]]:
+    """(slot count, slots) of a DigestRequest. Raises ValueError for a bad slot filter or range."""
     f = request.slots
     if f.slot_count == 0:
         slot_count, slots = 0, [0]
@@ -205,7 +235,11 @@ def store_digest(store: Store, request: pb.DigestRequest) -> pb.DigestResponse:
         slot_count = f.slot_count
     if request.end_ms < request.start_ms:
         raise ValueError(f"end_ms {request.end_ms} is before start_ms {request.start_ms}")
-    ids, counts, ts, vals, series_slots = store_samples(store, slot_count, slots, request.start_ms, request.end_ms)
+    return slot_count, slots
+
+
+def digest_response(request: pb.DigestRequest, slots: list[int], samples: SlotSamples) -> pb.DigestResponse:
+    ids, counts, ts, vals, series_slots = samples.arrays()
     d = digest_series(ids, counts, ts, vals, request.start_ms, request.end_ms, request.bucket_ms, request.per_series)
     per_slot = combine_slots(np.array(slots, dtype=np.int64), series_slots, d)
     resp = pb.DigestResponse()
@@ -218,3 +252,11 @@ def store_digest(store: Store, request: pb.DigestRequest) -> pb.DigestResponse:
             resp.series.add(id=int(d.ids[i]), slot=int(series_slots[i]), samples=int(d.samples[i]),
                             hash=int(d.hashes[i]), bucket_hashes=d.buckets[i].tolist())
     return resp
+
+
+def store_digest(store: Store, request: pb.DigestRequest) -> pb.DigestResponse:
+    """Answer a DigestRequest from the store at once. Raises ValueError for a bad slot filter or range."""
+    slot_count, slots = digest_request(request)
+    samples = SlotSamples(store, slot_count, slots, request.start_ms, request.end_ms)
+    samples.read(len(samples.rows))
+    return digest_response(request, slots, samples)

@@ -3,8 +3,9 @@
 CatchUp and Digest read the store's own data, whatever the backend in front of it does (a cluster
 store's OwnershipBackend refuses requests for slots it does not hold; a peer catching up asks for
 slots both hold, or that this store held until a map change, so these two are not filtered).
-Each page and digest is built synchronously on the event loop, like every other store handler,
-so the engine needs no lock; a stream yields between pages, letting writes in.
+Each page and digest is built on the event loop, like every other store handler, so the engine
+needs no lock; a stream yields between pages, and a digest between slices of series
+(digestloop.py), letting writes in.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import grpc
 
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.replica.catchup import pages
-from metricsd.replica.digest import store_digest
+from metricsd.replica.digestloop import store_digest_async
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.servicer import MetricsServicer
 from metricsd.store.api import StoreAPI
@@ -52,7 +53,7 @@ class StoreNodeServicer(MetricsServicer):
 
     async def Digest(self, request: pb.DigestRequest, context: grpc.aio.ServicerContext) -> pb.DigestResponse:
         try:
-            resp = store_digest(self.api.store, request)
+            resp = await store_digest_async(self.api.store, request)
         except ValueError as e:
             log.info("Digest rejected: %s", e)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
