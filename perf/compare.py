@@ -102,11 +102,18 @@ async def wait_cluster_ready(client: MetricsClient, name: str, timeout_s: float 
     raise RuntimeError(f"{name} did not become ready in {timeout_s:.0f} s: {last}")
 
 
-def grpc_sender(client: MetricsClient) -> Send:
+def grpc_sender(client: MetricsClient, duplicates: dict[str, int], name: str) -> Send:
+    """Every sample must be accepted. A duplicate counts as accepted, as the write policy has it (a
+    timestamp the series holds already: first write wins, so a retry is idempotent) and as the
+    remote-write path counts it; a cluster reports some when a replica got a sample by
+    anti-entropy or a retried call before its own copy of the write landed. They are counted in
+    the results, not hidden."""
     async def send(b: Batch) -> None:
         resp = await client.write(b.grpc)
-        if resp.unknown_ids or resp.rejected_too_old or resp.rejected_duplicate or resp.samples_written != b.samples:
-            raise RuntimeError(f"metricsd write: unexpected response {resp}")
+        if resp.unknown_ids or resp.rejected_too_old or resp.samples_written + resp.rejected_duplicate != b.samples:
+            raise RuntimeError(f"{name} write: unexpected response {resp}")
+        if resp.rejected_duplicate:
+            duplicates[name] = duplicates.get(name, 0) + resp.rejected_duplicate
     return send
 
 
@@ -286,7 +293,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 connector=aiohttp.TCPConnector(limit=64), timeout=aiohttp.ClientTimeout(total=300)))
             if "metricsd-cluster" in clients:
                 await wait_cluster_ready(clients["metricsd-cluster"], "metricsd-cluster")
-            senders: dict[str, Send] = {n: grpc_sender(c) for n, c in clients.items()}
+            duplicates: dict[str, int] = res.setdefault("duplicates_reported", {})
+            senders: dict[str, Send] = {n: grpc_sender(c, duplicates, n) for n, c in clients.items()}
             senders.update({n: remote_write_sender(http, s) for n, s in servers.items() if n not in clients})
             ms: list[dict[str, Any]] = []
             for shape, live in (("backfill", False), ("live", True)):

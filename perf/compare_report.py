@@ -155,6 +155,11 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {title} | {' | '.join(cells)} | {_ratio(idx, 'metricsd', 'prometheus', name)} "
                      f"| {_ratio(idx, 'metricsd', 'victoriametrics', name)} "
                      f"| {_ratio(idx, 'metricsd-cluster', 'victoriametrics', name)} |")
+    dups = {k: v for k, v in result.get("duplicates_reported", {}).items() if v}
+    if dups:
+        lines += ["", "Samples acknowledged as duplicates during ingest (held already, first write wins; in a "
+                  "cluster a replica can get a sample by anti-entropy or a retried call before its own copy of "
+                  "the write lands): " + ", ".join(f"{LABELS.get(k, k)} {v:,}" for k, v in sorted(dups.items())) + "."]
     lines += [
         "",
         f"Query latency, {result['queries']} queries per system and row after {result['warmup']} warm-up "
