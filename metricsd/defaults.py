@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "AGENT_METRICS_PORT",
+    "ANTI_ENTROPY_INTERVAL_S",
     "CONFIG_SERVER_HEALTH_PORT",
     "GRPC_PORT",
     "HOST",
@@ -37,6 +38,9 @@ CONFIG_SERVER_HEALTH_PORT = 7403
 
 SNAPSHOT_INTERVAL_S = 600.0
 """Seconds between a durable store's snapshots (and one on a clean shutdown)."""
+
+ANTI_ENTROPY_INTERVAL_S = 240.0
+"""Seconds between a cluster store's anti-entropy rounds (metricsd/replica/replication.py)."""
 
 LEASE_TTL_S = 5
 """etcd lease of a store's member record and of the config servers' leader key, seconds."""

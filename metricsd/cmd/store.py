@@ -52,7 +52,7 @@ from metricsd.store.settings import StoreSettings
 
 __all__ = ["add_arguments", "add_parser", "advertised_address", "run", "serve"]
 
-from metricsd.defaults import GRPC_PORT, HOST, LEASE_TTL_S, SNAPSHOT_INTERVAL_S
+from metricsd.defaults import ANTI_ENTROPY_INTERVAL_S, GRPC_PORT, HOST, LEASE_TTL_S, SNAPSHOT_INTERVAL_S
 
 _log = logging.getLogger("metricsd.store")
 
@@ -92,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --data-dir: always fsync before acknowledging, every second (default), or never")
     p.add_argument("--snapshot-every", type=float, default=SNAPSHOT_INTERVAL_S,
                    help="with --data-dir: seconds between snapshots (default %(default)s)")
-    p.add_argument("--sync-interval", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--sync-interval", type=float, default=ANTI_ENTROPY_INTERVAL_S, metavar="SECONDS",
                    help="with --etcd: seconds between anti-entropy rounds with the other replicas "
                         "(default %(default)s)")
     add_security_arguments(p, probes=True)

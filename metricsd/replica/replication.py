@@ -34,6 +34,7 @@ from metricsd.cluster.mapsource import MapSource
 from metricsd.cluster.member import describe_slots
 from metricsd.cluster.membership import MemberEvent, transition
 from metricsd.cluster.shardmap import MemberState, ShardMap
+from metricsd.defaults import ANTI_ENTROPY_INTERVAL_S
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.replica.catchup_client import Apply, CatchUpError, CatchUpStats, sync_slots
@@ -54,7 +55,12 @@ Publish = Callable[[MemberState], Awaitable[None]]
 class SyncSettings:
     """How a store keeps level with its peers.
 
-    interval_s: seconds between anti-entropy rounds.
+    interval_s: seconds between anti-entropy rounds. A round digests its slots over the whole
+        window, decoding every chunk of their series (no digest is kept between rounds), so a
+        pass over a store costs about as much CPU as reading all it holds: every 4 minutes, with
+        64 slots a pass takes 16 minutes. Every 30 s, on a 40,000-series cluster fed the
+        side-by-side workload, anti-entropy took more CPU than the writes (perf/RESULTS.md).
+        Hinted hand-off and read repair do the quick repairs; this is the backstop.
     slots_per_round: slots compared per round (bounded work; a full pass takes
         held slots / slots_per_round rounds).
     window_ms: how far back catch-up and anti-entropy look; None: the store's retention.
@@ -67,7 +73,7 @@ class SyncSettings:
     call_timeout_s: per Digest call and per CatchUp stream (a stream cut by it resumes).
     """
 
-    interval_s: float = 30.0
+    interval_s: float = ANTI_ENTROPY_INTERVAL_S
     slots_per_round: int = 16
     window_ms: int | None = None
     settle_ms: int = 10_000
