@@ -27,7 +27,8 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 # The subcommand -> the module under metricsd.cmd that registers it, in the order of --help.
 COMMANDS: dict[str, str] = {
     "up": "up", "query": "query", "hpa": "consumers", "vpa": "consumers", "overcommit": "consumers",
-    "colocation": "consumers", "agent": "agent", "store": "store", "proxy": "proxy", "config-server": "configserver",
+    "colocation": "consumers", "agent": "agent", "store": "store", "proxy": "proxy", "federate": "federate",
+    "config-server": "configserver",
     "cluster": "cluster", "chaos": "chaos", "token": "token", "k8s-api": "k8sapi",
 }
 

@@ -8,6 +8,7 @@ this process or behind a proxy. ``/`` is the dashboard page (dashboard.py).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -28,6 +29,7 @@ from metricsd.http.settings import HttpSettings
 from metricsd.promql import PromQLError
 from metricsd.promql.queries import QueryRunner
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
+from metricsd.rpc.missing import Missing, collecting, warning
 from metricsd.security.auth import Authenticator
 from metricsd.security.settings import ServerSecurity
 from metricsd.security.tls import ServerTLS
@@ -67,6 +69,25 @@ def _as_api_error(e: Exception, settings: HttpSettings) -> ApiError | None:
     return None
 
 
+NATIVE_PREFIX = "/api/v1/metricsd/"
+
+
+def _with_missing(resp: web.StreamResponse, missing: list[Missing], native: bool) -> web.StreamResponse:
+    """A JSON answer with the clusters a federating backend could not reach (metricsd/rpc/missing.py):
+    Prometheus' ``warnings`` (which Grafana shows on the panel) and, on the native API, also
+    ``missingClusters``, so that a partial answer never reads as whole."""
+    if not isinstance(resp, web.Response) or resp.content_type != "application/json" or not isinstance(
+            resp.body, bytes):
+        return resp
+    doc = json.loads(resp.body)
+    if not isinstance(doc, dict):
+        return resp
+    doc["warnings"] = [*doc.get("warnings", []), *(warning(m) for m in missing)]
+    if native:
+        doc["missingClusters"] = [{"cluster": m.cluster, "reason": m.reason} for m in missing]
+    return web.json_response(doc, status=resp.status)
+
+
 def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> Callable[..., Awaitable[
         web.StreamResponse]]:
     @web.middleware
@@ -76,8 +97,11 @@ def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> C
         resource = request.match_info.route.resource
         name = resource.canonical if resource is not None else "unmatched"
         try:
-            async with asyncio.timeout(settings.request_timeout_s):
-                resp = await handler(request)
+            with collecting() as missing:
+                async with asyncio.timeout(settings.request_timeout_s):
+                    resp = await handler(request)
+            if missing:
+                resp = _with_missing(resp, missing, request.path.startswith(NATIVE_PREFIX))
         except web.HTTPException as e:
             err = _as_api_error(e, settings)
             if err is None:

@@ -115,6 +115,14 @@ class SlotFilter(_message.Message):
     slots: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, slot_count: _Optional[int] = ..., slots: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class MissingCluster(_message.Message):
+    __slots__ = ("cluster", "reason")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    reason: str
+    def __init__(self, cluster: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class ReadRequest(_message.Message):
     __slots__ = ("matchers", "start_ms", "end_ms", "slots")
     MATCHERS_FIELD_NUMBER: _ClassVar[int]
@@ -140,10 +148,12 @@ class SeriesData(_message.Message):
     def __init__(self, id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ..., timestamps: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("series",)
+    __slots__ = ("series", "missing_clusters")
     SERIES_FIELD_NUMBER: _ClassVar[int]
+    MISSING_CLUSTERS_FIELD_NUMBER: _ClassVar[int]
     series: _containers.RepeatedCompositeFieldContainer[SeriesData]
-    def __init__(self, series: _Optional[_Iterable[_Union[SeriesData, _Mapping]]] = ...) -> None: ...
+    missing_clusters: _containers.RepeatedCompositeFieldContainer[MissingCluster]
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesData, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ...) -> None: ...
 
 class AggregateQuery(_message.Message):
     __slots__ = ("matchers", "series_fn", "window_ms")
@@ -226,7 +236,7 @@ class Group(_message.Message):
     def __init__(self, labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ...) -> None: ...
 
 class AggregateResponse(_message.Message):
-    __slots__ = ("timestamps", "groups", "numerator", "denominator", "values", "numerator_series", "denominator_series", "series_scanned", "samples_scanned", "slot_digests")
+    __slots__ = ("timestamps", "groups", "numerator", "denominator", "values", "numerator_series", "denominator_series", "series_scanned", "samples_scanned", "slot_digests", "missing_clusters")
     TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     NUMERATOR_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +247,7 @@ class AggregateResponse(_message.Message):
     SERIES_SCANNED_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_SCANNED_FIELD_NUMBER: _ClassVar[int]
     SLOT_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_CLUSTERS_FIELD_NUMBER: _ClassVar[int]
     timestamps: _containers.RepeatedScalarFieldContainer[int]
     groups: _containers.RepeatedCompositeFieldContainer[Group]
     numerator: Partials
@@ -247,7 +258,8 @@ class AggregateResponse(_message.Message):
     series_scanned: int
     samples_scanned: int
     slot_digests: SlotDigests
-    def __init__(self, timestamps: _Optional[_Iterable[int]] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., numerator: _Optional[_Union[Partials, _Mapping]] = ..., denominator: _Optional[_Union[Partials, _Mapping]] = ..., values: _Optional[_Iterable[float]] = ..., numerator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., denominator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., series_scanned: _Optional[int] = ..., samples_scanned: _Optional[int] = ..., slot_digests: _Optional[_Union[SlotDigests, _Mapping]] = ...) -> None: ...
+    missing_clusters: _containers.RepeatedCompositeFieldContainer[MissingCluster]
+    def __init__(self, timestamps: _Optional[_Iterable[int]] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., numerator: _Optional[_Union[Partials, _Mapping]] = ..., denominator: _Optional[_Union[Partials, _Mapping]] = ..., values: _Optional[_Iterable[float]] = ..., numerator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., denominator_series: _Optional[_Union[SeriesPartials, _Mapping]] = ..., series_scanned: _Optional[int] = ..., samples_scanned: _Optional[int] = ..., slot_digests: _Optional[_Union[SlotDigests, _Mapping]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ...) -> None: ...
 
 class SeriesRollups(_message.Message):
     __slots__ = ("id", "labels", "hours", "min", "max", "sum", "count", "last")
@@ -270,10 +282,12 @@ class SeriesRollups(_message.Message):
     def __init__(self, id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ..., hours: _Optional[_Iterable[int]] = ..., min: _Optional[_Iterable[float]] = ..., max: _Optional[_Iterable[float]] = ..., sum: _Optional[_Iterable[float]] = ..., count: _Optional[_Iterable[float]] = ..., last: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class RollupsResponse(_message.Message):
-    __slots__ = ("series",)
+    __slots__ = ("series", "missing_clusters")
     SERIES_FIELD_NUMBER: _ClassVar[int]
+    MISSING_CLUSTERS_FIELD_NUMBER: _ClassVar[int]
     series: _containers.RepeatedCompositeFieldContainer[SeriesRollups]
-    def __init__(self, series: _Optional[_Iterable[_Union[SeriesRollups, _Mapping]]] = ...) -> None: ...
+    missing_clusters: _containers.RepeatedCompositeFieldContainer[MissingCluster]
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesRollups, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ...) -> None: ...
 
 class ListSeriesRequest(_message.Message):
     __slots__ = ("matchers", "limit", "slots")
@@ -286,10 +300,12 @@ class ListSeriesRequest(_message.Message):
     def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., limit: _Optional[int] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ...) -> None: ...
 
 class ListSeriesResponse(_message.Message):
-    __slots__ = ("series",)
+    __slots__ = ("series", "missing_clusters")
     SERIES_FIELD_NUMBER: _ClassVar[int]
+    MISSING_CLUSTERS_FIELD_NUMBER: _ClassVar[int]
     series: _containers.RepeatedCompositeFieldContainer[SeriesLabels]
-    def __init__(self, series: _Optional[_Iterable[_Union[SeriesLabels, _Mapping]]] = ...) -> None: ...
+    missing_clusters: _containers.RepeatedCompositeFieldContainer[MissingCluster]
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesLabels, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ...) -> None: ...
 
 class LabelValuesRequest(_message.Message):
     __slots__ = ("name", "matchers", "slots")
@@ -302,10 +318,12 @@ class LabelValuesRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ...) -> None: ...
 
 class LabelValuesResponse(_message.Message):
-    __slots__ = ("values",)
+    __slots__ = ("values", "missing_clusters")
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    MISSING_CLUSTERS_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
+    missing_clusters: _containers.RepeatedCompositeFieldContainer[MissingCluster]
+    def __init__(self, values: _Optional[_Iterable[str]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ...) -> None: ...
 
 class CatchUpRequest(_message.Message):
     __slots__ = ("slots", "start_ms", "end_ms", "resume_token", "max_samples_per_page")
