@@ -21,7 +21,14 @@ def _ok(data_ref: str) -> dict[str, Any]:
     return {
         "type": "object",
         "required": ["status", "data"],
-        "properties": {"status": {"const": "success"}, "data": {"$ref": f"#/components/schemas/{data_ref}"}},
+        "properties": {
+            "status": {"const": "success"}, "data": {"$ref": f"#/components/schemas/{data_ref}"},
+            # from a federating proxy (metricsd federate) when some clusters did not answer
+            "warnings": {"type": "array", "items": {"type": "string"}},
+            "missingClusters": {"type": "array", "items": {
+                "type": "object", "required": ["cluster", "reason"],
+                "properties": {"cluster": {"type": "string"}, "reason": {"type": "string"}}}},
+        },
     }
 
 
