@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -45,11 +46,15 @@ def _call(url: str, path: str, form: dict[str, str | list[str]] | None = None) -
     return body
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.fixture(scope="module")
 def metricsd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from conftest import free_port
-
-    http_port, grpc_port = free_port(), free_port()
+    http_port, grpc_port = _free_port(), _free_port()
     log = (tmp_path_factory.mktemp("up") / "up.log").open("w")
     proc = subprocess.Popen(
         [str(BIN), "up", "--host", "127.0.0.1", "--grpc-port", str(grpc_port), "--http-port", str(http_port),
