@@ -44,6 +44,7 @@ from metricsd.consumers.hpa.parse import load_hpa_yaml
 from metricsd.consumers.loop import Periodic
 from metricsd.consumers.overcommit.config import load_overcommit_yaml
 from metricsd.consumers.overcommit.controller import OvercommitController
+from metricsd.consumers.publish import DecisionPublisher, Publishing
 from metricsd.consumers.specfields import SpecError
 from metricsd.consumers.statusfmt import format_status
 from metricsd.consumers.vpa.checkpoint import (
@@ -91,6 +92,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--colocation-selector", default="metricsd.io/colocation-pool=true",
                        help="label selector of the colocation-pool nodes (HPA scale-down preference)")
         p.add_argument("--once", action="store_true", help="run one sync, print its decisions, exit")
+        p.add_argument("--no-publish-decisions", action="store_true",
+                       help="do not write the decisions back to --addr as metricsd_* series (publishing needs a "
+                            "token with the write role; a failed publish is logged and the decision stands)")
         if kind == "vpa":
             p.add_argument("--checkpoint", type=Path, help="JSON file for the histograms (default: memory only, "
                            "or etcd with --etcd)")
@@ -187,13 +191,16 @@ async def _run_loop(args: argparse.Namespace) -> int:
         if not configs:
             raise SpecError("documents", "no OvercommitAdvisor in the file")
         controller = OvercommitController(configs[0], backend, actuator, clock)
-    status_site = await _serve_status(args, controller) if getattr(args, "http_port", None) is not None else None
+    publisher = None if args.no_publish_decisions else DecisionPublisher(backend)
+    status_site = (await _serve_status(args, controller, publisher) if getattr(args, "http_port", None) is not None
+                   else None)
+    syncable = controller if publisher is None else Publishing(controller, publisher)
     try:
         if args.once:
-            await controller.sync_once()
+            await syncable.sync_once()
             print(format_status(kind, controller.history()))
             return 0
-        loop = Periodic(controller)
+        loop = Periodic(syncable)
         loop.start()
         await stop_event().wait()
         await loop.stop()
@@ -210,14 +217,15 @@ async def _run_loop(args: argparse.Namespace) -> int:
 
 
 async def _serve_status(args: argparse.Namespace, controller: ColocationController | HPAController | VPAController
-                        | OvercommitController) -> web.AppRunner:
+                        | OvercommitController, publisher: DecisionPublisher | None = None) -> web.AppRunner:
     """GET /api/v1/metricsd/<kind> for this one consumer, read-only. A listener like any other:
     TLS and tokens (the read role) when given, and no non-loopback address without them unless
     --insecure. Raises ValueError naming the flag that is wrong."""
     def document(kind: str) -> dict[str, object]:
         if kind != args.consumer:
             raise KeyError(kind)
-        return {"status": controller.status(), "history": controller.history()}
+        publishing = publisher.document(kind) if publisher is not None else {"enabled": False}
+        return {"status": controller.status(), "history": controller.history(), "publishing": publishing}
 
     security = server_from_args(args)
     require_secure_or_loopback(args.http_host, security, args.insecure, f"metricsd {args.consumer} --http-port")

@@ -61,6 +61,7 @@ class UpOptions:
     backfill_ms: int = 3_600_000
     host: str = HOST
     consumers: bool = True
+    publish_decisions: bool = True  # the consumers write their decisions back as series
     wal_fsync: str = "interval"
     examples_dir: Path = field(default_factory=lambda: EXAMPLES_DIR)
     store_settings: StoreSettings | None = None  # None: StoreSettings() (no series limit)
@@ -131,13 +132,15 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     addr = f"{opts.host}:{port}"
     log.info("store serving gRPC on %s", addr)
     consumers: ConsumerSet | None = None
+    registry = CollectorRegistry()
     if opts.consumers and opts.examples_dir.is_dir():
         from metricsd.consumers.consumerset import start_consumers  # only when they run: ~3 MiB of RSS
 
-        consumers = start_consumers(backend, clock, opts.examples_dir, checkpoint_dir=opts.data_dir)
+        consumers = start_consumers(backend, clock, opts.examples_dir, checkpoint_dir=opts.data_dir,
+                                    publish=opts.publish_decisions, registry=registry)
     elif opts.consumers:
         log.warning("no consumer specs at %s: HPA, VPA, overcommit and colocation are not running", opts.examples_dir)
-    http_runner, http_port = await serve_http(backend, opts.host, opts.http_port, CollectorRegistry(), clock,
+    http_runner, http_port = await serve_http(backend, opts.host, opts.http_port, registry, clock,
                                               consumers=consumers.document if consumers is not None else None,
                                               security=opts.security, settings=opts.http_settings)
     client = MetricsClient(_dial(opts.host, port), security=_own_client(opts))
@@ -235,6 +238,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--seed", type=int, default=0, help="simulator seed")
     up.add_argument("--no-consumers", action="store_true",
                     help="do not run the HPA, VPA, overcommit advisor and colocation plan")
+    up.add_argument("--no-publish-decisions", action="store_true",
+                    help="do not write the consumers' decisions back as metricsd_* series (what the Grafana "
+                         "dashboards in deploy/grafana/ draw)")
     up.add_argument("--examples-dir", type=Path, default=EXAMPLES_DIR,
                     help="consumer specs (hpa.yaml, vpa.yaml, overcommit.yaml, colocation.yaml) to run in dry-run mode")
     add_query_arguments(up)
@@ -256,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
                      tls_server_name=args.tls_server_name,
                      grpc_port=args.grpc_port, http_port=args.http_port, data_dir=args.data_dir,
                      simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
-                     seed=args.seed, consumers=not args.no_consumers, examples_dir=args.examples_dir,
+                     seed=args.seed, consumers=not args.no_consumers,
+                     publish_decisions=not args.no_publish_decisions, examples_dir=args.examples_dir,
                      wal_fsync=args.wal_fsync, store_settings=store_settings(args))
     return run_main("metricsd up", run_up(opts), errors=(OSError,))

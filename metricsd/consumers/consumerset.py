@@ -3,7 +3,8 @@
 `start_consumers` reads hpa.yaml, vpa.yaml, overcommit.yaml and colocation.yaml from a directory
 (any may be missing; the colocation plan takes the HPAs' schedules for its replica curves) and
 builds the controllers on one backend and clock; `ConsumerSet.start()` runs each on its own
-period, the first sync at once, so decisions appear within seconds of start.
+period, the first sync at once, so decisions appear within seconds of start. Unless told not to,
+each sync's decisions are then written back as series (publish.py), so dashboards can draw them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from metricsd.clock import Clock
 from metricsd.consumers.actuators.base import Actuator, LogActuator
 from metricsd.consumers.colocation.controller import ColocationController
@@ -23,6 +26,7 @@ from metricsd.consumers.hpa.parse import load_hpa_yaml
 from metricsd.consumers.loop import Periodic
 from metricsd.consumers.overcommit.config import load_overcommit_yaml
 from metricsd.consumers.overcommit.controller import OvercommitController
+from metricsd.consumers.publish import DecisionPublisher, Publishing
 from metricsd.consumers.vpa.checkpoint import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
 from metricsd.consumers.vpa.controller import VPAController
 from metricsd.consumers.vpa.spec import load_vpa_yaml
@@ -41,6 +45,7 @@ class ConsumerSet:
     actuator: Actuator
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     colocation: ColocationController | None = None
+    publisher: DecisionPublisher | None = None
     _loops: list[Periodic] = field(default_factory=list)
 
     def controllers(self) -> dict[str, HPAController | VPAController | OvercommitController | ColocationController]:
@@ -52,7 +57,8 @@ class ConsumerSet:
         if self._loops:
             return
         for controller in self.controllers().values():
-            loop = Periodic(controller, self.sleep)
+            loop = Periodic(controller if self.publisher is None else Publishing(controller, self.publisher),
+                            self.sleep)
             loop.start()
             self._loops.append(loop)
 
@@ -66,9 +72,11 @@ class ConsumerSet:
         await self.actuator.close()
 
     def document(self, kind: str) -> dict[str, Any]:
-        """What /api/v1/metricsd/<kind> serves: {"status": ..., "history": [...]}. Raises KeyError."""
+        """What /api/v1/metricsd/<kind> serves: {"status": ..., "history": [...], "publishing": ...}.
+        Raises KeyError."""
         controller = self.controllers()[kind]
-        return {"status": controller.status(), "history": controller.history()}
+        publishing = self.publisher.document(kind) if self.publisher is not None else {"enabled": False}
+        return {"status": controller.status(), "history": controller.history(), "publishing": publishing}
 
 
 def start_consumers(
@@ -78,12 +86,15 @@ def start_consumers(
     actuator: Actuator | None = None,
     checkpoint_dir: Path | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    publish: bool = True,
+    registry: CollectorRegistry | None = None,
 ) -> ConsumerSet:
     """Build the consumers from the specs in `examples_dir`; call `await .start()` to run them.
 
     The backend defaults to the dry-run log; the VPA checkpoint goes to
-    `checkpoint_dir/vpa-checkpoint.json`, or stays in memory without a directory. Raises SpecError
-    or yaml.YAMLError for a malformed file.
+    `checkpoint_dir/vpa-checkpoint.json`, or stays in memory without a directory. With `publish`,
+    decisions are written back to `backend` as series after each sync, counted in `registry`
+    when given. Raises SpecError or yaml.YAMLError for a malformed file.
     """
     actuator = actuator or LogActuator()
     hpa = vpa = over = colo = None
@@ -105,4 +116,5 @@ def start_consumers(
         if plans:
             state = checkpoint_dir / "colocation-state.json" if checkpoint_dir is not None else None
             colo = ColocationController(plans[0], backend, actuator, clock, hpas=hpa_specs, state_file=state)
-    return ConsumerSet(hpa, vpa, over, actuator, sleep, colo)
+    publisher = DecisionPublisher(backend, registry) if publish else None
+    return ConsumerSet(hpa, vpa, over, actuator, sleep, colo, publisher)
