@@ -1,5 +1,6 @@
 """``metricsd federate`` over two real local clusters (``metricsd cluster up``, each with its own
-etcd, store, config server and proxy), then one cluster's proxy killed with SIGKILL."""
+etcd, store, config server and proxy), then one cluster's proxy stopped and killed with SIGKILL while
+a query waits on it."""
 
 from __future__ import annotations
 
@@ -203,10 +204,16 @@ async def test_federate_over_two_clusters_then_one_killed(clusters: list[int], t
         per = {r["metric"]["cluster"]: float(r["value"][1]) for r in body["data"]["result"]}  # type: ignore[index]
         assert per == pytest.approx({"east": sum(east_rates) / 3, "west": sum(west_rates) / 4}, rel=1e-9)
 
-        # west's proxy killed: the answer is east's alone, and says so
-        os.kill(_pid_listening_as_proxy(west + 1), signal.SIGKILL)
+        # west's proxy hangs (SIGSTOP) while a query waits on it, then is killed mid-query: the
+        # answer is east's alone, and says so
+        west_pid = _pid_listening_as_proxy(west + 1)
+        os.kill(west_pid, signal.SIGSTOP)
         q = "sum(rate(fed_cpu_seconds_total[1m]))"
-        code, body = await asyncio.to_thread(_get, f"{url}/query", {"query": q, "time": t})
+        pending = asyncio.ensure_future(asyncio.to_thread(_get, f"{url}/query", {"query": q, "time": t}))
+        await asyncio.sleep(0.5)
+        assert not pending.done()  # waiting on west
+        os.kill(west_pid, signal.SIGKILL)
+        code, body = await pending
         assert code == 200, body
         assert float(body["data"]["result"][0]["value"][1]) == pytest.approx(sum(east_rates), rel=1e-9)  # type: ignore[index]
         warnings = body["warnings"]
