@@ -45,6 +45,23 @@ def test_remembered_batches_answer_as_the_search_does(data: st.DataObject) -> No
         assert all(r == -1 or bool(index.alive[r]) for r in got.tolist())
 
 
+def test_a_series_removed_and_added_again_is_found_at_its_new_row() -> None:
+    index, ids = _index(2000)
+    assert index.rows_of(ids[:100]).tolist() == list(range(100))
+    for row in range(50):
+        index.remove(row)  # left in the sorted ids until a rebuild
+    assert index.rows_of(ids[:100]).tolist() == [-1] * 50 + list(range(50, 100))
+    for i in range(10):  # back again, at new rows
+        lab = make_labels("cpu", {"namespace": "ns", "pod": f"p{i}"})
+        assert index.add(series_id(lab), lab) == 2000 + i
+    assert index.rows_of(ids[:100]).tolist() == [2000 + i for i in range(10)] + [-1] * 40 + list(range(50, 100))
+    for row in range(100, 1700):  # past a quarter removed: the sorted ids are rebuilt
+        index.remove(row)
+    assert index.rows_of(ids[:100]).tolist() == [2000 + i for i in range(10)] + [-1] * 40 + list(range(50, 100))
+    assert index._dead_sorted == 0
+    assert index.rows_of(ids[100:200]).tolist() == [-1] * 100
+
+
 def test_small_batches_and_unknown_ids_are_not_remembered() -> None:
     index, ids = _index(100)
     index.rows_of(ids[:10])
