@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_store import BIN, StoreProcess, _agg_request, ingest, latency
+from bench_store import BIN, StoreProcess, _agg_request, _free_port, ingest, latency
 from procstat import peak_rss_bytes, rss_bytes
 
 from metricsd.agent.simulate import SimConfig, Simulator
@@ -44,7 +44,7 @@ BIG = 5000
 
 def _command(port: int) -> list[str]:
     return [str(BIN), "--log-level", "WARNING", "up", "--no-simulate", "--no-consumers", "--grpc-port", str(port),
-            "--max-series", "0", "--max-new-series-per-minute", "0"]
+            "--http-port", str(_free_port()), "--max-series", "0", "--max-new-series-per-minute", "0"]
 
 
 async def point(series: int, ticks: int, live_ticks: int, queries: int) -> dict[str, Any]:

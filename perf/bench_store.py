@@ -59,7 +59,8 @@ class StoreProcess:
     def __init__(self, command: Callable[[int], list[str]] | None = None) -> None:
         self.port = _free_port()
         cmd = command(self.port) if command is not None else [
-            str(BIN), "--log-level", "WARNING", "up", "--no-simulate", "--no-consumers", "--grpc-port", str(self.port)]
+            str(BIN), "--log-level", "WARNING", "up", "--no-simulate", "--no-consumers", "--grpc-port", str(self.port),
+            "--http-port", str(_free_port())]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         self.addr = f"127.0.0.1:{self.port}"
 

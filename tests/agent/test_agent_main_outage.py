@@ -79,9 +79,9 @@ def start(argv: list[str], log: Path, procs: list[subprocess.Popen[bytes]]) -> s
 def test_a_30_second_store_outage_loses_nothing(
     tmp_path: Path, free_ports: Callable[[], int], processes: list[subprocess.Popen[bytes]]
 ) -> None:
-    grpc_port, metrics_port = free_ports(), free_ports()
-    store = start([str(METRICSD), "up", "--no-simulate", "--grpc-port", str(grpc_port)], tmp_path / "store.log",
-                  processes)
+    grpc_port, metrics_port, http_port = free_ports(), free_ports(), free_ports()
+    store = start([str(METRICSD), "up", "--no-simulate", "--grpc-port", str(grpc_port), "--http-port", str(http_port)],
+                  tmp_path / "store.log", processes)  # its own HTTP port: the default one may be taken
     channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
     stub = pb_grpc.MetricsStub(channel)
     wait_for("the store", lambda: stub.Health(pb.HealthRequest(), timeout=1).status == pb.HealthResponse.SERVING,
