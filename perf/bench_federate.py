@@ -22,50 +22,22 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_proxy import ingest
+from bench_proxy import _agg_request, _free_port, _serve_store, _until_signal, ingest
 from bench_store import latency
 
 from metricsd.agent.simulate import SimConfig, Simulator
-from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.client import MetricsClient
-from metricsd.rpc.wire import matchers_to_pb
-from metricsd.selector import parse_selector
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SLOTS = 64
 CLUSTERS = ("eu", "us", "ap")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def _until_signal() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-
-
-async def _serve_store(port: int) -> None:
-    from metricsd.rpc.server import start_grpc_server
-    from metricsd.store.api import StoreServicer
-    from metricsd.store.engine import Store
-
-    server, _ = await start_grpc_server(StoreServicer(Store(), f"store-{port}"), "127.0.0.1", port)
-    await _until_signal()
-    await server.stop(None)
 
 
 async def _serve_proxy(port: int, store: str) -> None:
@@ -107,14 +79,6 @@ class Proc:
         self.proc.wait(timeout=30)
 
 
-def _hpa_request(at_ms: int) -> pb.AggregateRequest:
-    req = pb.AggregateRequest(across=pb.ACROSS_AVG, start_ms=at_ms, end_ms=at_ms)
-    req.query.matchers.extend(matchers_to_pb(parse_selector('workload="big"', "container_cpu_usage_seconds_total")))
-    req.query.series_fn = pb.SERIES_RATE
-    req.query.window_ms = 60_000
-    return req
-
-
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     out: dict[str, object] = {"command": " ".join([".venv/bin/python", "perf/bench_federate.py", *sys.argv[1:]]),
                               "cores": os.cpu_count(), "python": platform.python_version(), "pods": args.pods,
@@ -144,7 +108,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             async with MetricsClient(p.addr, timeout_s=120) as client:
                 await ingest(client, {"proxy": [p.proc.pid]}, sim, args.ticks, 60, first=True)
             at = sim.next_timestamp_ms - 1
-        req = _hpa_request(at)
+        req = _agg_request(at)
         results: dict[str, object] = {}
         async with MetricsClient(proxies[0].addr, timeout_s=120) as one:
             results["one_cluster"] = {f"c{c}": await latency(one, req, args.queries, c, min_series=args.pods,

@@ -12,7 +12,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ from typing import Any
 
 import pytest
 from grafana_dashboards import STEP_S, label_values, load, panels, query_variables, substitute, variable_query
+
+from metricsd.cluster.etcd_server import free_port
 
 BIN = Path(sys.executable).parent / "metricsd"
 EXAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "examples"
@@ -46,15 +47,9 @@ def _call(url: str, path: str, form: dict[str, str | list[str]] | None = None) -
     return body
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def metricsd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     log = (tmp_path_factory.mktemp("up") / "up.log").open("w")
     proc = subprocess.Popen(
         [str(BIN), "up", "--host", "127.0.0.1", "--grpc-port", str(grpc_port), "--http-port", str(http_port),
@@ -77,8 +72,10 @@ def metricsd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         assert proc.poll() is None, f"metricsd up exited with {proc.returncode}"
         assert published and all(published.values()), f"not every consumer published its decisions: {published}"
         # Grafana ends a range query at now rounded down to the step: a sample younger than that is
-        # not drawn yet, in Grafana as here
-        time.sleep(STEP_S + 1)
+        # not drawn yet, in Grafana as here. Every decision so far is at or before now, so wait for
+        # the next step boundary (not a whole step).
+        next_boundary = (time.time() // STEP_S + 1) * STEP_S
+        time.sleep(max(0.0, next_boundary - time.time()) + 0.5)
         yield url
     finally:
         proc.send_signal(signal.SIGINT)

@@ -17,6 +17,7 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import SystemClock
+from metricsd.cmd.frontend import serve_front
 from metricsd.cmd.queryflags import add_query_arguments, http_settings_from_args
 from metricsd.cmd.runner import port, run_service
 from metricsd.cmd.runner import stop_event as make_stop_event
@@ -24,7 +25,6 @@ from metricsd.cmd.security import (
     add_security_arguments,
     client_from_args,
     require_secure_or_loopback,
-    serve_probes,
     server_from_args,
 )
 from metricsd.defaults import HOST
@@ -91,10 +91,7 @@ async def serve(args: argparse.Namespace) -> None:
     from metricsd.federation.backend import FederatedBackend
     from metricsd.federation.calls import FederationMetrics
     from metricsd.http.selfmetrics import SelfMetrics
-    from metricsd.http.server import serve_http, stop_http
     from metricsd.proxy.members import grpc_connect
-    from metricsd.rpc.health import start_cluster_grpc
-    from metricsd.rpc.servicer import MetricsServicer
 
     targets = clusters_from_args(args)
     settings = settings_from_args(args)
@@ -107,29 +104,14 @@ async def serve(args: argparse.Namespace) -> None:
     backend = FederatedBackend(targets, settings, grpc_connect(settings.timeout_s, client_from_args(args)),
                                FederationMetrics(registry))
     await backend.start()
-    grpc_server = http_runner = probes = None
     try:
-        grpc_server, grpc_port = await start_cluster_grpc(MetricsServicer(backend), backend, args.host,
-                                                          args.grpc_port, security)
-        probes = await serve_probes(args, backend)
-        where = f"gRPC {args.host}:{grpc_port}"
-        if args.http_port >= 0:
-            http_runner, http_port = await serve_http(backend, args.host, args.http_port, registry, clock,
-                                                      security=security, settings=http_settings_from_args(args),
-                                                      metrics=metrics)
-            where += f", HTTP {'https' if security.tls else 'http'}://{args.host}:{http_port}"
-        names = ", ".join(f"{t.name}={t.address}" for t in targets)
-        print(f"metricsd federate serving {where} over {len(targets)} clusters ({names}; timeout "
-              f"{settings.timeout_s:g} s, {settings.retries} retries)", flush=True)
-        await stop.wait()
+        async with serve_front(args, backend, security, clock, registry, metrics) as where:
+            names = ", ".join(f"{t.name}={t.address}" for t in targets)
+            print(f"metricsd federate serving {where} over {len(targets)} clusters ({names}; timeout "
+                  f"{settings.timeout_s:g} s, {settings.retries} retries)", flush=True)
+            await stop.wait()
+            log.info("federate stopping")
     finally:
-        log.info("federate stopping")
-        if http_runner is not None:
-            await stop_http(http_runner)
-        if grpc_server is not None:
-            await grpc_server.stop(grace=2.0)
-        if probes is not None:
-            await probes.stop(grace=None)
         await backend.close()
         if security.auth is not None:
             await security.auth.close()

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from metricsd.clock import SystemClock
 from metricsd.cluster.mapwatch import EtcdMapSource
+from metricsd.cmd.frontend import serve_front
 from metricsd.cmd.queryflags import add_query_arguments, add_remote_write_arguments, http_settings_from_args
 from metricsd.cmd.runner import (
     add_etcd_arguments,
@@ -29,13 +30,9 @@ from metricsd.cmd.security import (
     add_security_arguments,
     client_from_args,
     require_secure_or_loopback,
-    serve_probes,
     server_from_args,
 )
-from metricsd.http.server import serve_http, stop_http
 from metricsd.proxy.settings import ProxySettings
-from metricsd.rpc.health import start_cluster_grpc
-from metricsd.rpc.servicer import MetricsServicer
 
 __all__ = ["add_arguments", "add_parser", "run", "serve"]
 
@@ -88,27 +85,13 @@ async def serve(args: argparse.Namespace) -> None:
             log.warning("no shard map after %.1fs; serving anyway (requests fail until it arrives)", args.map_timeout)
     backend = ProxyBackend(maps, settings, clock, security=client_from_args(args))
     await backend.start()
-    grpc_server = http_runner = probes = None
     try:
-        grpc_server, grpc_port = await start_cluster_grpc(MetricsServicer(backend), backend, args.host,
-                                                          args.grpc_port, security)
-        probes = await serve_probes(args, backend)
-        where = f"gRPC {args.host}:{grpc_port}"
-        if args.http_port >= 0:
-            http_runner, http_port = await serve_http(backend, args.host, args.http_port, CollectorRegistry(), clock,
-                                                      security=security, settings=http_settings_from_args(args))
-            where += f", HTTP {'https' if security.tls else 'http'}://{args.host}:{http_port}"
-        print(f"metricsd proxy serving {where} (etcd {args.etcd}, cluster {args.cluster}, W {args.w}, R {args.r})",
-              flush=True)
-        await stop.wait()
+        async with serve_front(args, backend, security, clock, CollectorRegistry()) as where:
+            print(f"metricsd proxy serving {where} (etcd {args.etcd}, cluster {args.cluster}, W {args.w}, R {args.r})",
+                  flush=True)
+            await stop.wait()
+            log.info("proxy stopping")
     finally:
-        log.info("proxy stopping")
-        if http_runner is not None:
-            await stop_http(http_runner)
-        if grpc_server is not None:
-            await grpc_server.stop(grace=2.0)
-        if probes is not None:
-            await probes.stop(grace=None)
         await backend.close()
         await maps.close()
         await kv.close()

@@ -98,12 +98,17 @@ class FederatedBackend:
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         raise BadRequest("a federating proxy is read-only: write to the proxies of the series' own cluster")
 
-    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+    def _routed(self, request: pb.ReadRequest) -> tuple[list[str], pb.ReadRequest]:
+        """The clusters a Read / Rollups selector picks, and the request without its cluster matchers."""
         names, matchers = route(self.names, request.matchers)
         sub = pb.ReadRequest()
         sub.CopyFrom(request)
         del sub.matchers[:]
         sub.matchers.extend(matchers)
+        return names, sub
+
+    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        names, sub = self._routed(request)
         answers, missing = await self._fan(names, "Read", lambda b: b.read(sub))
         return self._done(merge_reads(answers), missing)
 
@@ -117,11 +122,7 @@ class FederatedBackend:
         return self._done(merged, missing)
 
     async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
-        names, matchers = route(self.names, request.matchers)
-        sub = pb.ReadRequest()
-        sub.CopyFrom(request)
-        del sub.matchers[:]
-        sub.matchers.extend(matchers)
+        names, sub = self._routed(request)
         answers, missing = await self._fan(names, "Rollups", lambda b: b.rollups(sub))
         return self._done(merge_rollups(answers), missing)
 

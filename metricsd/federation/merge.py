@@ -14,6 +14,7 @@ adds the missing ones.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -74,15 +75,20 @@ def _label_key(labels: Sequence[pb.Label]) -> tuple[tuple[str, str], ...]:
     return tuple((lab.name, lab.value) for lab in labels)
 
 
-def merge_reads(answers: Sequence[tuple[str, pb.ReadResponse]]) -> pb.ReadResponse:
-    out = pb.ReadResponse()
+def _relabelled(answers: Answers) -> list[tuple[int, list[pb.Label], Any]]:
+    """Every answer's series with its cluster label and cluster-mixed id, sorted by labels."""
     rows = []
     for name, r in answers:
-        for s in r.series:
+        for s in r.series:  # type: ignore[attr-defined]
             sid, labels = relabel_pb(s.labels, name)
             rows.append((_label_key(labels), sid, labels, s))
     rows.sort(key=lambda row: row[0])
-    for _, sid, labels, s in rows:
+    return [(sid, labels, s) for _, sid, labels, s in rows]
+
+
+def merge_reads(answers: Sequence[tuple[str, pb.ReadResponse]]) -> pb.ReadResponse:
+    out = pb.ReadResponse()
+    for sid, labels, s in _relabelled(answers):
         d = out.series.add(id=sid)
         d.labels.extend(labels)
         d.timestamps.extend(s.timestamps)
@@ -92,13 +98,7 @@ def merge_reads(answers: Sequence[tuple[str, pb.ReadResponse]]) -> pb.ReadRespon
 
 def merge_rollups(answers: Sequence[tuple[str, pb.RollupsResponse]]) -> pb.RollupsResponse:
     out = pb.RollupsResponse()
-    rows = []
-    for name, r in answers:
-        for s in r.series:
-            sid, labels = relabel_pb(s.labels, name)
-            rows.append((_label_key(labels), sid, labels, s))
-    rows.sort(key=lambda row: row[0])
-    for _, sid, labels, s in rows:
+    for sid, labels, s in _relabelled(answers):
         d = out.series.add()
         d.CopyFrom(s)
         d.id = sid
@@ -108,15 +108,10 @@ def merge_rollups(answers: Sequence[tuple[str, pb.RollupsResponse]]) -> pb.Rollu
 
 
 def merge_list_series(answers: Sequence[tuple[str, pb.ListSeriesResponse]], limit: int) -> pb.ListSeriesResponse:
-    rows = []
-    for name, r in answers:
-        for s in r.series:
-            sid, labels = relabel_pb(s.labels, name)
-            rows.append((_label_key(labels), sid, labels))
-    rows.sort(key=lambda row: row[0])
+    rows = _relabelled(answers)
     if limit:
         rows = rows[:limit]
-    return pb.ListSeriesResponse(series=[pb.SeriesLabels(id=sid, labels=labels) for _, sid, labels in rows])
+    return pb.ListSeriesResponse(series=[pb.SeriesLabels(id=sid, labels=labels) for sid, labels, _ in rows])
 
 
 def merge_label_values(name: str, answers: Sequence[tuple[str, pb.LabelValuesResponse]]) -> pb.LabelValuesResponse:

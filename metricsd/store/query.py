@@ -65,6 +65,15 @@ def _tail_columns(store: Store, rows: np.ndarray, count: np.ndarray, need: int, 
     return start, width, np.minimum(cols, head.capacity - 1)
 
 
+def _head_covers(store: Store, rows: np.ndarray, lo: int) -> tuple[np.ndarray, np.ndarray]:
+    """(head samples per row, whether the head alone holds everything after ``lo``): the rows
+    that are read from the head's columns, not from decoded chunks."""
+    head = store.head
+    count = head.count[rows].astype(np.int64)
+    has_chunks = head.chunk_max_ts[rows] != NO_TS
+    return count, (count > 0) & (head.first_ts(rows) <= lo) | ~has_chunks
+
+
 def series_stats(store: Store, rows: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Per series, the samples in (lo, hi] and the newest timestamp at or before hi (-1: none):
     what a slot digest covers (metricsd/maths/slotdigest.py). Timestamps only, no values reduced."""
@@ -74,10 +83,7 @@ def series_stats(store: Store, rows: np.ndarray, lo: int, hi: int) -> tuple[np.n
     newest = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return counts, newest
-    count = head.count[rows].astype(np.int64)
-    first_ts = head.first_ts(rows)
-    has_chunks = head.chunk_max_ts[rows] != NO_TS
-    covered = (count > 0) & (first_ts <= lo) | ~has_chunks
+    count, covered = _head_covers(store, rows, lo)
     fast = np.flatnonzero(covered)
     if len(fast):
         fr = rows[fast]
@@ -123,10 +129,7 @@ def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.nda
     out_s = np.zeros((n, len(times)), dtype=np.uint32)
     if n == 0:
         return out_v, out_s, 0
-    count = head.count[rows].astype(np.int64)
-    first_ts = head.first_ts(rows)
-    has_chunks = head.chunk_max_ts[rows] != NO_TS
-    covered = (count > 0) & (first_ts <= lo) | ~has_chunks
+    count, covered = _head_covers(store, rows, lo)
     fast = np.flatnonzero(covered)
     scanned = 0
     if len(fast):

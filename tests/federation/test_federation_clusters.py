@@ -19,7 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from processes import stop_process
 
+from metricsd.cluster.etcd_server import free_port
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import Unavailable
@@ -52,12 +54,6 @@ def _free_bases(n: int) -> list[int]:
             if len(out) == n:
                 return out
     raise AssertionError("no free port ranges")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start_cluster(base: int, data: Path) -> subprocess.Popen[str]:
@@ -163,7 +159,7 @@ async def test_federate_over_two_clusters_then_one_killed(clusters: list[int], t
     await asyncio.gather(_write_when_ready(f"127.0.0.1:{east + 1}", east_req),
                          _write_when_ready(f"127.0.0.1:{west + 1}", west_req))
 
-    grpc_port, http_port = _free_port(), _free_port()
+    grpc_port, http_port = free_port(), free_port()
     log = open(tmp_path / "federate.log", "wb")  # noqa: SIM115 - closed below
     fed = subprocess.Popen([sys.executable, "-m", "metricsd", "federate", "--cluster", f"east=127.0.0.1:{east + 1}",
                             "--cluster", f"west=127.0.0.1:{west + 1}", "--grpc-port", str(grpc_port),
@@ -247,11 +243,6 @@ async def test_federate_over_two_clusters_then_one_killed(clusters: list[int], t
         assert 'metricsd_federation_cluster_up{cluster="east"} 1.0' in metrics
         assert 'metricsd_federation_failures_total{cluster="west",method="Aggregate"}' in metrics
     finally:
-        fed.send_signal(signal.SIGTERM)
-        try:
-            fed.wait(20)
-        except subprocess.TimeoutExpired:
-            fed.kill()
-            fed.wait()
+        stop_process(fed, 20)
         log.close()
     assert fed.returncode == 0, (tmp_path / "federate.log").read_text()

@@ -7,29 +7,17 @@ from dataclasses import dataclass
 
 import aiohttp
 from prometheus_client import CollectorRegistry
+from writes import write_request
 
 from metricsd.clock import ManualClock
 from metricsd.http import HttpSettings, build_app, start_http
-from metricsd.model import Labels, make_labels, series_id
+from metricsd.model import Labels, make_labels
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.wire import labels_to_pb
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
 
-__all__ = ["Env", "start_env", "write_request"]
-
-
-def write_request(series: Mapping[Labels, tuple[Sequence[int], Sequence[float]]]) -> pb.WriteRequest:
-    req = pb.WriteRequest()
-    for labels, (ts, vals) in series.items():
-        sid = series_id(labels)
-        req.ids.append(sid)
-        req.counts.append(len(ts))
-        req.timestamps.extend(ts)
-        req.values.extend(vals)
-        req.series.add(id=sid).labels.extend(labels_to_pb(labels))
-    return req
+__all__ = ["Env", "start_env", "write_request"]  # write_request re-exported from tests/writes.py
 
 
 def pod_labels(name: str, pod: str, namespace: str = "default", **extra: str) -> Labels:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from processes import stop_process
 
 from metricsd.cluster.etcd_server import free_port
 
@@ -49,12 +50,7 @@ def metricsd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.3)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

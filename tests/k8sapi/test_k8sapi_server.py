@@ -20,12 +20,12 @@ import aiohttp
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from processes import stop_process
+from writes import write_request
 
 from metricsd.cluster.etcd_server import free_port
-from metricsd.model import Labels, make_labels, series_id
-from metricsd.proto import metricsd_pb2 as pb
+from metricsd.model import Labels, make_labels
 from metricsd.rpc.client import MetricsClient
-from metricsd.rpc.wire import labels_to_pb
 from metricsd.security.certs import LocalPKI, create_local_pki, issue_certificate
 from metricsd.security.tokens import hash_token
 
@@ -34,16 +34,6 @@ pytestmark = pytest.mark.slow
 
 
 
-def write_request(series: dict[Labels, tuple[list[int], list[float]]]) -> pb.WriteRequest:
-    req = pb.WriteRequest()
-    for labels, (ts, vals) in series.items():
-        sid = series_id(labels)
-        req.ids.append(sid)
-        req.counts.append(len(ts))
-        req.timestamps.extend(ts)
-        req.values.extend(vals)
-        req.series.add(id=sid).labels.extend(labels_to_pb(labels))
-    return req
 
 RULES = """
 rules:
@@ -126,14 +116,7 @@ def _start(argv: list[str], log: Path, banner: str) -> subprocess.Popen[str]:
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:
     for p in reversed(procs):
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        if p.stdout is not None:
-            p.stdout.close()
+        stop_process(p, 10)
 
 
 async def _feed(addr: str, now_ms: int) -> None:
