@@ -67,19 +67,22 @@ async def _serve_store(port: int) -> None:
     await server.stop(None)
 
 
-async def _serve_proxy(port: int, stores: list[str], digest_reads: bool) -> None:
+async def _serve_proxy(port: int, stores: list[str], digest_reads: bool, calls_per_member: int) -> None:
     from metricsd.clock import SystemClock
     from metricsd.cluster.assign import assign
     from metricsd.cluster.mapsource import StaticMapSource
     from metricsd.cluster.shardmap import Member
     from metricsd.proxy.backend import ProxyBackend
+    from metricsd.proxy.coalesce import CoalesceSettings
     from metricsd.proxy.settings import ProxySettings
     from metricsd.rpc.server import start_grpc_server
     from metricsd.rpc.servicer import MetricsServicer
 
     members = [Member(f"store-{i}", addr) for i, addr in enumerate(stores)]
     proxy = ProxyBackend(StaticMapSource(assign(members, None, SLOTS, 3)),
-                         ProxySettings(call_timeout_s=30, digest_reads=digest_reads), SystemClock())
+                         ProxySettings(call_timeout_s=30, digest_reads=digest_reads,
+                                       coalesce=CoalesceSettings(calls_per_member=calls_per_member)),
+                         SystemClock())
     server, _ = await start_grpc_server(MetricsServicer(proxy), "127.0.0.1", port)
     await _until_signal()
     await server.stop(None)
@@ -165,7 +168,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         for s in stores:
             await s.wait_ready()
         proxy = Proc("--serve-proxy", "--stores", ",".join(s.addr for s in stores),
-                     *(["--exact-reads"] if args.exact_reads else []))
+                     *(["--exact-reads"] if args.exact_reads else []),
+                     "--write-calls-per-member", str(args.write_calls_per_member))
         await proxy.wait_ready()
         pids = {"proxy": [proxy.proc.pid], "stores": [s.proc.pid for s in stores]}
         sim = Simulator(SimConfig(pods=args.pods, workloads=1, nodes=100, seed=2, big_workload_pods=args.pods),
@@ -219,6 +223,8 @@ def main() -> None:
     p.add_argument("--exact-reads", action="store_true",
                    help="the proxy merges every replica's per-series values (ProxySettings.digest_reads off)")
     p.add_argument("--serve-store", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--write-calls-per-member", type=int, default=1, metavar="N",
+                   help="the proxy's write calls under way per store before batches coalesce (0: a call per batch)")
     p.add_argument("--serve-proxy", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--stores", default="", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -227,7 +233,7 @@ def main() -> None:
         asyncio.run(_serve_store(args.port))
         return
     if args.serve_proxy:
-        asyncio.run(_serve_proxy(args.port, args.stores.split(","), not args.exact_reads))
+        asyncio.run(_serve_proxy(args.port, args.stores.split(","), not args.exact_reads, args.write_calls_per_member))
         return
     if args.quick:
         args.queries, args.ticks = 20, 30

@@ -32,6 +32,7 @@ from metricsd.cmd.security import (
     require_secure_or_loopback,
     server_from_args,
 )
+from metricsd.proxy.coalesce import CoalesceSettings
 from metricsd.proxy.settings import ProxySettings
 
 __all__ = ["add_arguments", "add_parser", "run", "serve"]
@@ -52,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--r", type=int, default=2, help="read replies per slot (default %(default)s)")
     p.add_argument("--call-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="timeout of each call to a store (default %(default)s)")
+    p.add_argument("--write-calls-per-member", type=int, default=CoalesceSettings.calls_per_member, metavar="N",
+                   help="write calls under way to one store before client batches queue; the queued ones leave "
+                        "together in one WriteParts call (0: a call per batch as it comes; default %(default)s)")
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
@@ -70,7 +74,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 async def serve(args: argparse.Namespace) -> None:
     from metricsd.proxy.backend import ProxyBackend
 
-    settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout)
+    if args.write_calls_per_member < 0:
+        raise SystemExit("metricsd proxy: --write-calls-per-member must be >= 0")
+    settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout,
+                             coalesce=CoalesceSettings(calls_per_member=args.write_calls_per_member))
     security = server_from_args(args)
     require_secure_or_loopback(args.host, security, args.insecure, "metricsd proxy")
     clock = SystemClock()

@@ -87,6 +87,28 @@ class WriteResponse(_message.Message):
     rejected_duplicate: int
     def __init__(self, samples_written: _Optional[int] = ..., unknown_ids: _Optional[_Iterable[int]] = ..., rejected_too_old: _Optional[int] = ..., rejected_duplicate: _Optional[int] = ...) -> None: ...
 
+class WritePartsRequest(_message.Message):
+    __slots__ = ("parts",)
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    parts: _containers.RepeatedCompositeFieldContainer[WriteRequest]
+    def __init__(self, parts: _Optional[_Iterable[_Union[WriteRequest, _Mapping]]] = ...) -> None: ...
+
+class WritePartResult(_message.Message):
+    __slots__ = ("code", "message", "response")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    response: WriteResponse
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., response: _Optional[_Union[WriteResponse, _Mapping]] = ...) -> None: ...
+
+class WritePartsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[WritePartResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[WritePartResult, _Mapping]]] = ...) -> None: ...
+
 class Matcher(_message.Message):
     __slots__ = ("type", "name", "value")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

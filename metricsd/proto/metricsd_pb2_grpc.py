@@ -39,6 +39,11 @@ class MetricsStub:
                 request_serializer=metricsd__pb2.WriteRequest.SerializeToString,
                 response_deserializer=metricsd__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.WriteParts = channel.unary_unary(
+                '/metricsd.v1.Metrics/WriteParts',
+                request_serializer=metricsd__pb2.WritePartsRequest.SerializeToString,
+                response_deserializer=metricsd__pb2.WritePartsResponse.FromString,
+                _registered_method=True)
         self.Read = channel.unary_unary(
                 '/metricsd.v1.Metrics/Read',
                 request_serializer=metricsd__pb2.ReadRequest.SerializeToString,
@@ -98,6 +103,17 @@ class MetricsServicer:
         response lists them in unknown_ids: resend the batch with their labels. Samples that are
         valid but older than the store's out-of-order window, or that repeat an existing timestamp,
         are not errors: they are counted in the response (rejected_*) and the rest is stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteParts(self, request, context):
+        """Several Write batches in one call, each applied exactly as a Write of its own, in order, with
+        a result per part: a part refused (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, FAILED_PRECONDITION,
+        UNAVAILABLE in its result's code) does not stop the others. A proxy sends a store the parts
+        of several clients' batches that queued while its previous call was under way: one call
+        instead of one per batch. At most 256 parts; more is INVALID_ARGUMENT for the whole call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -178,6 +194,11 @@ def add_MetricsServicer_to_server(servicer, server):
                     request_deserializer=metricsd__pb2.WriteRequest.FromString,
                     response_serializer=metricsd__pb2.WriteResponse.SerializeToString,
             ),
+            'WriteParts': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteParts,
+                    request_deserializer=metricsd__pb2.WritePartsRequest.FromString,
+                    response_serializer=metricsd__pb2.WritePartsResponse.SerializeToString,
+            ),
             'Read': grpc.unary_unary_rpc_method_handler(
                     servicer.Read,
                     request_deserializer=metricsd__pb2.ReadRequest.FromString,
@@ -251,6 +272,33 @@ class Metrics:
             '/metricsd.v1.Metrics/Write',
             metricsd__pb2.WriteRequest.SerializeToString,
             metricsd__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteParts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metricsd.v1.Metrics/WriteParts',
+            metricsd__pb2.WritePartsRequest.SerializeToString,
+            metricsd__pb2.WritePartsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from metricsd.proxy.coalesce import CoalesceSettings
 from metricsd.proxy.quorum import QuorumSettings
 from metricsd.rpc.limits import RequestLimits
 
@@ -84,6 +85,8 @@ class ProxySettings:
     digest_reads: aggregates read data from one replica per slot and digests from the others,
         falling back to the per-series merge when they differ (proxy/reads.py); off: always the
         per-series merge (R times the values on the wire; for comparison and as an escape hatch).
+    coalesce: client batches bound for one member that queue while a call to it is under way
+        leave together in one WriteParts call (proxy/coalesce.py).
     """
 
     w: int = 2
@@ -98,6 +101,7 @@ class ProxySettings:
     repair: RepairSettings = field(default_factory=RepairSettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     digest_reads: bool = True
+    coalesce: CoalesceSettings = field(default_factory=CoalesceSettings)
 
     def __post_init__(self) -> None:
         if self.w < 1 or self.r < 1:

@@ -22,13 +22,15 @@ from metricsd.clock import Clock
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.acks import write_acks
+from metricsd.proxy.coalesce import WriteCoalescer
 from metricsd.proxy.fanout import QuorumFailure, consume
 from metricsd.proxy.handoff import HintedHandoff, MemberGone
-from metricsd.proxy.members import SlotNotHeld
+from metricsd.proxy.members import SlotNotHeld, is_slot_not_held
 from metricsd.proxy.quorum import ReplicaPlan, plan_write
 from metricsd.proxy.routing import Batch, SeriesRouter
 from metricsd.proxy.view import ClusterView
-from metricsd.rpc.backend import BadRequest, LimitExceeded, Unavailable
+from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
+from metricsd.rpc.client import GrpcBackend, write_each
 from metricsd.rpc.limits import check_write_request
 
 __all__ = ["WritePath"]
@@ -44,6 +46,7 @@ class WritePath:
         self.router = router
         self.counters = counters
         self.handoff = HintedHandoff(view.settings.handoff, clock, self._deliver_hint, counters)
+        self.coalescer = WriteCoalescer(self._send_parts, view.settings.coalesce, counters)
         self._background: set[asyncio.Task[pb.WriteResponse]] = set()
         self._plan_cache: tuple[tuple[int, int, frozenset[str]], list[ReplicaPlan]] | None = None
 
@@ -160,17 +163,31 @@ class WritePath:
         if missing:
             sub.MergeFromString(batch.labels_of(missing))
         labelled = missing
-        resp = await self.view.call(shard_map, member, lambda b: b.write(sub))
+        resp = await self.coalescer.write(member, shard_map, sub)
         if resp.unknown_ids:  # the member forgot these series (a restart): resend with labels
             self.view.known.discard(member, resp.unknown_ids)
             sub.MergeFromString(batch.labels_of(resp.unknown_ids))
             labelled = missing + list(resp.unknown_ids)
-            resp = await self.view.call(shard_map, member, lambda b: b.write(sub))
+            resp = await self.coalescer.write(member, shard_map, sub)
             if resp.unknown_ids:
                 raise Unavailable(f"{member} reports {len(resp.unknown_ids)} series unknown even with their labels")
         if labelled:
             self.view.known.add(member, labelled)
         return resp
+
+    async def _send_parts(self, member: str, shard_map: ShardMap, parts: list[pb.WriteRequest]
+                          ) -> Sequence[pb.WriteResponse | Exception]:
+        """One call to ``member`` for ``parts`` (WriteCoalescer's sender): a Write when there is one
+        part, else a WriteParts. A part refused as unavailable marks the member down, as a failed
+        call does."""
+        if len(parts) == 1:
+            return [await self.view.call(shard_map, member, lambda b: b.write(parts[0]))]
+        results = await self.view.call(shard_map, member, lambda b: write_parts(b, parts))
+        for r in results:
+            if isinstance(r, Unavailable) and not is_slot_not_held(r):
+                self.view.health.failure(member, str(r))
+                break
+        return results
 
     def _hand_off_if_failed(self, task: asyncio.Task[pb.WriteResponse], *, member: str, batch: Batch,
                             slots: list[int]) -> None:
@@ -210,6 +227,7 @@ class WritePath:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.coalescer.close()
 
 
 def _why(exc: BaseException, shard_map: ShardMap) -> str:
@@ -225,3 +243,11 @@ def _response(samples: int, acks: Sequence[pb.WriteResponse]) -> pb.WriteRespons
     dup = max((r.rejected_duplicate for r in acks), default=0)
     return pb.WriteResponse(samples_written=max(0, samples - too_old - dup), rejected_too_old=too_old,
                             rejected_duplicate=dup)
+
+
+async def write_parts(backend: MetricsBackend, parts: list[pb.WriteRequest]) -> Sequence[pb.WriteResponse | Exception]:
+    """Parts in one WriteParts call to a member over gRPC; in this process (tests, ``metricsd up``
+    has no proxy) a Write each."""
+    if isinstance(backend, GrpcBackend):
+        return await backend.write_parts(parts)
+    return await write_each(backend.write, parts)

@@ -6,6 +6,7 @@ writing the engine, so the engine (not thread-safe) needs no lock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable
 from typing import TypeVar
@@ -16,11 +17,25 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
 
-__all__ = ["MetricsServicer"]
+__all__ = ["MAX_WRITE_PARTS", "MetricsServicer"]
 
 T = TypeVar("T")
 
 log = logging.getLogger("metricsd.rpc")
+
+
+MAX_WRITE_PARTS = 256
+"""Parts in one WriteParts call; each part also meets the per-request limits of a Write."""
+
+
+def _status_of(e: Exception) -> grpc.StatusCode:
+    if isinstance(e, BadRequest):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(e, LimitExceeded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    if isinstance(e, NotOwner):  # before Unavailable: it is a kind of it
+        return grpc.StatusCode.FAILED_PRECONDITION
+    return grpc.StatusCode.UNAVAILABLE
 
 
 class MetricsServicer(pb_grpc.MetricsServicer):
@@ -38,22 +53,39 @@ class MetricsServicer(pb_grpc.MetricsServicer):
     async def _run(self, context: grpc.aio.ServicerContext, method: str, call: Awaitable[T]) -> T:
         try:
             return await call
-        except BadRequest as e:
-            log.info("%s rejected: %s", method, e)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        except LimitExceeded as e:
-            log.info("%s refused: %s", method, e)
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
-        except NotOwner as e:
-            log.info("%s refused: %s", method, e)
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        except Unavailable as e:
-            log.warning("%s unavailable: %s", method, e)
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
+            code = _status_of(e)
+            if code == grpc.StatusCode.UNAVAILABLE:
+                log.warning("%s unavailable: %s", method, e)
+            else:
+                log.info("%s %s: %s", method, "rejected" if isinstance(e, BadRequest) else "refused", e)
+            await context.abort(code, str(e))
         raise AssertionError("unreachable: abort raises")
 
     async def Write(self, request: pb.WriteRequest, context: grpc.aio.ServicerContext) -> pb.WriteResponse:
         return await self._run(context, "Write", self.backend.write(request))
+
+    async def WriteParts(self, request: pb.WritePartsRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.WritePartsResponse:
+        """Each part as a Write of its own, in order, yielding to the event loop between parts so that a
+        call of many parts does not hold it for all of them at once."""
+        if len(request.parts) > MAX_WRITE_PARTS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{len(request.parts)} parts in one WriteParts call; at most {MAX_WRITE_PARTS}")
+        out = pb.WritePartsResponse()
+        for i, part in enumerate(request.parts):
+            if i:
+                await asyncio.sleep(0)
+            result = out.results.add()
+            try:
+                result.response.CopyFrom(await self.backend.write(part))
+            except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
+                code = _status_of(e)
+                (log.warning if code == grpc.StatusCode.UNAVAILABLE else log.info)(
+                    "WriteParts part %d of %d refused: %s", i + 1, len(request.parts), e)
+                result.code = code.value[0]
+                result.message = str(e)
+        return out
 
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadResponse:
         return await self._run(context, "Read", self.backend.read(request))

@@ -1,0 +1,160 @@
+"""Write parts bound for one member, sent together: at most a few calls per member at a time.
+
+A proxy's clients write concurrently (every node agent, every ten seconds). Each client batch
+becomes a sub-request per member, and sent as it comes that is one gRPC call per member per
+batch: a Python gRPC call costs a few hundred microseconds of CPU at each end, more than routing
+the batch (perf/RESULTS.md, "The cluster column"). So each member gets a queue. A part goes out
+at once while fewer than ``calls_per_member`` calls to the member are under way, so a quiet
+proxy adds no latency; the parts that queue behind them leave together in the next call
+(rpc WriteParts), up to ``max_parts`` parts and ``max_samples`` samples. Every part keeps its
+own result, so acknowledgement, hinted hand-off and rejections stay per client batch, exactly as
+with a call each.
+
+Parts are grouped only with parts planned on the same shard map, so a call never mixes map
+versions. A queue longer than ``max_queued`` parts (a member slower than its clients) refuses new
+parts with Unavailable: the write path hands them off as it does for a failed call, so memory
+stays bounded and nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from metricsd.cluster.shardmap import ShardMap
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import Unavailable
+
+__all__ = ["CoalesceSettings", "SendParts", "WriteCoalescer"]
+
+SendParts = Callable[[str, ShardMap, list[pb.WriteRequest]], Awaitable[Sequence[pb.WriteResponse | Exception]]]
+"""Sends parts to a member in one call: a response or an error per part; raises for the whole call."""
+
+
+@dataclass(frozen=True)
+class CoalesceSettings:
+    """calls_per_member: calls under way to one member before parts queue (0: no coalescing, a
+    call per part as they come). max_parts / max_samples: per call (the stores' WriteParts
+    takes at most 256 parts; 64 MiB messages). max_queued: parts waiting per member."""
+
+    calls_per_member: int = 1
+    max_parts: int = 64
+    max_samples: int = 500_000
+    max_queued: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.calls_per_member < 0 or not 1 <= self.max_parts <= 256 or self.max_samples < 1 or self.max_queued < 1:
+            raise ValueError("calls_per_member must be >= 0, max_parts in [1, 256], max_samples and max_queued >= 1")
+
+
+@dataclass
+class _Part:
+    shard_map: ShardMap
+    request: pb.WriteRequest
+    samples: int
+    future: asyncio.Future[pb.WriteResponse]
+
+
+class WriteCoalescer:
+    """Not thread-safe (one event loop)."""
+
+    def __init__(self, send: SendParts, settings: CoalesceSettings, counters: Counter[str]) -> None:
+        self._send = send
+        self.settings = settings
+        self.counters = counters
+        self._queues: dict[str, deque[_Part]] = {}
+        self._in_flight: Counter[str] = Counter()
+        self._tasks: dict[asyncio.Task[None], list[_Part]] = {}
+
+    async def write(self, member: str, shard_map: ShardMap, request: pb.WriteRequest) -> pb.WriteResponse:
+        """The member's response to ``request``, sent alone or with other queued parts. Raises what
+        the send raises for the call or for this part; Unavailable when the queue is full."""
+        queue = self._queues.setdefault(member, deque())
+        if len(queue) >= self.settings.max_queued:
+            self.counters["write_parts_queue_full"] += 1
+            raise Unavailable(f"{member}: {len(queue)} write parts already queued behind its calls")
+        future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
+        queue.append(_Part(shard_map, request, len(request.timestamps), future))
+        self._flush(member)
+        return await future  # cancelled while queued: _take skips it
+
+    def queued(self, member: str) -> int:
+        return len(self._queues.get(member, ()))
+
+    def _flush(self, member: str) -> None:
+        queue = self._queues.get(member)
+        limit = self.settings.calls_per_member or len(queue or ()) + self._in_flight[member]
+        while queue and self._in_flight[member] < limit:
+            batch = self._take(queue)
+            if not batch:
+                break
+            self._in_flight[member] += 1
+            self.counters["member_write_calls"] += 1
+            self.counters["member_write_parts"] += len(batch)
+            task = asyncio.get_running_loop().create_task(self._call(member, batch))
+            self._tasks[task] = batch
+            task.add_done_callback(self._done)
+        if queue is not None and not queue and self._in_flight[member] == 0:
+            del self._queues[member]
+            del self._in_flight[member]
+
+    def _take(self, queue: deque[_Part]) -> list[_Part]:
+        """The next call's parts: the oldest live part, then those after it on the same map, within
+        the limits (one part over max_samples still goes, alone)."""
+        s = self.settings
+        max_parts = s.max_parts if s.calls_per_member else 1
+        batch: list[_Part] = []
+        samples = 0
+        while queue and len(batch) < max_parts:
+            part = queue[0]
+            if part.future.done():  # its writer gave up (cancelled) while it waited
+                queue.popleft()
+                continue
+            if batch and (part.shard_map is not batch[0].shard_map or samples + part.samples > s.max_samples):
+                break
+            batch.append(queue.popleft())
+            samples += part.samples
+        return batch
+
+    async def _call(self, member: str, batch: list[_Part]) -> None:
+        try:
+            try:
+                results: Sequence[pb.WriteResponse | Exception] = await self._send(
+                    member, batch[0].shard_map, [p.request for p in batch])
+                if len(results) != len(batch):
+                    raise Unavailable(f"{member}: {len(results)} results for {len(batch)} write parts")
+            except asyncio.CancelledError:
+                for p in batch:
+                    p.future.cancel()
+                raise
+            except Exception as e:  # the whole call failed: every part with it
+                results = [e] * len(batch)
+            for part, result in zip(batch, results, strict=True):
+                if part.future.done():
+                    continue
+                if isinstance(result, Exception):
+                    part.future.set_exception(result)
+                else:
+                    part.future.set_result(result)
+        finally:
+            self._in_flight[member] -= 1
+            self._flush(member)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+
+    async def close(self) -> None:
+        """Cancel the calls under way and every queued part's writer."""
+        for queue in self._queues.values():
+            for part in queue:
+                part.future.cancel()
+        self._queues.clear()
+        tasks = list(self._tasks)
+        for task, batch in self._tasks.items():
+            task.cancel()
+            for part in batch:  # a task cancelled before it ran never reaches its own clean-up
+                part.future.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
