@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.replica.digest import SlotSamples, digest_request, digest_response
+from metricsd.replica.digest import digest_request, digest_response, slot_reader
 from metricsd.store.engine import Store
 
 __all__ = ["SLICE_SERIES", "store_digest_async"]
@@ -27,7 +27,7 @@ async def store_digest_async(store: Store, request: pb.DigestRequest, slice_seri
                              ) -> pb.DigestResponse:
     """store_digest, yielding to the event loop between slices. Raises ValueError as it does."""
     slot_count, slots = digest_request(request)
-    samples = SlotSamples(store, slot_count, slots, request.start_ms, request.end_ms)
+    samples = slot_reader(store, request, slot_count, slots)
     while not samples.done:
         samples.read(slice_series)
         await asyncio.sleep(0)
