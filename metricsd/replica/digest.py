@@ -196,14 +196,15 @@ class SlotSamples:
     can let other requests run between slices (metricsd/replica/digestloop.py).
 
     With ``cache_bucket_ms`` (not None) sealed chunks wholly inside the range, and inside one bucket
-    of that width when it is > 0, are not decoded: their cached hash sums are kept (``cached()``)
-    and only the other samples are read (``arrays()``). Without it every sample is read.
+    of that width when it is > 0, are not decoded: their cached hash sums are kept (``cached()``,
+    per bucket too when ``buckets``) and only the other samples are read (``arrays()``). Without it
+    every sample is read.
     """
 
     def __init__(self, store: Store, slot_count: int, slots: list[int], start_ms: int, end_ms: int,
-                 cache_bucket_ms: int | None = None) -> None:
+                 cache_bucket_ms: int | None = None, buckets: bool = False) -> None:
         self.store, self.slot_count, self.start_ms, self.end_ms = store, slot_count, start_ms, end_ms
-        self.cache_bucket_ms = cache_bucket_ms
+        self.cache_bucket_ms, self.buckets = cache_bucket_ms, buckets
         self.rows = store.select([], SlotFilter(slot_count, tuple(slots)) if slot_count else None).tolist()
         self.next = 0
         self._ids: list[int] = []
@@ -262,9 +263,10 @@ class SlotSamples:
             self._rows.append(row)
             self._cached_samples.append(split.whole_samples)
             self._cached_hashes.append(int(split.whole_hashes.sum(dtype=np.uint64)))
-            if bucket_ms > 0 and len(split.whole_hashes):
+            if self.buckets and len(split.whole_hashes):
                 self._bucket_series.append(np.full(len(split.whole_hashes), pos, dtype=np.int64))
-                self._bucket_index.append((split.whole_min_ts - start_ms) // bucket_ms)
+                self._bucket_index.append((split.whole_min_ts - start_ms) // bucket_ms if bucket_ms > 0
+                                          else np.zeros(len(split.whole_hashes), dtype=np.int64))
                 self._bucket_hashes.append(split.whole_hashes)
         self.next += n
 
@@ -294,7 +296,7 @@ def slot_reader(store: Store, request: pb.DigestRequest, slot_count: int, slots:
     """The reader for a DigestRequest: by cached chunk sums, per bucket only when per-series
     buckets are asked for (a slot digest needs no bucket, so no chunk straddling one is decoded)."""
     return SlotSamples(store, slot_count, slots, request.start_ms, request.end_ms,
-                       cache_bucket_ms=request.bucket_ms if request.per_series else 0)
+                       cache_bucket_ms=request.bucket_ms if request.per_series else 0, buckets=request.per_series)
 
 
 def digest_request(request: pb.DigestRequest) -> tuple[int, list[int]]:
