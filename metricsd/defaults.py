@@ -39,8 +39,10 @@ CONFIG_SERVER_HEALTH_PORT = 7403
 SNAPSHOT_INTERVAL_S = 600.0
 """Seconds between a durable store's snapshots (and one on a clean shutdown)."""
 
-ANTI_ENTROPY_INTERVAL_S = 240.0
-"""Seconds between a cluster store's anti-entropy rounds (metricsd/replica/replication.py)."""
+ANTI_ENTROPY_INTERVAL_S = 60.0
+"""Seconds between a cluster store's anti-entropy rounds (metricsd/replica/replication.py): a
+64-slot pass in 4 minutes. A round adds cached per-chunk hash sums (perf/bench_digest.py: 0.06 CPU s
+for 16 of 64 slots of 10,000 series x 2 h, 13x less than decoding every chunk)."""
 
 LEASE_TTL_S = 5
 """etcd lease of a store's member record and of the config servers' leader key, seconds."""
