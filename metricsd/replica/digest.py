@@ -36,6 +36,7 @@ import numpy as np
 from metricsd.maths.samplehash import C1, C2, mix64, sample_hashes
 from metricsd.maths.slots import SlotFilter
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.store.chunks import split_chunks
 from metricsd.store.engine import Store
 
 __all__ = ["C1", "C2", "CachedSums", "SeriesDigests", "SlotDigests", "SlotSamples", "bucket_count", "combine_slots",
@@ -241,34 +242,50 @@ class SlotSamples:
         self.next += n
 
     def _read_cached(self, n: int, bucket_ms: int) -> None:
-        """read() by cached chunk sums: the chunks as ChunkList.split sorts them, then the head's
-        samples that are in no chunk (all of it when the series has no chunks), as series_samples."""
+        """read() by cached chunk sums (store.chunks.split_chunks), the slice at once: per series
+        the samples of the chunks not taken whole, then the head's samples that are in no chunk
+        (all of it when the series has no chunks), as Store.series_samples reads them."""
         store, head, start_ms, end_ms = self.store, self.store.head, self.start_ms, self.end_ms
-        for row in self.rows[self.next : self.next + n]:
-            chunks = store.chunks[row]
-            split = chunks.split(start_ms, end_ms, bucket_ms)
-            ht, hv = head.samples(row) if len(chunks) == 0 else head.unsealed(row)
-            keep = (ht >= start_ms) & (ht <= end_ms)
-            if not bool(keep.all()):
-                ht, hv = ht[keep], hv[keep]
-            if len(split.timestamps):
-                ht, hv = np.concatenate([split.timestamps, ht]), np.concatenate([split.values, hv])
-            if len(ht) == 0 and split.whole_samples == 0:
-                continue
-            pos = len(self._ids)
-            self._ids.append(store.index.ids[row])
-            self._counts.append(len(ht))
-            self._ts.append(ht)
-            self._vals.append(hv)
-            self._rows.append(row)
-            self._cached_samples.append(split.whole_samples)
-            self._cached_hashes.append(int(split.whole_hashes.sum(dtype=np.uint64)))
-            if self.buckets and len(split.whole_hashes):
-                self._bucket_series.append(np.full(len(split.whole_hashes), pos, dtype=np.int64))
-                self._bucket_index.append((split.whole_min_ts - start_ms) // bucket_ms if bucket_ms > 0
-                                          else np.zeros(len(split.whole_hashes), dtype=np.int64))
-                self._bucket_hashes.append(split.whole_hashes)
+        rows = np.array(self.rows[self.next : self.next + n], dtype=np.int64)
         self.next += n
+        if len(rows) == 0:
+            return
+        lists = [store.chunks[r] for r in rows.tolist()]
+        split = split_chunks(lists, start_ms, end_ms, bucket_ms)
+        has_chunks = np.fromiter((len(c.index) > 0 for c in lists), dtype=bool, count=len(lists))
+        first = np.where(has_chunks, head.sealed[rows], 0)[:, None]
+        cols = np.arange(head.capacity)[None, :]
+        ht = head.ts[rows].astype(np.int64) + head.base[rows][:, None]
+        in_head = (cols >= first) & (cols < head.count[rows][:, None]) & (ht >= start_ms) & (ht <= end_ms)
+        head_counts = in_head.sum(axis=1)
+        counts = split.counts + head_counts
+        keep = (counts > 0) | (split.whole_samples > 0)
+        # series after series: the chunks' samples (older), then the head's
+        out_start = np.cumsum(counts) - counts
+        total = int(counts.sum())
+        ts, vals = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.float64)
+        pos = np.repeat(out_start - (np.cumsum(split.counts) - split.counts), split.counts)
+        pos += np.arange(len(pos))
+        ts[pos], vals[pos] = split.timestamps, split.values
+        pos = np.repeat(out_start + split.counts - (np.cumsum(head_counts) - head_counts), head_counts)
+        pos += np.arange(len(pos))
+        ts[pos], vals[pos] = ht[in_head], head.vals[rows][in_head]
+        kept = np.flatnonzero(keep)
+        new_pos = len(self._ids) + np.cumsum(keep) - 1  # position of each kept series among all read
+        self._ids.extend(store.index.id_column[rows[kept]].tolist())
+        self._counts.extend(counts[kept].tolist())
+        self._ts.append(ts)
+        self._vals.append(vals)
+        self._rows.extend(rows[kept].tolist())
+        self._cached_samples.extend(split.whole_samples[kept].tolist())
+        sums = np.zeros(len(rows), dtype=np.uint64)
+        np.add.at(sums, split.whole_series, split.whole_hashes)
+        self._cached_hashes.extend(sums[kept].tolist())
+        if self.buckets and len(split.whole_hashes):
+            self._bucket_series.append(new_pos[split.whole_series])
+            self._bucket_index.append((split.whole_min_ts - start_ms) // bucket_ms if bucket_ms > 0
+                                      else np.zeros(len(split.whole_hashes), dtype=np.int64))
+            self._bucket_hashes.append(split.whole_hashes)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(ids, counts, timestamps, values, slot per series) of the samples read (not the cached ones)."""

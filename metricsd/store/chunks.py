@@ -11,7 +11,7 @@ more RSS (perf/bench_memory.py, perf/RESULTS.md).
 
 The hash sum of a chunk is the sum modulo 2^64 of its samples' anti-entropy hashes
 (metricsd/maths/samplehash.py), computed when it is sealed: a digest of a range adds the sums of
-the chunks wholly inside it instead of decoding them (:meth:`ChunkList.split`). Chunks never
+the chunks wholly inside it instead of decoding them (:func:`split_chunks`). Chunks never
 change once sealed (merges and retention remove whole chunks and seal new ones), so a sum stays
 exact. 0 stands for "not known yet": a snapshot does not store the sums, so restored chunks get
 theirs on the first digest that reads them (a chunk whose true sum is 0 is merely decoded every
@@ -21,6 +21,7 @@ time, with probability 2^-64).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,7 @@ import numpy as np
 from metricsd.codec import chunk_count, decode_chunk, encode_chunk
 from metricsd.maths.samplehash import hash_sum
 
-__all__ = ["UNKNOWN_HASH", "ChunkList", "ChunkSplit"]
+__all__ = ["UNKNOWN_HASH", "ChunkList", "ChunkSplit", "split_chunks"]
 
 STRIDE = 4  # index entries per chunk: min_ts, max_ts, end offset in data, hash sum (int64 bits)
 UNKNOWN_HASH = 0
@@ -44,16 +45,20 @@ def _as_int64(h: int) -> int:
 
 @dataclass(frozen=True)
 class ChunkSplit:
-    """A series' sealed samples in a range, split by what a digest must decode.
+    """The sealed samples in a range of several series (``series`` below: positions in the list
+    given to :func:`split_chunks`), split by what a digest must decode.
 
-    ``whole_min_ts``/``whole_hashes``: per chunk wholly inside the range (and, with buckets, inside
-    one bucket) with a known sum, its first timestamp and its hash sum (uint64); ``whole_samples``
-    their sample count. ``timestamps``/``values``: the samples in range of every other chunk.
+    Per chunk wholly inside the range (and, with buckets, inside one bucket) with a known sum:
+    ``whole_series``, ``whole_min_ts`` (its first timestamp) and ``whole_hashes`` (uint64).
+    Per series: ``whole_samples`` in those chunks and ``counts`` of the samples in range of its
+    other chunks, which ``timestamps``/``values`` hold series after series, each in time order.
     """
 
+    whole_series: np.ndarray
     whole_min_ts: np.ndarray
     whole_hashes: np.ndarray
-    whole_samples: int
+    whole_samples: np.ndarray
+    counts: np.ndarray
     timestamps: np.ndarray
     values: np.ndarray
 
@@ -132,48 +137,6 @@ class ChunkList:
             parts_v.append(v)
         return _joined(parts_t, parts_v)
 
-    def split(self, start_ms: int, end_ms: int, bucket_ms: int = 0) -> ChunkSplit:
-        """The chunks overlapping [start_ms, end_ms]: those wholly inside it (and, when bucket_ms > 0,
-        inside one bucket ``[start_ms + k*bucket_ms, start_ms + (k+1)*bucket_ms)``) by their cached
-        sums, the others decoded. A decoded chunk wholly inside the range learns its sum.
-
-        O(chunks) arithmetic on the index plus the decoding of the boundary chunks; the fast path
-        (every chunk inside, no buckets, every sum known) decodes nothing and reads no header.
-        """
-        n = len(self)
-        if n == 0:
-            return ChunkSplit(_EMPTY_T, np.zeros(0, np.uint64), 0, _EMPTY_T, _EMPTY_V)
-        ix = np.frombuffer(self.index, dtype=np.int64).reshape(n, STRIDE)
-        hashes = ix[:, 3].view(np.uint64)
-        if bucket_ms <= 0 and ix[0, 0] >= start_ms and ix[-1, 1] <= end_ms and bool(hashes.all()):
-            return ChunkSplit(ix[:, 0].copy(), hashes.copy(), self.samples, _EMPTY_T, _EMPTY_V)  # fast path
-        lo, hi = ix[:, 0], ix[:, 1]
-        overlap = (hi >= start_ms) & (lo <= end_ms)
-        inside = overlap & (lo >= start_ms) & (hi <= end_ms)
-        if bucket_ms > 0:
-            inside &= (lo - start_ms) // bucket_ms == (hi - start_ms) // bucket_ms
-        whole = inside & (hashes != UNKNOWN_HASH)
-        whole_idx = np.flatnonzero(whole)
-        parts_t: list[np.ndarray] = []
-        parts_v: list[np.ndarray] = []
-        for i in np.flatnonzero(overlap & ~whole).tolist():
-            t, v = decode_chunk(self._chunk(i))
-            if inside[i]:
-                self.index[STRIDE * i + 3] = _as_int64(hash_sum(t, v))
-            else:
-                keep = (t >= start_ms) & (t <= end_ms)
-                t, v = t[keep], v[keep]
-            parts_t.append(t)
-            parts_v.append(v)
-        if len(whole_idx) == n:
-            whole_samples = self.samples
-        elif 2 * len(whole_idx) <= n:
-            whole_samples = sum(chunk_count(self._chunk(i)) for i in whole_idx.tolist())
-        else:
-            whole_samples = self.samples - sum(chunk_count(self._chunk(i)) for i in np.flatnonzero(~whole).tolist())
-        t, v = _joined(parts_t, parts_v)
-        return ChunkSplit(lo[whole_idx], hashes[whole_idx], whole_samples, t, v)
-
     def drop_before(self, cutoff_ms: int) -> int:
         """Drop whole chunks whose newest sample is older than cutoff; returns samples dropped."""
         n = 0
@@ -224,6 +187,57 @@ class ChunkList:
             prev_hi, prev_end = hi, end
         assert prev_end == len(self.data)
         assert total == self.samples
+
+
+def split_chunks(lists: Sequence[ChunkList], start_ms: int, end_ms: int, bucket_ms: int = 0) -> ChunkSplit:
+    """The chunks of ``lists`` overlapping [start_ms, end_ms]: those wholly inside it (and, when
+    bucket_ms > 0, inside one bucket ``[start_ms + k*bucket_ms, start_ms + (k+1)*bucket_ms)``) by
+    their cached sums, the others decoded. A decoded chunk wholly inside the range learns its sum.
+
+    Vectorised over every chunk of every list; a Python step only per chunk not taken whole
+    (decoded when it overlaps the range, its header read when not). A digest over whole chunks
+    therefore costs O(chunks) NumPy work and no decoding.
+    """
+    k = len(lists)
+    lens = np.fromiter((len(c.index) for c in lists), dtype=np.int64, count=k) // STRIDE
+    whole_samples = np.fromiter((c.samples for c in lists), dtype=np.int64, count=k)
+    counts = np.zeros(k, dtype=np.int64)
+    n = int(lens.sum())
+    if n == 0:
+        return ChunkSplit(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint64), whole_samples, counts,
+                          _EMPTY_T.copy(), _EMPTY_V.copy())
+    ix = np.frombuffer(b"".join(c.index for c in lists), dtype=np.int64).reshape(n, STRIDE)
+    series = np.repeat(np.arange(k, dtype=np.int64), lens)
+    lo, hi, hashes = ix[:, 0], ix[:, 1], ix[:, 3].view(np.uint64)
+    overlap = (hi >= start_ms) & (lo <= end_ms)
+    inside = overlap & (lo >= start_ms) & (hi <= end_ms)
+    if bucket_ms > 0:
+        inside &= (lo - start_ms) // bucket_ms == (hi - start_ms) // bucket_ms
+    whole = inside & (hashes != UNKNOWN_HASH)
+    parts_t: list[np.ndarray] = []
+    parts_v: list[np.ndarray] = []
+    rest = np.flatnonzero(~whole)
+    if len(rest):
+        first_chunk = np.cumsum(lens) - lens
+        for j, s, i in zip(rest.tolist(), series[rest].tolist(), (rest - first_chunk[series[rest]]).tolist(),
+                           strict=True):
+            c = lists[s]
+            if not overlap[j]:
+                whole_samples[s] -= chunk_count(c._chunk(i))
+                continue
+            t, v = decode_chunk(c._chunk(i))
+            whole_samples[s] -= len(t)
+            if inside[j]:
+                c.index[STRIDE * i + 3] = _as_int64(hash_sum(t, v))
+            else:
+                keep = (t >= start_ms) & (t <= end_ms)
+                t, v = t[keep], v[keep]
+            counts[s] += len(t)
+            parts_t.append(t)
+            parts_v.append(v)
+    t, v = _joined(parts_t, parts_v)
+    w = np.flatnonzero(whole)
+    return ChunkSplit(series[w], lo[w], hashes[w], whole_samples, counts, t, v)
 
 
 def _joined(parts_t: list[np.ndarray], parts_v: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,6 @@
 """The hash sum cached per sealed chunk (metricsd/store/chunks.py): exact on every path that seals,
 merges, drops or restores chunks (checked by recomputing from the decoded chunks), and
-ChunkList.split partitions a range exactly into cached chunks and decoded samples."""
+split_chunks partitions a range exactly into cached chunks and decoded samples."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from metricsd.codec import decode_chunk
 from metricsd.maths.samplehash import hash_sum, sample_hashes
 from metricsd.model import make_labels, series_id
 from metricsd.store import chunks as chunks_module
-from metricsd.store.chunks import UNKNOWN_HASH, ChunkList
+from metricsd.store.chunks import UNKNOWN_HASH, ChunkList, split_chunks
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import capture, read_snapshot, restore, write_snapshot
@@ -96,36 +96,45 @@ def chunk_lists(draw: st.DrawFn) -> tuple[list[int], list[int]]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(chunk_lists(), st.integers(-20_000, 600_000), st.integers(0, 600_000),
-       st.sampled_from([0, 7_000, 25_000, 10**6]), st.booleans())
-def test_split_is_exactly_the_range_cached_plus_decoded(shape: tuple[list[int], list[int]], start_off: int,
-                                                        length: int, bucket_ms: int, forget: bool) -> None:
-    sizes, gaps = shape
-    c, t, v = chunk_list(sizes, gaps) if sizes else (ChunkList(), np.zeros(0, np.int64), np.zeros(0))
-    if forget and len(c):  # as restored from a snapshot: the sums are learnt on the way
-        c.restore(c.time_index(), c.data, c.samples)
+@given(st.lists(st.tuples(chunk_lists(), st.booleans()), min_size=1, max_size=4), st.integers(-20_000, 600_000),
+       st.integers(0, 600_000), st.sampled_from([0, 7_000, 25_000, 10**6]))
+def test_split_is_exactly_the_range_cached_plus_decoded(shapes: list[tuple[tuple[list[int], list[int]], bool]],
+                                                        start_off: int, length: int, bucket_ms: int) -> None:
+    """Several series at once; ``forget``: as restored from a snapshot, sums learnt on the way."""
+    series = []
+    for seed, ((sizes, gaps), forget) in enumerate(shapes):
+        c, t, v = chunk_list(sizes, gaps, seed) if sizes else (ChunkList(), np.zeros(0, np.int64), np.zeros(0))
+        if forget and len(c):
+            c.restore(c.time_index(), c.data, c.samples)
+        series.append((c, t, v))
     start, end = T0 + start_off, T0 + start_off + length
-    s = c.split(start, end, bucket_ms)
-    keep = (t >= start) & (t <= end)
-    # counts and hashes add up to the range's
-    assert s.whole_samples + len(s.timestamps) == int(keep.sum())
-    total = (int(s.whole_hashes.sum(dtype=np.uint64)) + hash_sum(s.timestamps, s.values)) % 2**64
-    assert total == hash_sum(t[keep], v[keep])
-    # the decoded samples are in range and are exactly the range's samples outside the whole chunks
-    lo, hi = c.time_index().reshape(-1, 3)[:, 0], c.time_index().reshape(-1, 3)[:, 1]
-    whole = np.isin(lo, s.whole_min_ts)
-    in_whole = np.zeros(len(t), bool)
-    for a, b in zip(lo[whole].tolist(), hi[whole].tolist(), strict=True):
-        assert start <= a and b <= end
-        if bucket_ms:
-            assert (a - start) // bucket_ms == (b - start) // bucket_ms
-        in_whole |= (t >= a) & (t <= b)
-    assert s.timestamps.tolist() == t[keep & ~in_whole].tolist()
-    assert s.values.tolist() == v[keep & ~in_whole].tolist()
-    # the whole chunks' sums are theirs
-    sums = dict(zip(lo.tolist(), recomputed(c), strict=True))
-    assert [int(h) for h in s.whole_hashes] == [sums[a] for a in s.whole_min_ts.tolist()]
-    c._check()
+    s = split_chunks([c for c, _, _ in series], start, end, bucket_ms)
+    assert len(s.counts) == len(s.whole_samples) == len(series)
+    ends = np.cumsum(s.counts)
+    for k, (c, t, v) in enumerate(series):
+        keep = (t >= start) & (t <= end)
+        mine = s.whole_series == k
+        got_t = s.timestamps[ends[k] - s.counts[k] : ends[k]]
+        got_v = s.values[ends[k] - s.counts[k] : ends[k]]
+        # counts and hashes add up to the range's
+        assert int(s.whole_samples[k]) + len(got_t) == int(keep.sum())
+        total = (int(s.whole_hashes[mine].sum(dtype=np.uint64)) + hash_sum(got_t, got_v)) % 2**64
+        assert total == hash_sum(t[keep], v[keep])
+        # the decoded samples are exactly the range's samples outside the whole chunks, in order
+        lo, hi = c.time_index().reshape(-1, 3)[:, 0], c.time_index().reshape(-1, 3)[:, 1]
+        whole = np.isin(lo, s.whole_min_ts[mine])
+        in_whole = np.zeros(len(t), bool)
+        for a, b in zip(lo[whole].tolist(), hi[whole].tolist(), strict=True):
+            assert start <= a and b <= end
+            if bucket_ms:
+                assert (a - start) // bucket_ms == (b - start) // bucket_ms
+            in_whole |= (t >= a) & (t <= b)
+        assert got_t.tolist() == t[keep & ~in_whole].tolist()
+        assert got_v.tolist() == v[keep & ~in_whole].tolist()
+        # the whole chunks' sums are theirs
+        sums = dict(zip(lo.tolist(), recomputed(c), strict=True))
+        assert [int(h) for h in s.whole_hashes[mine]] == [sums[a] for a in s.whole_min_ts[mine].tolist()]
+        c._check()
 
 
 def test_split_decodes_only_the_chunks_on_the_ranges_edges(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,16 +148,16 @@ def test_split_decodes_only_the_chunks_on_the_ranges_edges(monkeypatch: pytest.M
         return out
 
     monkeypatch.setattr(chunks_module, "decode_chunk", counting)
-    s = c.split(int(t[0]), int(t[-1]))
-    assert decoded == [] and s.whole_samples == 24 and len(s.timestamps) == 0
-    s = c.split(int(t[2]), int(t[-2]))  # cuts chunks 0 and 3
-    assert decoded == [int(t[0]), int(t[18])] and s.whole_samples == 12 and len(s.timestamps) == 4 + 5
+    s = split_chunks([c], int(t[0]), int(t[-1]))
+    assert decoded == [] and s.whole_samples.tolist() == [24] and len(s.timestamps) == 0
+    s = split_chunks([c], int(t[2]), int(t[-2]))  # cuts chunks 0 and 3
+    assert decoded == [int(t[0]), int(t[18])] and s.whole_samples.tolist() == [12] and len(s.timestamps) == 4 + 5
     decoded.clear()
     c.restore(c.time_index(), c.data, c.samples)
-    c.split(int(t[0]), int(t[-1]))  # sums unknown: decoded once, then known
+    split_chunks([c], int(t[0]), int(t[-1]))  # sums unknown: decoded once, then known
     assert len(decoded) == 4
     decoded.clear()
-    c.split(int(t[0]), int(t[-1]))
+    split_chunks([c], int(t[0]), int(t[-1]))
     assert decoded == []
 
 
@@ -167,7 +176,7 @@ def test_a_snapshot_keeps_its_format_and_restored_chunks_learn_their_sums(tmp_pa
     back._check()
     assert all(set(back.chunks[r].hash_sums().tolist()) == {UNKNOWN_HASH} for r in range(n))
     for r in range(n):
-        back.chunks[r].split(T0, T0 + 10**9)
+        split_chunks([back.chunks[r]], T0, T0 + 10**9)
         assert back.chunks[r].hash_sums().tolist() == store.chunks[r].hash_sums().tolist()
     back._check()
     again = capture(back, WalPosition(1, 0))
