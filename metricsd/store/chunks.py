@@ -192,7 +192,8 @@ class ChunkList:
 def split_chunks(lists: Sequence[ChunkList], start_ms: int, end_ms: int, bucket_ms: int = 0) -> ChunkSplit:
     """The chunks of ``lists`` overlapping [start_ms, end_ms]: those wholly inside it (and, when
     bucket_ms > 0, inside one bucket ``[start_ms + k*bucket_ms, start_ms + (k+1)*bucket_ms)``) by
-    their cached sums, the others decoded. A decoded chunk wholly inside the range learns its sum.
+    their cached sums, the others decoded. A chunk inside whose sum is not known yet is decoded
+    and learns its sum, and counts as whole.
 
     Vectorised over every chunk of every list; a Python step only per chunk not taken whole
     (decoded when it overlaps the range, its header read when not). A digest over whole chunks
@@ -218,18 +219,25 @@ def split_chunks(lists: Sequence[ChunkList], start_ms: int, end_ms: int, bucket_
     parts_v: list[np.ndarray] = []
     rest = np.flatnonzero(~whole)
     if len(rest):
+        hashes = hashes.copy()  # the sums learnt below join the whole chunks
         first_chunk = np.cumsum(lens) - lens
-        for j, s, i in zip(rest.tolist(), series[rest].tolist(), (rest - first_chunk[series[rest]]).tolist(),
-                           strict=True):
+        edge = (lo < start_ms) | (hi > end_ms)
+        for j, s, i, ov, ins, cut in zip(rest.tolist(), series[rest].tolist(),
+                                         (rest - first_chunk[series[rest]]).tolist(), overlap[rest].tolist(),
+                                         inside[rest].tolist(), edge[rest].tolist(), strict=True):
             c = lists[s]
-            if not overlap[j]:
+            if not ov:
                 whole_samples[s] -= chunk_count(c._chunk(i))
                 continue
             t, v = decode_chunk(c._chunk(i))
+            if ins:  # a sum not known yet (restored chunk): learn it; the chunk counts as whole
+                h = hash_sum(t, v)
+                c.index[STRIDE * i + 3] = _as_int64(h)
+                hashes[j] = h
+                whole[j] = True
+                continue
             whole_samples[s] -= len(t)
-            if inside[j]:
-                c.index[STRIDE * i + 3] = _as_int64(hash_sum(t, v))
-            else:
+            if cut:
                 keep = (t >= start_ms) & (t <= end_ms)
                 t, v = t[keep], v[keep]
             counts[s] += len(t)
