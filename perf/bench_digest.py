@@ -16,6 +16,8 @@ Timed with time.process_time, in process, nothing else running in it:
                 round's first request: replicas that agree stop here)
   round         store_digest of 16 of the 64 slots from 24 h before the newest sample to 10 s
                 before it (what ReplicaSync asks each interval by default)
+  cut round     the same from 50 s after the oldest sample: the window's start cuts every
+                series' oldest chunk, as it does with a full day of data under retention
   per series    store_digest per series with 10-minute buckets (asked for slots that differ;
                 20-minute chunks straddle 10-minute buckets, so most chunks are decoded)
   after restore the slot digest right after a snapshot restore (sums not known yet: decoded and
@@ -114,7 +116,8 @@ def main() -> None:
                                   per_series=True)
     round_req = pb.DigestRequest(slots=pb.SlotFilter(slot_count=SLOTS, slots=list(range(16))),
                                  start_ms=newest - 24 * 3600 * 1000, end_ms=newest - 10_000)
-    rows: list[tuple[str, float, float | None]] = []
+    cut_req = pb.DigestRequest(slots=round_req.slots, start_ms=T0 + 50_000, end_ms=newest - 10_000)
+    rows: list[tuple[str, float, float]] = []
     ref_s, want = timed(lambda: reference(store, everything), args.repeat)
     got_s, got = timed(lambda: store_digest(store, everything), args.repeat)
     assert got == want, "cached slot digest differs from the reference"
@@ -123,6 +126,10 @@ def main() -> None:
     got_s, got = timed(lambda: store_digest(store, round_req), args.repeat)
     assert got == want, "cached round digest differs from the reference"
     rows.append(("round: 16 slots, 24 h to 10 s before the newest", ref_s, got_s))
+    ref_s, want = timed(lambda: reference(store, cut_req), args.repeat)
+    got_s, got = timed(lambda: store_digest(store, cut_req), args.repeat)
+    assert got == want, "cached cut round digest differs from the reference"
+    rows.append(("cut round: the same, the start cutting each oldest chunk", ref_s, got_s))
     ref_s, want = timed(lambda: reference(store, per_series), args.repeat)
     got_s, got = timed(lambda: store_digest(store, per_series), args.repeat)
     assert got == want, "cached per-series digest differs from the reference"
