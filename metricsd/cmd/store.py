@@ -93,8 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--snapshot-every", type=float, default=SNAPSHOT_INTERVAL_S,
                    help="with --data-dir: seconds between snapshots (default %(default)s)")
     p.add_argument("--sync-interval", type=float, default=ANTI_ENTROPY_INTERVAL_S, metavar="SECONDS",
-                   help="with --etcd: seconds between anti-entropy rounds with the other replicas "
-                        "(default %(default)s)")
+                   help="with --etcd: seconds between anti-entropy rounds with the other replicas, "
+                        "16 slots each (default %(default)s)")
     add_security_arguments(p, probes=True)
 
 

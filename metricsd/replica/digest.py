@@ -5,7 +5,7 @@ copy only the time buckets that differ (rpc CatchUp). Every combination is a sum
 a digest does not depend on the order samples arrived in, on how they are split into chunks, or
 on which replica computed it; only on the samples themselves.
 
-The hashes (pinned by tests/store/test_store_digest.py; change them and every replica of a
+The hashes (pinned by tests/replica/test_replica_digest.py; change them and every replica of a
 mixed-version cluster disagrees with the others until all are upgraded):
 
 - ``mix64`` is the splitmix64 finaliser (Steele, Lea, Flood 2014), on uint64 with wraparound.
@@ -17,8 +17,14 @@ mixed-version cluster disagrees with the others until all are upgraded):
   ``mix64(series hash + mix64(id XOR C2))``; a series' id is in it, so two series with equal
   samples do not cancel out, and its sample count travels next to it.
 
-``C1 = 0x9E3779B97F4A7C15``, ``C2 = 0xD6E8FEB86659FD93``. No I/O; :func:`store_digest` reads an
-in-memory :class:`~metricsd.store.engine.Store`.
+``C1 = 0x9E3779B97F4A7C15``, ``C2 = 0xD6E8FEB86659FD93``; the code is metricsd/maths/samplehash.py,
+so that the store can keep per sealed chunk the sum of its sample hashes (metricsd/store/chunks.py).
+A digest adds those sums for the chunks wholly inside its range (and, per series, inside one
+bucket) and hashes only the samples of the other chunks and of the heads: the sums being additive,
+the result is bit for bit the one of hashing every sample (:func:`store_samples` then
+:func:`digest_series`, which the tests keep as the reference).
+
+No I/O; :func:`store_digest` reads an in-memory :class:`~metricsd.store.engine.Store`.
 """
 
 from __future__ import annotations
@@ -27,36 +33,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from metricsd.maths.samplehash import C1, C2, mix64, sample_hashes
 from metricsd.maths.slots import SlotFilter
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.store.chunks import split_chunks
 from metricsd.store.engine import Store
 
-__all__ = ["SeriesDigests", "SlotDigests", "SlotSamples", "bucket_count", "combine_slots", "digest_request",
-           "digest_response", "digest_series", "mix64", "repair_ranges", "sample_hashes", "store_digest",
-           "store_samples"]
-
-C1 = np.uint64(0x9E3779B97F4A7C15)
-C2 = np.uint64(0xD6E8FEB86659FD93)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+__all__ = ["C1", "C2", "CachedSums", "SeriesDigests", "SlotDigests", "SlotSamples", "bucket_count", "combine_slots",
+           "digest_request", "digest_response", "digest_series", "mix64", "repair_ranges", "sample_hashes",
+           "slot_reader", "store_digest", "store_samples"]
 
 MAX_BUCKETS = 100_000
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, element-wise on a uint64 array (a new array)."""
-    x = np.asarray(x, dtype=np.uint64)
-    x = (x ^ (x >> _S30)) * _M1
-    x = (x ^ (x >> _S27)) * _M2
-    return x ^ (x >> _S31)
-
-
-def sample_hashes(timestamps: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """One uint64 per sample over (timestamp, value bits)."""
-    t = np.ascontiguousarray(timestamps, dtype=np.int64).view(np.uint64)
-    v = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
-    return mix64(mix64(t ^ C1) ^ v)
 
 
 def bucket_count(start_ms: int, end_ms: int, bucket_ms: int) -> int:
@@ -76,38 +63,62 @@ class SeriesDigests:
     buckets: np.ndarray | None  # uint64, len(ids) x bucket_count
 
 
-def digest_series(ids: np.ndarray, counts: np.ndarray, timestamps: np.ndarray, values: np.ndarray, start_ms: int,
-                  end_ms: int, bucket_ms: int, with_buckets: bool) -> SeriesDigests:
-    """Digests of columnar samples (as in a WriteRequest: ``counts[i]`` samples of ``ids[i]``, series
-    after series, each in time order, all within [start_ms, end_ms]). Series without samples are left out.
+@dataclass(frozen=True)
+class CachedSums:
+    """What the cached sums of whole chunks add to the samples of each series of a digest_series
+    call: per series (in the call's order) a sample count and a hash; per (series position, bucket)
+    term a hash (a bucket may appear in several terms: they add up)."""
 
-    O(samples). Raises ValueError when more than MAX_BUCKETS buckets are asked for.
+    samples: np.ndarray  # int64, one per series
+    hashes: np.ndarray  # uint64, one per series
+    bucket_series: np.ndarray  # int64, positions in the call's ids
+    bucket_index: np.ndarray  # int64
+    bucket_hashes: np.ndarray  # uint64
+
+
+def digest_series(ids: np.ndarray, counts: np.ndarray, timestamps: np.ndarray, values: np.ndarray, start_ms: int,
+                  end_ms: int, bucket_ms: int, with_buckets: bool, cached: CachedSums | None = None
+                  ) -> SeriesDigests:
+    """Digests of columnar samples (as in a WriteRequest: ``counts[i]`` samples of ``ids[i]``, series
+    after series, each in time order, all within [start_ms, end_ms]), plus the ``cached`` sums of
+    samples not listed (sealed chunks, see CachedSums). Series without samples are left out.
+
+    O(samples + cached terms). Raises ValueError when more than MAX_BUCKETS buckets are asked for.
     """
     ids = np.asarray(ids, dtype=np.uint64)
     counts = np.asarray(counts, dtype=np.int64)
-    keep = counts > 0
-    ids, counts = ids[keep], counts[keep]
     n_buckets = bucket_count(start_ms, end_ms, bucket_ms)
     if with_buckets and n_buckets > MAX_BUCKETS:
         raise ValueError(f"{n_buckets} buckets of {bucket_ms} ms exceed {MAX_BUCKETS}")
-    if len(ids) == 0:
-        empty = np.zeros(0, dtype=np.uint64)
-        return SeriesDigests(empty, np.zeros(0, dtype=np.int64), empty,
-                             np.zeros((0, n_buckets), dtype=np.uint64) if with_buckets else None)
+    n = len(ids)
     ts = np.asarray(timestamps, dtype=np.int64)
     h = sample_hashes(ts, values)
-    starts = np.cumsum(counts) - counts
-    hashes = np.add.reduceat(h, starts).astype(np.uint64)
+    hashes = np.zeros(n, dtype=np.uint64)
+    has = counts > 0
+    if len(ts):
+        hashes[has] = np.add.reduceat(h, (np.cumsum(counts) - counts)[has])
     buckets: np.ndarray | None = None
     if with_buckets:
-        series_index = np.repeat(np.arange(len(ids), dtype=np.int64), counts)
-        b = (ts - start_ms) // bucket_ms if bucket_ms > 0 else np.zeros(len(ts), dtype=np.int64)
-        key = series_index * n_buckets + b  # non-decreasing: series after series, each in time order
-        first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
-        flat = np.zeros(len(ids) * n_buckets, dtype=np.uint64)
-        flat[key[first]] = np.add.reduceat(h, first)
-        buckets = flat.reshape(len(ids), n_buckets)
-    return SeriesDigests(ids, counts, hashes, buckets)
+        flat = np.zeros(n * n_buckets, dtype=np.uint64)
+        if len(ts):
+            series_index = np.repeat(np.arange(n, dtype=np.int64), counts)
+            b = (ts - start_ms) // bucket_ms if bucket_ms > 0 else np.zeros(len(ts), dtype=np.int64)
+            key = series_index * n_buckets + b  # non-decreasing: series after series, each in time order
+            first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+            flat[key[first]] = np.add.reduceat(h, first)
+        if cached is not None and len(cached.bucket_hashes):
+            np.add.at(flat, cached.bucket_series * n_buckets + cached.bucket_index, cached.bucket_hashes)
+        buckets = flat.reshape(n, n_buckets)
+    samples = counts
+    if cached is not None:
+        samples = counts + cached.samples
+        hashes += cached.hashes  # modulo 2^64
+    keep = samples > 0
+    if not bool(keep.all()):
+        ids, samples, hashes = ids[keep], samples[keep], hashes[keep]
+        if buckets is not None:
+            buckets = buckets[keep]
+    return SeriesDigests(ids, samples, hashes, buckets)
 
 
 @dataclass(frozen=True)
@@ -174,7 +185,8 @@ def repair_ranges(local: SeriesDigests, remote: SeriesDigests, start_ms: int, en
 def store_samples(store: Store, slot_count: int, slots: list[int], start_ms: int, end_ms: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(ids, counts, timestamps, values, slot per series) of the store's series in ``slots``, in
-    [start_ms, end_ms]; series without samples there are left out. One read per series."""
+    [start_ms, end_ms]; series without samples there are left out. One read per series, every
+    chunk in range decoded: the reference a cached digest must equal."""
     samples = SlotSamples(store, slot_count, slots, start_ms, end_ms)
     samples.read(len(samples.rows))
     return samples.arrays()
@@ -182,11 +194,18 @@ def store_samples(store: Store, slot_count: int, slots: list[int], start_ms: int
 
 class SlotSamples:
     """The samples of a slot set read a slice of series at a time (``read``), so an async caller
-    can let other requests run between slices: a digest of a day of data decodes every chunk of
-    its series, seconds of work on a large store (metricsd/replica/digestloop.py)."""
+    can let other requests run between slices (metricsd/replica/digestloop.py).
 
-    def __init__(self, store: Store, slot_count: int, slots: list[int], start_ms: int, end_ms: int) -> None:
+    With ``cache_bucket_ms`` (not None) sealed chunks wholly inside the range, and inside one bucket
+    of that width when it is > 0, are not decoded: their cached hash sums are kept (``cached()``,
+    per bucket too when ``buckets``) and only the other samples are read (``arrays()``). Without it
+    every sample is read.
+    """
+
+    def __init__(self, store: Store, slot_count: int, slots: list[int], start_ms: int, end_ms: int,
+                 cache_bucket_ms: int | None = None, buckets: bool = False) -> None:
         self.store, self.slot_count, self.start_ms, self.end_ms = store, slot_count, start_ms, end_ms
+        self.cache_bucket_ms, self.buckets = cache_bucket_ms, buckets
         self.rows = store.select([], SlotFilter(slot_count, tuple(slots)) if slot_count else None).tolist()
         self.next = 0
         self._ids: list[int] = []
@@ -194,6 +213,11 @@ class SlotSamples:
         self._ts: list[np.ndarray] = []
         self._vals: list[np.ndarray] = []
         self._rows: list[int] = []
+        self._cached_samples: list[int] = []
+        self._cached_hashes: list[int] = []
+        self._bucket_series: list[np.ndarray] = []
+        self._bucket_index: list[np.ndarray] = []
+        self._bucket_hashes: list[np.ndarray] = []
 
     @property
     def done(self) -> bool:
@@ -202,6 +226,9 @@ class SlotSamples:
     def read(self, n: int) -> None:
         """Read the next ``n`` series. A row's id and samples are read together, so a series
         dropped or added meanwhile is seen whole or not at all."""
+        if self.cache_bucket_ms is not None:
+            self._read_cached(n, self.cache_bucket_ms)
+            return
         store = self.store
         for row in self.rows[self.next : self.next + n]:
             t, v = store.series_samples(row, self.start_ms, self.end_ms)
@@ -214,13 +241,79 @@ class SlotSamples:
             self._rows.append(row)
         self.next += n
 
+    def _read_cached(self, n: int, bucket_ms: int) -> None:
+        """read() by cached chunk sums (store.chunks.split_chunks), the slice at once: per series
+        the samples of the chunks not taken whole, then the head's samples that are in no chunk
+        (all of it when the series has no chunks), as Store.series_samples reads them."""
+        store, head, start_ms, end_ms = self.store, self.store.head, self.start_ms, self.end_ms
+        rows = np.array(self.rows[self.next : self.next + n], dtype=np.int64)
+        self.next += n
+        if len(rows) == 0:
+            return
+        lists = [store.chunks[r] for r in rows.tolist()]
+        split = split_chunks(lists, start_ms, end_ms, bucket_ms)
+        has_chunks = np.fromiter((len(c.index) > 0 for c in lists), dtype=bool, count=len(lists))
+        first = np.where(has_chunks, head.sealed[rows], 0)[:, None]
+        cols = np.arange(head.capacity)[None, :]
+        ht = head.ts[rows].astype(np.int64) + head.base[rows][:, None]
+        in_head = (cols >= first) & (cols < head.count[rows][:, None]) & (ht >= start_ms) & (ht <= end_ms)
+        head_counts = in_head.sum(axis=1)
+        counts = split.counts + head_counts
+        keep = (counts > 0) | (split.whole_samples > 0)
+        # series after series: the chunks' samples (older), then the head's
+        out_start = np.cumsum(counts) - counts
+        total = int(counts.sum())
+        ts, vals = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.float64)
+        pos = np.repeat(out_start - (np.cumsum(split.counts) - split.counts), split.counts)
+        pos += np.arange(len(pos))
+        ts[pos], vals[pos] = split.timestamps, split.values
+        pos = np.repeat(out_start + split.counts - (np.cumsum(head_counts) - head_counts), head_counts)
+        pos += np.arange(len(pos))
+        ts[pos], vals[pos] = ht[in_head], head.vals[rows][in_head]
+        kept = np.flatnonzero(keep)
+        new_pos = len(self._ids) + np.cumsum(keep) - 1  # position of each kept series among all read
+        self._ids.extend(store.index.id_column[rows[kept]].tolist())
+        self._counts.extend(counts[kept].tolist())
+        self._ts.append(ts)
+        self._vals.append(vals)
+        self._rows.extend(rows[kept].tolist())
+        self._cached_samples.extend(split.whole_samples[kept].tolist())
+        sums = np.zeros(len(rows), dtype=np.uint64)
+        np.add.at(sums, split.whole_series, split.whole_hashes)
+        self._cached_hashes.extend(sums[kept].tolist())
+        if self.buckets and len(split.whole_hashes):
+            self._bucket_series.append(new_pos[split.whole_series])
+            self._bucket_index.append((split.whole_min_ts - start_ms) // bucket_ms if bucket_ms > 0
+                                      else np.zeros(len(split.whole_hashes), dtype=np.int64))
+            self._bucket_hashes.append(split.whole_hashes)
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, counts, timestamps, values, slot per series) of the samples read (not the cached ones)."""
         row_arr = np.array(self._rows, dtype=np.int64)
         series_slots = ((self.store.index.pod_hash[row_arr] % np.uint64(self.slot_count)).astype(np.int64)
                         if self.slot_count else np.zeros(len(row_arr), dtype=np.int64))
         return (np.array(self._ids, dtype=np.uint64), np.array(self._counts, dtype=np.int64),
                 np.concatenate(self._ts) if self._ts else np.zeros(0, dtype=np.int64),
                 np.concatenate(self._vals) if self._vals else np.zeros(0, dtype=np.float64), series_slots)
+
+    def cached(self) -> CachedSums | None:
+        """The cached sums per series of arrays() (None when reading every sample)."""
+        if self.cache_bucket_ms is None:
+            return None
+
+        def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+
+        return CachedSums(np.array(self._cached_samples, dtype=np.int64),
+                          np.array(self._cached_hashes, dtype=np.uint64), cat(self._bucket_series, np.int64),
+                          cat(self._bucket_index, np.int64), cat(self._bucket_hashes, np.uint64))
+
+
+def slot_reader(store: Store, request: pb.DigestRequest, slot_count: int, slots: list[int]) -> SlotSamples:
+    """The reader for a DigestRequest: by cached chunk sums, per bucket only when per-series
+    buckets are asked for (a slot digest needs no bucket, so no chunk straddling one is decoded)."""
+    return SlotSamples(store, slot_count, slots, request.start_ms, request.end_ms,
+                       cache_bucket_ms=request.bucket_ms if request.per_series else 0, buckets=request.per_series)
 
 
 def digest_request(request: pb.DigestRequest) -> tuple[int, list[int]]:
@@ -240,7 +333,8 @@ def digest_request(request: pb.DigestRequest) -> tuple[int, list[int]]:
 
 def digest_response(request: pb.DigestRequest, slots: list[int], samples: SlotSamples) -> pb.DigestResponse:
     ids, counts, ts, vals, series_slots = samples.arrays()
-    d = digest_series(ids, counts, ts, vals, request.start_ms, request.end_ms, request.bucket_ms, request.per_series)
+    d = digest_series(ids, counts, ts, vals, request.start_ms, request.end_ms, request.bucket_ms, request.per_series,
+                      samples.cached())
     per_slot = combine_slots(np.array(slots, dtype=np.int64), series_slots, d)
     resp = pb.DigestResponse()
     for i, slot in enumerate(per_slot.slots.tolist()):
@@ -257,6 +351,6 @@ def digest_response(request: pb.DigestRequest, slots: list[int], samples: SlotSa
 def store_digest(store: Store, request: pb.DigestRequest) -> pb.DigestResponse:
     """Answer a DigestRequest from the store at once. Raises ValueError for a bad slot filter or range."""
     slot_count, slots = digest_request(request)
-    samples = SlotSamples(store, slot_count, slots, request.start_ms, request.end_ms)
+    samples = slot_reader(store, request, slot_count, slots)
     samples.read(len(samples.rows))
     return digest_response(request, slots, samples)

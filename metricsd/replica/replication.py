@@ -56,11 +56,12 @@ class SyncSettings:
     """How a store keeps level with its peers.
 
     interval_s: seconds between anti-entropy rounds. A round digests its slots over the whole
-        window, decoding every chunk of their series (no digest is kept between rounds), so a
-        pass over a store costs about as much CPU as reading all it holds: every 4 minutes, with
-        64 slots a pass takes 16 minutes. Every 30 s, on a 40,000-series cluster fed the
-        side-by-side workload, anti-entropy took more CPU than the writes (perf/RESULTS.md).
-        Hinted hand-off and read repair do the quick repairs; this is the backstop.
+        window from the hash sums each sealed chunk keeps (metricsd/store/chunks.py), decoding
+        only the chunks cut by the window's edges, and hashing the heads' newest samples: every
+        minute, with 64 slots a pass takes 4 minutes. Before the sums were kept a round decoded
+        every chunk and, every 30 s, cost more CPU than the writes on a 40,000-series cluster
+        (perf/RESULTS.md, "Anti-entropy digests"). Hinted hand-off and read repair do the quick
+        repairs; this is the backstop.
     slots_per_round: slots compared per round (bounded work; a full pass takes
         held slots / slots_per_round rounds).
     window_ms: how far back catch-up and anti-entropy look; None: the store's retention.

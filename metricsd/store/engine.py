@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metricsd.codec import encode_chunks
+from metricsd.maths.samplehash import sample_hashes
 from metricsd.maths.slots import SlotFilter
 from metricsd.model import InvalidSeries, Labels, describe, series_id, validate_labels
 from metricsd.selector import Matcher
@@ -353,9 +354,10 @@ class Store:
             ts, vals = head.take_for_seal_many(group, sealed, count)
             chunks = encode_chunks(ts, vals)
             lo, hi = ts[:, 0].tolist(), ts[:, -1].tolist()
+            sums = sample_hashes(ts, vals).sum(axis=1, dtype=np.uint64).tolist()
             n = count - sealed
             for i, row in enumerate(group.tolist()):
-                self.chunks[row].append_encoded(chunks[i], lo[i], hi[i], n)
+                self.chunks[row].append_encoded(chunks[i], lo[i], hi[i], n, sums[i])
             head.chunk_max_ts[group] = ts[:, -1]
 
     def _sync_chunk_max(self, row: int) -> None:

@@ -121,7 +121,8 @@ def capture(store: Store, position: WalPosition) -> StoreImage:
         head_ts=(h.ts[rows].astype(np.int64) + h.base[rows][:, None])[mask],
         head_vals=h.vals[rows][mask],
         chunk_counts=np.array([len(c) for c in chunk_lists], dtype=np.int64),
-        chunk_index=np.frombuffer(b"".join(c.index.tobytes() for c in chunk_lists), dtype=np.int64),
+        chunk_index=(np.concatenate([c.time_index() for c in chunk_lists]) if chunk_lists
+                     else np.zeros(0, dtype=np.int64)),
         chunk_samples=np.array([c.samples for c in chunk_lists], dtype=np.int64),
         chunk_data=b"".join(c.data for c in chunk_lists),
         roll_hour=ro.hour[rows].astype(np.int64),
@@ -340,12 +341,10 @@ def restore(img: StoreImage, settings: StoreSettings,
                 raise SnapshotError(f"series {i} restored at row {row}")
             k0, k1 = chunk_start[i], int(chunk_end[i])
             if k1 > k0:
-                c = store.chunks[i]
-                c.index = array("q", img.chunk_index[3 * k0 : 3 * k1].tobytes())
-                nbytes = c.index[-1]
-                c.data = bytes(data[off : off + nbytes])
+                time_index = img.chunk_index[3 * k0 : 3 * k1]
+                nbytes = int(time_index[-1])
+                store.chunks[i].restore(time_index, bytes(data[off : off + nbytes]), samples[i])
                 off += nbytes
-                c.samples = samples[i]
             if progress is not None and i % 4096 == 4095:
                 progress(i + 1, n)
     except KeyError as e:

@@ -25,7 +25,7 @@ def canonical(store: Store) -> dict[str, object]:
             "samples": (t.tolist(), _bits(v)),
             "head": (c, int(h.sealed[row]), int(h.last_ts[row]), int(h.chunk_max_ts[row]), h.ts[row, :c].tolist(),
                      _bits(h.vals[row, :c])),
-            "chunks": (bytes(ch.data), list(ch.index), ch.samples),
+            "chunks": (bytes(ch.data), ch.time_index().tolist(), ch.samples),
             "rollups": (rp.hour.tolist(), _bits(rp.min), _bits(rp.max), _bits(rp.sum), _bits(rp.count),
                         _bits(rp.last)),
         }
