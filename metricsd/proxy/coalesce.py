@@ -6,9 +6,15 @@ batch: a Python gRPC call costs a few hundred microseconds of CPU at each end, m
 the batch (perf/RESULTS.md, "The cluster column"). So each member gets a queue. A part goes out
 at once while fewer than ``calls_per_member`` calls to the member are under way, so a quiet
 proxy adds no latency; the parts that queue behind them leave together in the next call
-(rpc WriteParts), up to ``max_parts`` parts and ``max_samples`` samples. Every part keeps its
-own result, so acknowledgement, hinted hand-off and rejections stay per client batch, exactly as
+(rpc WriteParts), up to ``max_parts`` parts and ``max_bytes`` bytes. Every part keeps its own
+result, so acknowledgement, hinted hand-off and rejections stay per client batch, exactly as
 with a call each.
+
+Parts are serialized WriteRequests: a batch whose members replicate the same slots is encoded
+once for all of them (routing.Batch.part_bytes), a member's missing labels are appended as
+bytes (protobuf concatenation is a merge), and a WriteParts request is the parts framed as
+field 1, without copying them into a message (perf/RESULTS.md: copying a 2,000-series part
+into a WritePartsRequest costs more than its gRPC call).
 
 Parts are grouped only with parts planned on the same shard map, so a call never mixes map
 versions. A queue longer than ``max_queued`` parts (a member slower than its clients) refuses new
@@ -29,31 +35,31 @@ from metricsd.rpc.backend import Unavailable
 
 __all__ = ["CoalesceSettings", "SendParts", "WriteCoalescer"]
 
-SendParts = Callable[[str, ShardMap, list[pb.WriteRequest]], Awaitable[Sequence[pb.WriteResponse | Exception]]]
-"""Sends parts to a member in one call: a response or an error per part; raises for the whole call."""
+SendParts = Callable[[str, ShardMap, list[bytes]], Awaitable[Sequence[pb.WriteResponse | Exception]]]
+"""Sends parts (serialized WriteRequests) to a member in one call: a response or an error per
+part; raises for the whole call."""
 
 
 @dataclass(frozen=True)
 class CoalesceSettings:
     """calls_per_member: calls under way to one member before parts queue (0: no coalescing, a
-    call per part as they come). max_parts / max_samples: per call (the stores' WriteParts
-    takes at most 256 parts; 64 MiB messages). max_queued: parts waiting per member."""
+    call per part as they come). max_parts / max_bytes: per call (the stores' WriteParts takes
+    at most 256 parts, and messages of 64 MiB). max_queued: parts waiting per member."""
 
     calls_per_member: int = 1
     max_parts: int = 64
-    max_samples: int = 500_000
+    max_bytes: int = 16 * 1024 * 1024
     max_queued: int = 4096
 
     def __post_init__(self) -> None:
-        if self.calls_per_member < 0 or not 1 <= self.max_parts <= 256 or self.max_samples < 1 or self.max_queued < 1:
-            raise ValueError("calls_per_member must be >= 0, max_parts in [1, 256], max_samples and max_queued >= 1")
+        if self.calls_per_member < 0 or not 1 <= self.max_parts <= 256 or self.max_bytes < 1 or self.max_queued < 1:
+            raise ValueError("calls_per_member must be >= 0, max_parts in [1, 256], max_bytes and max_queued >= 1")
 
 
 @dataclass
 class _Part:
     shard_map: ShardMap
-    request: pb.WriteRequest
-    samples: int
+    request: bytes
     future: asyncio.Future[pb.WriteResponse]
 
 
@@ -68,15 +74,16 @@ class WriteCoalescer:
         self._in_flight: Counter[str] = Counter()
         self._tasks: dict[asyncio.Task[None], list[_Part]] = {}
 
-    async def write(self, member: str, shard_map: ShardMap, request: pb.WriteRequest) -> pb.WriteResponse:
-        """The member's response to ``request``, sent alone or with other queued parts. Raises what
-        the send raises for the call or for this part; Unavailable when the queue is full."""
+    async def write(self, member: str, shard_map: ShardMap, request: bytes) -> pb.WriteResponse:
+        """The member's response to ``request`` (a serialized WriteRequest), sent alone or with other
+        queued parts. Raises what the send raises for the call or for this part; Unavailable when
+        the queue is full."""
         queue = self._queues.setdefault(member, deque())
         if len(queue) >= self.settings.max_queued:
             self.counters["write_parts_queue_full"] += 1
             raise Unavailable(f"{member}: {len(queue)} write parts already queued behind its calls")
         future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
-        queue.append(_Part(shard_map, request, len(request.timestamps), future))
+        queue.append(_Part(shard_map, request, future))
         self._flush(member)
         return await future  # cancelled while queued: _take skips it
 
@@ -102,20 +109,20 @@ class WriteCoalescer:
 
     def _take(self, queue: deque[_Part]) -> list[_Part]:
         """The next call's parts: the oldest live part, then those after it on the same map, within
-        the limits (one part over max_samples still goes, alone)."""
+        the limits (one part over max_bytes still goes, alone)."""
         s = self.settings
         max_parts = s.max_parts if s.calls_per_member else 1
         batch: list[_Part] = []
-        samples = 0
+        size = 0
         while queue and len(batch) < max_parts:
             part = queue[0]
             if part.future.done():  # its writer gave up (cancelled) while it waited
                 queue.popleft()
                 continue
-            if batch and (part.shard_map is not batch[0].shard_map or samples + part.samples > s.max_samples):
+            if batch and (part.shard_map is not batch[0].shard_map or size + len(part.request) > s.max_bytes):
                 break
             batch.append(queue.popleft())
-            samples += part.samples
+            size += len(part.request)
         return batch
 
     async def _call(self, member: str, batch: list[_Part]) -> None:

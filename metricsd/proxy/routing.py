@@ -12,7 +12,7 @@ batch, with labels for the series it has not acknowledged yet (:class:`KnownIds`
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -200,6 +200,8 @@ class Batch:
     num_slots: int = 0
     _id_list: list[int] | None = None
     _columns: tuple[np.ndarray, np.ndarray] | None = None
+    _parts: dict[tuple[int, ...], tuple[bytes, list[int]]] = field(default_factory=dict)
+    _slot_set: list[int] | None = None
 
     @classmethod
     def of(cls, request: pb.WriteRequest, router: SeriesRouter, local: dict[int, tuple[int, bytes]],
@@ -238,7 +240,23 @@ class Batch:
         return len(self.request.timestamps)
 
     def slot_set(self) -> list[int]:
-        return np.unique(self.slots).tolist()
+        if self._slot_set is None:
+            self._slot_set = np.unique(self.slots).tolist()
+        return self._slot_set
+
+    def part_bytes(self, slots: Sequence[int]) -> tuple[bytes, list[int]]:
+        """``sub_request(slots)`` serialized, and its ids: made once for every member given the same
+        slots (at RF = members, every member). Append ``labels_of(ids)`` to add labels."""
+        key = tuple(slots)
+        got = self._parts.get(key)
+        if got is None:
+            if not len(self.request.series) and len(key) == len(self.slot_set()):
+                got = (self.request.SerializeToString(), self.id_list)  # the whole batch: no copy
+            else:
+                sub, ids = self.sub_request(slots)
+                got = (sub.SerializeToString(), ids)
+            self._parts[key] = got
+        return got
 
     def sub_request(self, slots: Sequence[int]) -> tuple[pb.WriteRequest, list[int]]:
         """The series of ``slots`` without labels, and their ids. Add labels with

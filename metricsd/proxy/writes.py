@@ -25,12 +25,12 @@ from metricsd.proxy.acks import write_acks
 from metricsd.proxy.coalesce import WriteCoalescer
 from metricsd.proxy.fanout import QuorumFailure, consume
 from metricsd.proxy.handoff import HintedHandoff, MemberGone
-from metricsd.proxy.members import SlotNotHeld, is_slot_not_held
+from metricsd.proxy.members import MemberClient, SlotNotHeld, is_slot_not_held
 from metricsd.proxy.quorum import ReplicaPlan, plan_write
 from metricsd.proxy.routing import Batch, SeriesRouter
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
-from metricsd.rpc.client import GrpcBackend, write_each
+from metricsd.rpc.client import write_each
 from metricsd.rpc.limits import check_write_request
 
 __all__ = ["WritePath"]
@@ -158,30 +158,30 @@ class WritePath:
         return plans
 
     async def _send(self, shard_map: ShardMap, member: str, batch: Batch, slots: Sequence[int]) -> pb.WriteResponse:
-        sub, ids = batch.sub_request(slots)
+        part, ids = batch.part_bytes(slots)
         missing = self.view.known.missing(member, ids, batch.sub_key(slots))
-        if missing:
-            sub.MergeFromString(batch.labels_of(missing))
+        if missing:  # appended wire bytes merge into the message: its series gain these labels
+            part += batch.labels_of(missing)
         labelled = missing
-        resp = await self.coalescer.write(member, shard_map, sub)
+        resp = await self.coalescer.write(member, shard_map, part)
         if resp.unknown_ids:  # the member forgot these series (a restart): resend with labels
             self.view.known.discard(member, resp.unknown_ids)
-            sub.MergeFromString(batch.labels_of(resp.unknown_ids))
+            part += batch.labels_of(resp.unknown_ids)
             labelled = missing + list(resp.unknown_ids)
-            resp = await self.coalescer.write(member, shard_map, sub)
+            resp = await self.coalescer.write(member, shard_map, part)
             if resp.unknown_ids:
                 raise Unavailable(f"{member} reports {len(resp.unknown_ids)} series unknown even with their labels")
         if labelled:
             self.view.known.add(member, labelled)
         return resp
 
-    async def _send_parts(self, member: str, shard_map: ShardMap, parts: list[pb.WriteRequest]
+    async def _send_parts(self, member: str, shard_map: ShardMap, parts: list[bytes]
                           ) -> Sequence[pb.WriteResponse | Exception]:
         """One call to ``member`` for ``parts`` (WriteCoalescer's sender): a Write when there is one
         part, else a WriteParts. A part refused as unavailable marks the member down, as a failed
         call does."""
         if len(parts) == 1:
-            return [await self.view.call(shard_map, member, lambda b: b.write(parts[0]))]
+            return [await self.view.call(shard_map, member, lambda b: write_bytes(b, parts[0]))]
         results = await self.view.call(shard_map, member, lambda b: write_parts(b, parts))
         for r in results:
             if isinstance(r, Unavailable) and not is_slot_not_held(r):
@@ -245,9 +245,17 @@ def _response(samples: int, acks: Sequence[pb.WriteResponse]) -> pb.WriteRespons
                             rejected_duplicate=dup)
 
 
-async def write_parts(backend: MetricsBackend, parts: list[pb.WriteRequest]) -> Sequence[pb.WriteResponse | Exception]:
-    """Parts in one WriteParts call to a member over gRPC; in this process (tests, ``metricsd up``
-    has no proxy) a Write each."""
-    if isinstance(backend, GrpcBackend):
+async def write_bytes(backend: MetricsBackend, part: bytes) -> pb.WriteResponse:
+    """A serialized WriteRequest to a member: as bytes over gRPC; parsed for a backend in this
+    process (tests)."""
+    if isinstance(backend, MemberClient):
+        return await backend.write_bytes(part)
+    return await backend.write(pb.WriteRequest.FromString(part))
+
+
+async def write_parts(backend: MetricsBackend, parts: list[bytes]) -> Sequence[pb.WriteResponse | Exception]:
+    """Serialized WriteRequests in one WriteParts call to a member over gRPC; a Write each to a
+    backend in this process (tests)."""
+    if isinstance(backend, MemberClient):
         return await backend.write_parts(parts)
-    return await write_each(backend.write, parts)
+    return await write_each(lambda p: write_bytes(backend, p), parts)

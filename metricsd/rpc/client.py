@@ -9,6 +9,7 @@ resent with their labels.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
 import grpc
 
@@ -18,7 +19,7 @@ from metricsd.rpc.backend import BadRequest, LimitExceeded, NotOwner, Unavailabl
 from metricsd.rpc.channel import open_channel
 from metricsd.security.settings import ClientSecurity
 
-__all__ = ["GrpcBackend", "MetricsClient", "error_of", "write_each"]
+__all__ = ["GrpcBackend", "MetricsClient", "error_of", "part_error", "write_each"]
 
 
 class MetricsClient:
@@ -67,11 +68,15 @@ class MetricsClient:
         return resp
 
 
+P = TypeVar("P")
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
-def _status(code: int) -> grpc.StatusCode:
-    return _CODES.get(code, grpc.StatusCode.UNKNOWN)
+def part_error(result: pb.WritePartResult) -> Exception | None:
+    """The error a WriteParts result stands for (None: the part was written)."""
+    if result.code == 0:
+        return None
+    return error_of("Write", _CODES.get(result.code, grpc.StatusCode.UNKNOWN), result.message)
 
 
 def error_of(method: str, code: grpc.StatusCode, details: str) -> Exception:
@@ -85,7 +90,7 @@ def error_of(method: str, code: grpc.StatusCode, details: str) -> Exception:
     return Unavailable(f"{method}: {code.name}: {details}")
 
 
-async def write_each(write: Callable[[pb.WriteRequest], Awaitable[pb.WriteResponse]], parts: Sequence[pb.WriteRequest]
+async def write_each(write: Callable[[P], Awaitable[pb.WriteResponse]], parts: Sequence[P]
                      ) -> list[pb.WriteResponse | Exception]:
     """WriteParts' results from a ``write`` per part, in order: a receiver without WriteParts."""
     out: list[pb.WriteResponse | Exception] = []
@@ -105,7 +110,6 @@ class GrpcBackend:
     def __init__(self, stub: pb_grpc.MetricsStub, timeout_s: float = 10.0) -> None:
         self.stub = stub
         self.timeout_s = timeout_s
-        self.parts_supported = True  # until the receiver answers WriteParts with UNIMPLEMENTED
 
     async def _call(self, method: str, request: object) -> object:
         try:
@@ -115,24 +119,6 @@ class GrpcBackend:
 
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         return await self._call("Write", request)  # type: ignore[return-value]
-
-    async def write_parts(self, parts: Sequence[pb.WriteRequest]) -> list[pb.WriteResponse | Exception]:
-        """Several Write batches in one call (rpc WriteParts): per part its response, or the error a
-        Write of it alone would have raised. A receiver older than WriteParts (UNIMPLEMENTED) gets a
-        Write per part from then on. Raises, for every part, what ``write`` raises for the call."""
-        if self.parts_supported:
-            try:
-                resp = await self.stub.WriteParts(pb.WritePartsRequest(parts=parts), timeout=self.timeout_s)
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise error_of("WriteParts", e.code(), e.details() or "") from e
-                self.parts_supported = False
-            else:
-                if len(resp.results) != len(parts):
-                    raise Unavailable(f"WriteParts: {len(resp.results)} results for {len(parts)} parts")
-                return [r.response if r.code == 0 else error_of("Write", _status(r.code), r.message)
-                        for r in resp.results]
-        return await write_each(self.write, parts)
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         return await self._call("Read", request)  # type: ignore[return-value]

@@ -23,13 +23,14 @@ from metricsd.rpc.backend import BadRequest, Unavailable
 MAP = assign([Member("a", "127.0.0.1:1")], None, 4, 1)
 
 
-def part(tag: int, samples: int = 1) -> pb.WriteRequest:
-    """A part named by its first id, with ``samples`` samples."""
-    return pb.WriteRequest(ids=[tag], counts=[samples], timestamps=list(range(samples)), values=[0.0] * samples)
+def part(tag: int, samples: int = 1) -> bytes:
+    """A serialized part named by its first id, with ``samples`` samples (8 + 10 * samples bytes or so)."""
+    return pb.WriteRequest(ids=[tag], counts=[samples], timestamps=list(range(samples)),
+                           values=[0.0] * samples).SerializeToString()
 
 
-def tag_of(p: pb.WriteRequest) -> int:
-    return int(p.ids[0])
+def tag_of(p: bytes) -> int:
+    return int(pb.WriteRequest.FromString(p).ids[0])
 
 
 class Sender:
@@ -42,7 +43,7 @@ class Sender:
         self.refuse: set[int] = set()
         self.fail_calls = False
 
-    async def __call__(self, member: str, shard_map: ShardMap, parts: list[pb.WriteRequest]
+    async def __call__(self, member: str, shard_map: ShardMap, parts: list[bytes]
                        ) -> Sequence[pb.WriteResponse | Exception]:
         self.calls.append([tag_of(p) for p in parts])
         if self.gate is not None:
@@ -125,11 +126,12 @@ async def test_members_are_independent_and_maps_are_not_mixed_in_one_call() -> N
 
 async def test_limits_split_the_queue_and_an_oversized_part_goes_alone() -> None:
     send = Sender()
-    c = WriteCoalescer(send, CoalesceSettings(max_parts=2, max_samples=10), Counter())
+    sizes = {1: 1, 2: 1, 3: 1, 4: 9, 5: 50, 6: 1}
+    limit = len(part(3, 1)) + len(part(4, 9))  # parts 3 and 4 fit together, 4 and 5 do not
+    c = WriteCoalescer(send, CoalesceSettings(max_parts=2, max_bytes=limit), Counter())
     send.gate = asyncio.Event()
     tasks = [asyncio.create_task(c.write("a", MAP, part(0)))]
     await until(lambda: len(send.calls) == 1)
-    sizes = {1: 1, 2: 1, 3: 1, 4: 9, 5: 50, 6: 1}
     tasks += [asyncio.create_task(c.write("a", MAP, part(t, n))) for t, n in sizes.items()]
     await until(lambda: c.queued("a") == 6)
     send.gate.set()
@@ -205,7 +207,7 @@ def test_every_part_gets_exactly_its_own_outcome_in_order_per_member(
         send = Sender()
         send.refuse = {i for i, (_, _, bad) in enumerate(writes) if bad}
         c = WriteCoalescer(send, CoalesceSettings(calls_per_member=calls_per_member, max_parts=max_parts,
-                                                  max_samples=40), Counter())
+                                                  max_bytes=200), Counter())
         tasks = []
         for i, (member, samples, _) in enumerate(writes):
             tasks.append(asyncio.create_task(c.write(member, MAP, part(i, samples))))
@@ -224,7 +226,7 @@ def test_every_part_gets_exactly_its_own_outcome_in_order_per_member(
             assert order == sorted(order)
         for call in send.calls:
             assert len(call) <= (max_parts if calls_per_member else 1)
-            assert len(call) == 1 or sum(writes[t][1] for t in call) <= 40
+            assert len(call) == 1 or sum(len(part(t, writes[t][1])) for t in call) <= 200
         await c.close()
 
     asyncio.run(run())

@@ -7,6 +7,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metricsd.clock import ManualClock
 from metricsd.model import make_labels, series_id
@@ -14,7 +16,7 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.handoff import HintedHandoff, MemberGone
 from metricsd.proxy.health import MemberHealth
 from metricsd.proxy.members import SlotNotHeld, call_with_retries
-from metricsd.proxy.routing import KnownIds, SeriesRouter
+from metricsd.proxy.routing import Batch, KnownIds, SeriesRouter
 from metricsd.proxy.settings import HandoffSettings, HealthSettings, ProxySettings
 from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.wire import labels_to_pb
@@ -199,3 +201,37 @@ def test_known_ids_remember_complete_batches_until_a_member_forgets() -> None:
     assert known.missing("a", ids, key) == []
     known.forget(["a"])
     assert known.missing("a", ids, key) == [1, 2, 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=12), st.integers(1, 6), st.booleans(), st.data())
+def test_a_batch_part_in_bytes_is_its_sub_request_and_labels_appended_as_bytes_merge(
+        counts: list[int], num_slots: int, with_labels: bool, data: st.DataObject) -> None:
+    """part_bytes(slots) parses to sub_request(slots), whether it is the whole batch (serialized as
+    received, no copy) or a slice; the same slots give the same bytes object (encoded once for
+    every member); labels_of(ids) appended to it give the part with its labels."""
+    router = SeriesRouter(capacity=1000)
+    labels = [make_labels("m", {"namespace": "ns", "pod": f"p{i}"}) for i in range(len(counts))]
+    req = pb.WriteRequest(ids=[series_id(lab) for lab in labels], counts=counts)
+    for i, n in enumerate(counts):
+        req.timestamps.extend(range(1, n + 1))
+        req.values.extend([0.5 * i] * n)
+    if with_labels:
+        for lab in labels:
+            req.series.add(id=series_id(lab)).labels.extend(labels_to_pb(lab))
+    local = router.learn(req.series) if with_labels else {}
+    if not with_labels:
+        router.learn([pb.SeriesLabels(id=series_id(lab), labels=labels_to_pb(lab)) for lab in labels])
+    ids = np.array(req.ids, dtype=np.uint64)
+    hashes, unknown = router.resolve(ids, local)
+    assert unknown == []
+    batch = Batch.of(req, router, local, hashes, num_slots, ids)
+    every = batch.slot_set()
+    slots = sorted(data.draw(st.sets(st.sampled_from(every), min_size=1)))
+    raw, part_ids = batch.part_bytes(slots)
+    sub, sub_ids = batch.sub_request(slots)
+    assert pb.WriteRequest.FromString(raw) == sub and part_ids == sub_ids
+    assert batch.part_bytes(list(slots))[0] is raw
+    merged = pb.WriteRequest.FromString(raw + batch.labels_of(part_ids))
+    sub.MergeFromString(batch.labels_of(sub_ids))
+    assert merged == sub and len(merged.series) == len(part_ids)

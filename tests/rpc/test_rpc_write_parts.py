@@ -12,8 +12,8 @@ import pytest
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
+from metricsd.proxy.members import MemberClient
 from metricsd.rpc.backend import BadRequest
-from metricsd.rpc.client import GrpcBackend
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.servicer import MAX_WRITE_PARTS, MetricsServicer
 from metricsd.rpc.wire import labels_to_pb
@@ -32,17 +32,16 @@ def labelled(pod: str, ts: list[int], value: float = 1.0) -> pb.WriteRequest:
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[tuple[Store, pb_grpc.MetricsStub, GrpcBackend]]:
+async def store() -> AsyncIterator[tuple[Store, pb_grpc.MetricsStub, MemberClient]]:
     s = Store()
     server, port = await start_grpc_server(StoreServicer(s), "127.0.0.1", 0)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    stub = pb_grpc.MetricsStub(channel)
-    yield s, stub, GrpcBackend(stub)
+    yield s, pb_grpc.MetricsStub(channel), MemberClient(channel, 10.0)
     await channel.close(None)
     await server.stop(None)
 
 
-async def test_each_part_is_applied_or_refused_on_its_own(store: tuple[Store, pb_grpc.MetricsStub, GrpcBackend]
+async def test_each_part_is_applied_or_refused_on_its_own(store: tuple[Store, pb_grpc.MetricsStub, MemberClient]
                                                           ) -> None:
     s, stub, _ = store
     good = labelled("a", [T0, T0 + 10_000])
@@ -60,7 +59,7 @@ async def test_each_part_is_applied_or_refused_on_its_own(store: tuple[Store, pb
     assert s.index.row_of(bad.ids[0]) is None
 
 
-async def test_too_many_parts_is_refused_whole(store: tuple[Store, pb_grpc.MetricsStub, GrpcBackend]) -> None:
+async def test_too_many_parts_is_refused_whole(store: tuple[Store, pb_grpc.MetricsStub, MemberClient]) -> None:
     s, stub, _ = store
     parts = [labelled(f"p{i}", [T0]) for i in range(MAX_WRITE_PARTS + 1)]
     with pytest.raises(grpc.aio.AioRpcError) as e:
@@ -70,13 +69,21 @@ async def test_too_many_parts_is_refused_whole(store: tuple[Store, pb_grpc.Metri
     assert s.index.n_alive == 0
 
 
-async def test_the_client_maps_each_part_to_a_response_or_the_error_write_would_raise(
-        store: tuple[Store, pb_grpc.MetricsStub, GrpcBackend]) -> None:
-    _, _, backend = store
-    got = await backend.write_parts([labelled("a", [T0]), labelled("b", [T0, T0])])
+async def test_the_proxy_client_maps_each_part_to_a_response_or_the_error_write_would_raise(
+        store: tuple[Store, pb_grpc.MetricsStub, MemberClient]) -> None:
+    s, _, member = store
+    a, b = labelled("a", [T0]), labelled("b", [T0, T0])
+    got = await member.write_parts([a.SerializeToString(), b.SerializeToString()])
     assert isinstance(got[0], pb.WriteResponse) and got[0].samples_written == 1
-    assert isinstance(got[1], BadRequest)
-    assert backend.parts_supported
+    assert isinstance(got[1], BadRequest) and "must strictly increase" in str(got[1])
+    assert member.parts_supported
+    # labels appended as wire bytes merge into the part: an id-only part plus its labels
+    c = labelled("c", [T0])
+    labels = pb.WriteRequest(series=c.series).SerializeToString()
+    c.ClearField("series")
+    resp = await member.write_bytes(c.SerializeToString() + labels)
+    assert resp.samples_written == 1 and not resp.unknown_ids
+    assert s.index.n_alive == 2
 
 
 class OlderStore(MetricsServicer):
@@ -91,12 +98,14 @@ async def test_a_store_without_write_parts_gets_a_write_per_part() -> None:
     server, port = await start_grpc_server(OlderStore(servicer.backend), "127.0.0.1", 0)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
-        backend = GrpcBackend(pb_grpc.MetricsStub(channel))
-        got = await backend.write_parts([labelled("a", [T0]), labelled("b", [T0, T0]), labelled("c", [T0])])
-        assert not backend.parts_supported
+        member = MemberClient(channel, 10.0)
+        parts = [labelled(p, ts).SerializeToString() for p, ts in (("a", [T0]), ("b", [T0, T0]), ("c", [T0]))]
+        got = await member.write_parts(parts)
+        assert not member.parts_supported
         assert [type(g) for g in got] == [pb.WriteResponse, BadRequest, pb.WriteResponse]
         assert s.index.n_alive == 2
-        got = await backend.write_parts([labelled("d", [T0]), labelled("e", [T0])])  # straight to Write now
+        parts = [labelled(p, [T0]).SerializeToString() for p in ("d", "e")]
+        got = await member.write_parts(parts)  # straight to Write now
         assert all(isinstance(g, pb.WriteResponse) for g in got) and s.index.n_alive == 4
     finally:
         await channel.close(None)
