@@ -122,12 +122,13 @@ class Proc:
 
 
 async def ingest(client: MetricsClient, pids: dict[str, list[int]], sim: Simulator, ticks: int, ticks_per_req: int,
-                 first: bool) -> dict[str, float]:
-    """Feed ``ticks`` ticks; the requests of a block go 4 at a time, blocks in time order."""
+                 first: bool, in_flight: int = 4) -> dict[str, float]:
+    """Feed ``ticks`` ticks; the requests of a block go ``in_flight`` at a time (as that many agents
+    would), blocks in time order."""
     sent, wall, done = 0, 0.0, 0
     cpu0 = {k: sum(cpu_seconds(p) for p in v) for k, v in pids.items()}
     labels_sent = not first
-    sem = asyncio.Semaphore(4)
+    sem = asyncio.Semaphore(in_flight)
     while done < ticks:
         n = min(ticks_per_req, ticks - done)
         ts, values = sim.block(n)
@@ -177,7 +178,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         out["series"] = len(sim.series)
         async with MetricsClient(proxy.addr, timeout_s=120) as client:
             backfill = await ingest(client, pids, sim, args.ticks, 60, first=True)
-            live = await ingest(client, pids, sim, args.live_ticks, 1, first=False)
+            live = await ingest(client, pids, sim, args.live_ticks, 1, first=False, in_flight=args.in_flight)
             out["ingest"] = {"backfill_shape": backfill, "live_shape": live}
             at = sim.next_timestamp_ms - 1
             out["aggregate"] = {
@@ -207,6 +208,10 @@ def markdown(r: dict) -> str:
         f"{li['samples_per_s']:,.0f} samples/s; CPU s per million: proxy {li['proxy_cpu_s_per_million']:.2f}, "
         f"3 stores {li['stores_cpu_s_per_million']:.2f} |",
     ]
+    counters = r.get("stats", {}).get("proxy", {})
+    if counters.get("proxy_member_write_parts"):
+        rows.append(f"| the proxy's write calls to stores / parts sent (whole run) | "
+                    f"{counters.get('proxy_member_write_calls', 0):,} / {counters['proxy_member_write_parts']:,} |")
     for c, v in r["aggregate"].items():
         rows.append(f"| avg CPU rate of the 5,000-pod workload through the proxy, concurrency {c[1:]}: p50 / p99 | "
                     f"{v['p50_ms']:.1f} / {v['p99_ms']:.1f} ms |")
@@ -225,6 +230,7 @@ def main() -> None:
     p.add_argument("--serve-store", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--write-calls-per-member", type=int, default=1, metavar="N",
                    help="the proxy's write calls under way per store before batches coalesce (0: a call per batch)")
+    p.add_argument("--in-flight", type=int, default=4, help="live-shape requests in flight (agents writing at once)")
     p.add_argument("--serve-proxy", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--stores", default="", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)

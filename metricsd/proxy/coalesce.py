@@ -3,9 +3,10 @@
 A proxy's clients write concurrently (every node agent, every ten seconds). Each client batch
 becomes a sub-request per member, and sent as it comes that is one gRPC call per member per
 batch: a Python gRPC call costs a few hundred microseconds of CPU at each end, more than routing
-the batch (perf/RESULTS.md, "The cluster column"). So each member gets a queue. A part goes out
-at once while fewer than ``calls_per_member`` calls to the member are under way, so a quiet
-proxy adds no latency; the parts that queue behind them leave together in the next call
+the batch (perf/RESULTS.md, "The cluster column"). So each member gets a queue. Its parts leave
+at the end of the event-loop iteration they arrived in (so the batches read in one iteration go
+together, and a quiet proxy adds no latency) while fewer than ``calls_per_member`` calls to the
+member are under way; the parts that queue behind those leave together in the next call
 (rpc WriteParts), up to ``max_parts`` parts and ``max_bytes`` bytes. Every part keeps its own
 result, so acknowledgement, hinted hand-off and rejections stay per client batch, exactly as
 with a call each.
@@ -73,6 +74,7 @@ class WriteCoalescer:
         self._queues: dict[str, deque[_Part]] = {}
         self._in_flight: Counter[str] = Counter()
         self._tasks: dict[asyncio.Task[None], list[_Part]] = {}
+        self._scheduled: set[str] = set()
 
     async def write(self, member: str, shard_map: ShardMap, request: bytes) -> pb.WriteResponse:
         """The member's response to ``request`` (a serialized WriteRequest), sent alone or with other
@@ -84,11 +86,17 @@ class WriteCoalescer:
             raise Unavailable(f"{member}: {len(queue)} write parts already queued behind its calls")
         future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
         queue.append(_Part(shard_map, request, future))
-        self._flush(member)
+        if member not in self._scheduled:  # at the end of this loop iteration: the batches read
+            self._scheduled.add(member)    # in it leave together even on an idle member
+            asyncio.get_running_loop().call_soon(self._flush_scheduled, member)
         return await future  # cancelled while queued: _take skips it
 
     def queued(self, member: str) -> int:
         return len(self._queues.get(member, ()))
+
+    def _flush_scheduled(self, member: str) -> None:
+        self._scheduled.discard(member)
+        self._flush(member)
 
     def _flush(self, member: str) -> None:
         queue = self._queues.get(member)
