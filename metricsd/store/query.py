@@ -83,16 +83,14 @@ def series_stats(store: Store, rows: np.ndarray, lo: int, hi: int) -> tuple[np.n
     newest = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return counts, newest
-    count, covered = _head_covers(store, rows, lo)
+    _, covered = _head_covers(store, rows, lo)
     fast = np.flatnonzero(covered)
     if len(fast):
         fr = rows[fast]
-        start, width, cols_c = _tail_columns(store, fr, count[fast], lo, 8)
-        ts = head.abs_ts(fr[:, None], cols_c)
-        valid = np.arange(width)[None, :] < np.minimum(count[fast] - start, width)[:, None]
-        upto = valid & (ts <= hi)
-        counts[fast] = (upto & (ts > lo)).sum(axis=1)
-        newest[fast] = np.where(upto.any(axis=1), np.where(upto, ts, -1).max(axis=1), -1)
+        upto = head.rank(fr, hi)
+        counts[fast] = upto - head.rank(fr, lo)
+        some = np.flatnonzero(upto > 0)
+        newest[fast[some]] = head.abs_ts(fr[some], upto[some] - 1)
     for i in np.flatnonzero(~covered).tolist():
         t, _ = store.series_samples(int(rows[i]), lo + 1, hi)
         counts[i] = len(t)
