@@ -35,7 +35,7 @@ from metricsd.cluster.shardmap import ShardMap
 from metricsd.maths.slotdigest import differing
 from metricsd.maths.slots import slot_of, slot_of_labels
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.proxy.fanout import QuorumFailure, Replies, read_fanout, slot_filter
+from metricsd.proxy.fanout import QuorumFailure, ReadPlans, Replies, read_fanout, slot_filter
 from metricsd.proxy.merge import MergeError, merge_aggregates, merge_group_partials
 from metricsd.proxy.repair import ReadRepair, missing_samples
 from metricsd.proxy.view import ClusterView
@@ -67,6 +67,7 @@ class ReadPath:
     def __init__(self, view: ClusterView, clock: Clock, counters: Counter[str]) -> None:
         self.view = view
         self.counters = counters
+        self.plans = ReadPlans()
         self.repair = ReadRepair(view.settings.repair, clock, self._read_member, self._write_member, counters)
 
     async def _read_member(self, member: str, request: pb.ReadRequest) -> pb.ReadResponse:
@@ -82,9 +83,9 @@ class ReadPath:
         self.counters["reads"] += 1
         shard_map = self.view.current_map()
         for attempt in (0, 1):
-            slots = slots_for(matcher_lists, shard_map.num_slots)
+            plans = self.plans.plans(self.view, shard_map, slots_for(matcher_lists, shard_map.num_slots))
             try:
-                replies = await read_fanout(self.view, shard_map, slots, _with_map(call, shard_map, with_member))
+                replies = await read_fanout(self.view, shard_map, plans, _with_map(call, shard_map, with_member))
             except QuorumFailure as e:
                 if not e.stale or attempt == 1:
                     self.counters["read_unavailable"] += 1

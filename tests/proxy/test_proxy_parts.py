@@ -1,4 +1,4 @@
-"""The proxy's parts on their own: hint queues, member health, the route cache, retries."""
+"""The proxy's parts on their own: hint queues, member health, the route cache, retries, kept read plans."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ import numpy as np
 import pytest
 
 from metricsd.clock import ManualClock
+from metricsd.cluster.assign import assign
+from metricsd.cluster.shardmap import Member, ShardMap
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.fanout import ReadPlans, plan_reads
 from metricsd.proxy.handoff import HintedHandoff, MemberGone
 from metricsd.proxy.health import MemberHealth
 from metricsd.proxy.members import SlotNotHeld, call_with_retries
+from metricsd.proxy.quorum import QuorumSettings
 from metricsd.proxy.routing import KnownIds, SeriesRouter
 from metricsd.proxy.settings import HandoffSettings, HealthSettings, ProxySettings
 from metricsd.rpc.backend import BadRequest, Unavailable
@@ -199,3 +203,35 @@ def test_known_ids_remember_complete_batches_until_a_member_forgets() -> None:
     assert known.missing("a", ids, key) == []
     known.forget(["a"])
     assert known.missing("a", ids, key) == [1, 2, 3]
+
+
+class _PlanView:
+    """What plan_reads and ReadPlans ask of a ClusterView: health, rotation, quorum sizes."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.health = MemberHealth(HealthSettings(), clock)
+        self.settings = ProxySettings()
+        self._turn = 0
+
+    def rotation(self) -> int:
+        self._turn += 1
+        return self._turn
+
+    def quorum(self, shard_map: ShardMap) -> QuorumSettings:
+        return self.settings.quorum(shard_map.rf)
+
+
+def test_kept_read_plans_are_the_plans_of_each_rotation_until_health_changes() -> None:
+    members = [Member(m, f"127.0.0.1:{7401 + i}") for i, m in enumerate("abcd")]
+    shard_map = assign(members, None, 16, 3)
+    kept_view, fresh_view = _PlanView(ManualClock()), _PlanView(ManualClock())
+    kept = ReadPlans()
+    slots = [0, 3, 7, 15]
+    for _ in range(14):  # past the 6 distinct turns of RF 3
+        assert kept.plans(kept_view, shard_map, slots) == plan_reads(fresh_view, shard_map, slots)
+    for view in (kept_view, fresh_view):
+        view.health.failure("b", "refused")
+    for _ in range(7):
+        got = kept.plans(kept_view, shard_map, slots)
+        assert got == plan_reads(fresh_view, shard_map, slots)
+        assert all("b" not in p.targets for p in got)
