@@ -172,7 +172,7 @@ def run_aggregate(store: Store, spec: AggregateSpec) -> AggregateResult:
     if spec.slot_digests:
         digests = _digests(store, spec, sides, rows_per_side, times)
         assert spec.slots is not None  # _digests checked
-        rows_per_side = [store.index.in_slots(rows, spec.slots.slot_count, spec.data_slots) for rows in rows_per_side]
+        rows_per_side = [store.index.selected(side.matchers, spec.slots.slot_count, spec.data_slots) for side in sides]
     # Groups over both sides together, so numerator and denominator line up.
     all_rows = np.concatenate(rows_per_side) if len(rows_per_side) > 1 else rows_per_side[0]
     groups, gidx_all = store.index.group_codes(all_rows, spec.group_by)
