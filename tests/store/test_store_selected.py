@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import metricsd.store.index as index_module
 from metricsd.model import make_labels, series_id
 from metricsd.selector import parse_selector
 from metricsd.store.index import MAX_SELECTED, SeriesIndex
@@ -51,3 +52,16 @@ def test_a_kept_selection_is_read_only_and_the_cache_is_bounded() -> None:
     assert len(index._selected) <= MAX_SELECTED
     assert np.array_equal(index.selected(parse_selector('pod="p3"', "cpu")), index.select(parse_selector('pod="p3"',
                                                                                                          "cpu")))
+
+
+def test_selections_past_the_row_budget_are_made_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_module, "MAX_SELECTED_ROWS", 5)
+    index = SeriesIndex()
+    for i in range(10):
+        _add(index, i)
+    big = index.selected(parse_selector("", "cpu"))  # 10 rows: over the budget, not kept
+    assert len(big) == 10 and not big.flags.writeable and index._selected == {}
+    for pod in range(7):  # one row each: the budget of 5 rows empties the memory when full
+        assert index.selected(parse_selector(f'pod="p{pod}"', "cpu")).tolist() == \
+            index.select(parse_selector(f'pod="p{pod}"', "cpu")).tolist()
+        assert index._selected_rows == sum(len(r) for r in index._selected.values()) <= 5
