@@ -32,7 +32,7 @@ import promql_parser as pp
 from metricsd.promql.selectors import td_ms, to_matchers
 from metricsd.promql.values import Matrix, PromQLError, Result, Sample, Series, Vector
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.wire import labels_from_pb, matchers_to_pb
+from metricsd.rpc.wire import float_array, labels_from_pb, matchers_to_pb
 
 __all__ = ["PushdownPlan", "plan", "result_of", "trustworthy"]
 
@@ -187,10 +187,10 @@ def result_of(p: PushdownPlan, resp: pb.AggregateResponse) -> Result:
     """The aggregate's answer as the engine would give it: groups with no value are absent."""
     times = np.array(resp.timestamps, dtype=np.int64)
     shape = (len(resp.groups), len(times))
-    values = np.array(resp.values, dtype=np.float64).reshape(shape)
-    present = np.array(resp.numerator.count, dtype=np.float64).reshape(shape) > 0
+    values = float_array(resp.values).reshape(shape)
+    present = float_array(resp.numerator.count).reshape(shape) > 0
     if p.request.HasField("denominator"):
-        present &= np.array(resp.denominator.count, dtype=np.float64).reshape(shape) > 0
+        present &= float_array(resp.denominator.count).reshape(shape) > 0
     groups = [labels_from_pb(g.labels) for g in resp.groups]
     if p.select is not None:
         present = _selected(p.select, values, present)
@@ -217,10 +217,10 @@ def _selected(select: tuple[str, int], values: np.ndarray, present: np.ndarray) 
 
 def _sums_are_exact_enough(p: pb.Partials, shape: tuple[int, int]) -> bool:
     """Bound the error of a plain left-to-right sum, (n - 1) * eps * sum(|x|), against the sum."""
-    count = np.array(p.count, dtype=np.float64).reshape(shape)
-    total = np.array(p.sum, dtype=np.float64).reshape(shape)
-    lo = np.array(p.min, dtype=np.float64).reshape(shape)
-    hi = np.array(p.max, dtype=np.float64).reshape(shape)
+    count = float_array(p.count).reshape(shape)
+    total = float_array(p.sum).reshape(shape)
+    lo = float_array(p.min).reshape(shape)
+    hi = float_array(p.max).reshape(shape)
     has = count > 0
     if not bool(has.any()):
         return True
@@ -236,12 +236,12 @@ def _sums_are_exact_enough(p: pb.Partials, shape: tuple[int, int]) -> bool:
 def trustworthy(p: PushdownPlan, resp: pb.AggregateResponse) -> bool:
     """Whether the stores' answer equals the engine's (see the module's note); else use the engine."""
     shape = (len(resp.groups), len(resp.timestamps))
-    values = np.array(resp.values, dtype=np.float64)
+    values = float_array(resp.values)
     if not bool(np.isfinite(values[~np.isnan(values)]).all()):
         return False
-    present = np.array(resp.numerator.count, dtype=np.float64) > 0
+    present = float_array(resp.numerator.count) > 0
     if p.request.HasField("denominator"):
-        present &= np.array(resp.denominator.count, dtype=np.float64) > 0
+        present &= float_array(resp.denominator.count) > 0
     if bool(np.isnan(values[present]).any()):
         return False
     if p.request.across not in (pb.ACROSS_SUM, pb.ACROSS_AVG):

@@ -1,10 +1,12 @@
-"""Counting a write's acknowledgements: the common case as arrays, anything else by QuorumTracker.
+"""Counting a request's answers (a write's acknowledgements, a read's replies): the common case as
+arrays, anything else by QuorumTracker.
 
-Almost every write has every replica healthy and every member answering yes. Then a slot is done
-when W of its targets acknowledged, and no per-slot bookkeeping is needed: :class:`WriteAcks`
-counts acknowledgements per slot in a NumPy array, one vectorised add per member. At the first
-failure it replays what it saw into a :class:`QuorumTracker` and hands every later question to it,
-so spares, errors and messages are exactly the tracker's. Pure: no I/O, no clock.
+Almost every request has every replica healthy and every member answering. Then a slot is done
+when the required number of its targets answered (W for a write, R for a read), and no per-slot
+bookkeeping is needed: :class:`Acks` counts answers per slot in a NumPy array, one vectorised add
+per member. At the first failure it replays what it saw into a :class:`QuorumTracker` and hands
+every later question to it, so spares, errors and messages are exactly the tracker's. Pure: no
+I/O, no clock.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from metricsd.proxy.quorum import Op, QuorumError, QuorumTracker, ReplicaPlan
+from metricsd.proxy.quorum import QuorumError, QuorumTracker, ReplicaPlan
 
-__all__ = ["WriteAcks", "write_acks"]
+__all__ = ["Acks", "acks_for"]
 
 
-class WriteAcks:
-    """QuorumTracker's interface for writes whose plans can all reach W (see :func:`write_acks`)."""
+class Acks:
+    """QuorumTracker's interface for requests whose plans all ask enough replicas (see
+    :func:`acks_for`)."""
 
     def __init__(self, plans: Sequence[ReplicaPlan]) -> None:
         self._plans = list(plans)
@@ -30,6 +33,7 @@ class WriteAcks:
             for m in p.targets:
                 rows.setdefault(m, []).append(i)
         self._rows = {m: np.array(ix, dtype=np.int64) for m, ix in rows.items()}
+        self._asks = {m: [self._plans[i].slot for i in ix] for m, ix in rows.items()}
         self._answered: list[str] = []
         self._full: QuorumTracker | None = None
 
@@ -41,19 +45,21 @@ class WriteAcks:
         return self._full
 
     def asks(self) -> dict[str, list[int]]:
-        return {m: [self._plans[i].slot for i in ix.tolist()] for m, ix in self._rows.items()}
+        return {m: list(slots) for m, slots in self._asks.items()}
 
-    def record_success(self, member: str) -> None:
-        if self._full is not None:
-            self._full.record_success(member)
+    def record_success(self, member: str, slots: Sequence[int] | None = None) -> None:
+        """As QuorumTracker's. Before any failure every answer is to a first ask (spares are only
+        asked after one), so ``slots``, when given, is that ask's or the tracker says why not."""
+        if self._full is not None or (slots is not None and list(slots) != self._asks.get(member)):
+            self._tracker().record_success(member, slots)
             return
         if member not in self._rows or member in self._answered:
             raise ValueError(f"{member} was not asked or already answered")
         self._ok[self._rows[member]] += 1
         self._answered.append(member)
 
-    def record_failure(self, member: str, error: str) -> dict[str, list[int]]:
-        return self._tracker().record_failure(member, error)
+    def record_failure(self, member: str, error: str, slots: Sequence[int] | None = None) -> dict[str, list[int]]:
+        return self._tracker().record_failure(member, error, slots)
 
     @property
     def done(self) -> bool:
@@ -69,9 +75,10 @@ class WriteAcks:
         return self._tracker().error()
 
 
-def write_acks(plans: Sequence[ReplicaPlan]) -> WriteAcks | QuorumTracker:
-    """The counter for a write under ``plans``: WriteAcks when every slot asks at least W
-    replicas (nothing can have failed before an answer arrives), else a QuorumTracker."""
-    if all(p.op is Op.WRITE and len(p.targets) >= p.required for p in plans):
-        return WriteAcks(plans)
+def acks_for(plans: Sequence[ReplicaPlan]) -> Acks | QuorumTracker:
+    """The counter for a request under ``plans`` (all of one op): Acks when every slot asks at
+    least the replicas it requires (nothing can have failed before an answer arrives), else a
+    QuorumTracker."""
+    if len({p.op for p in plans}) <= 1 and all(len(p.targets) >= p.required for p in plans):
+        return Acks(plans)
     return QuorumTracker(plans)

@@ -4,23 +4,29 @@ Per slot, plan_read picks R replicas (healthy ones, rotated to spread load); slo
 member so each member gets ONE request restricted to its slots (SlotFilter); a member that fails
 makes the tracker name a spare for its slots, which is asked at once. The fan-out ends when every
 slot has R replies, or fails naming the slots that cannot.
+
+Plans are the same for every read while the map and the members' health stay the same, but for
+the rotation; :class:`ReadPlans` keeps them per rotation, and answers are counted by acks.py's
+arrays until a member fails, so a read whose members all answer builds no per-slot objects.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from metricsd.cluster.shardmap import MemberState, ShardMap
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.acks import acks_for
 from metricsd.proxy.members import SlotNotHeld
-from metricsd.proxy.quorum import QuorumTracker, ReplicaPlan, plan_read
+from metricsd.proxy.quorum import ReplicaPlan, plan_read
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
-__all__ = ["QuorumFailure", "Replies", "Reply", "consume", "read_fanout", "slot_filter"]
+__all__ = ["QuorumFailure", "ReadPlans", "Replies", "Reply", "consume", "plan_reads", "read_fanout", "slot_filter"]
 
 T = TypeVar("T")
 
@@ -67,14 +73,15 @@ def slot_filter(num_slots: int, slots: Sequence[int]) -> pb.SlotFilter:
     return pb.SlotFilter(slot_count=num_slots, slots=slots)
 
 
-def plan_reads(view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> list[ReplicaPlan]:
-    """R replicas per slot among the healthy; a slot with too few healthy replicas asks all of
-    them instead (a member marked down may be back, and failing for sure is no better)."""
-    q = view.quorum(shard_map)
+def _readable(view: ClusterView, shard_map: ShardMap) -> frozenset[str]:
     # A member still catching up from its peers (state joining) takes writes but is not read from.
-    healthy = {m for m in view.health.healthy(shard_map.members)
-               if shard_map.members[m].state is not MemberState.JOINING}
-    offset = view.rotation()
+    return frozenset(m for m in view.health.healthy(shard_map.members)
+                     if shard_map.members[m].state is not MemberState.JOINING)
+
+
+def _plans(view: ClusterView, shard_map: ShardMap, slots: Sequence[int], healthy: frozenset[str],
+           offset: int) -> list[ReplicaPlan]:
+    q = view.quorum(shard_map)
     plans = []
     for slot in slots:
         replicas = shard_map.replicas(slot)
@@ -85,10 +92,49 @@ def plan_reads(view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> 
     return plans
 
 
-async def read_fanout(view: ClusterView, shard_map: ShardMap, slots: Sequence[int], call: MemberCall[T]) -> Replies[T]:
-    """Ask R replicas of each slot through ``call(backend, member_slots, member)``. Raises QuorumFailure
-    when some slot cannot get R replies, BadRequest when a store rejects the request."""
-    tracker = QuorumTracker(plan_reads(view, shard_map, slots))
+def plan_reads(view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> list[ReplicaPlan]:
+    """R replicas per slot among the healthy; a slot with too few healthy replicas asks all of
+    them instead (a member marked down may be back, and failing for sure is no better)."""
+    return _plans(view, shard_map, slots, _readable(view, shard_map), view.rotation())
+
+
+class ReadPlans:
+    """plan_reads, kept: every slot's plans per rotation turn while the map (its identity and
+    version) and the readable members stay the same. A plan depends on the rotation only through
+    ``offset mod (usable replicas of its slot)``, so ``offset mod lcm(1..RF)`` names every distinct
+    plan set; with more turns than MAX_TURNS the plans are made afresh each time.
+    Not thread-safe (one event loop)."""
+
+    MAX_TURNS = 12
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int, frozenset[str]] | None = None
+        self._turns: dict[int, list[ReplicaPlan]] = {}
+        self._period = 1
+
+    def plans(self, view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> list[ReplicaPlan]:
+        healthy = _readable(view, shard_map)
+        offset = view.rotation()
+        key = (id(shard_map), shard_map.version, healthy)
+        if key != self._key:
+            self._key, self._turns = key, {}
+            most = max((len(shard_map.replicas(s)) for s in range(shard_map.num_slots)), default=1)
+            self._period = math.lcm(*range(1, most + 1))
+        if self._period > self.MAX_TURNS:
+            return _plans(view, shard_map, slots, healthy, offset)
+        every = self._turns.get(offset % self._period)
+        if every is None:
+            every = self._turns[offset % self._period] = _plans(view, shard_map, range(shard_map.num_slots),
+                                                                healthy, offset)
+        return [every[s] for s in slots]
+
+
+async def read_fanout(view: ClusterView, shard_map: ShardMap, plans: Sequence[ReplicaPlan], call: MemberCall[T]
+                      ) -> Replies[T]:
+    """Ask the replicas ``plans`` name (plan_reads, ReadPlans) through ``call(backend, member_slots,
+    member)``. Raises QuorumFailure when some slot cannot get R replies, BadRequest when a store
+    rejects the request."""
+    tracker = acks_for(plans)
     out: Replies[T] = Replies([])
     tasks: dict[asyncio.Task[T], tuple[str, list[int]]] = {}
 

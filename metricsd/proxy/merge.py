@@ -26,7 +26,7 @@ import numpy as np
 from metricsd.maths.partials import AcrossFn, Partials, finalize, group_partials, quantile_across
 from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.wire import groups_field, packed_fixed, partials_to_pb, series_partials_to_pb
+from metricsd.rpc.wire import float_array, groups_field, packed_fixed, partials_to_pb, series_partials_to_pb
 
 __all__ = ["MergeError", "MergedAggregate", "merge_aggregates", "merge_group_partials"]
 
@@ -159,7 +159,7 @@ def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.Aggregat
 
 def _partials_from_pb(p: pb.Partials, n_groups: int, n_times: int) -> Partials:
     shape = (n_groups, n_times)
-    arrays = [np.array(getattr(p, f), dtype=np.float64) for f in ("sum", "count", "min", "max")]
+    arrays = [float_array(p.sum), float_array(p.count), float_array(p.min), float_array(p.max)]
     if any(a.size != n_groups * n_times for a in arrays):
         raise MergeError(f"partials of {arrays[0].size} cells for {n_groups} groups x {n_times} times")
     return Partials(*(a.reshape(shape) for a in arrays))
@@ -171,14 +171,17 @@ def merge_group_partials(request: pb.AggregateRequest, replies: Sequence[pb.Aggr
     n_times = len(times)
     has_den = request.HasField("denominator")
     gindex: dict[Labels, int] = {}
-    parts: list[tuple[np.ndarray, Partials, Partials | None]] = []
+    parts: list[tuple[np.ndarray | None, Partials, Partials | None]] = []
     for r in replies:
         if not r.groups:
             continue
-        local = np.array([gindex.setdefault(_labels(g), len(gindex)) for g in r.groups], dtype=np.int64)
+        local = [gindex.setdefault(_labels(g), len(gindex)) for g in r.groups]
         num = _partials_from_pb(r.numerator, len(local), n_times)
         den = _partials_from_pb(r.denominator, len(local), n_times) if has_den else None
-        parts.append((local, num, den))
+        # None: the reply's groups are the first len(local) groups in order (the usual case, all
+        # replies with the same groups), folded by slices instead of ufunc.at, to the same sums
+        same = local == list(range(len(local)))
+        parts.append((None if same else np.array(local, dtype=np.int64), num, den))
     n_groups = len(gindex)
 
     def fold(which: int) -> Partials:
@@ -186,6 +189,13 @@ def merge_group_partials(request: pb.AggregateRequest, replies: Sequence[pb.Aggr
         for local, *sides in parts:
             p = sides[which]
             assert p is not None
+            if local is None:
+                n = len(p.sum)
+                out.sum[:n] += p.sum
+                out.count[:n] += p.count
+                np.fmin(out.min[:n], p.min, out=out.min[:n])
+                np.fmax(out.max[:n], p.max, out=out.max[:n])
+                continue
             np.add.at(out.sum, local, p.sum)
             np.add.at(out.count, local, p.count)
             np.fmin.at(out.min, local, p.min)

@@ -32,6 +32,7 @@ __all__ = [
     "SlotState",
     "plan_read",
     "plan_write",
+    "spread_data",
 ]
 
 MAX_SLOTS_IN_ERROR = 10
@@ -118,6 +119,25 @@ def plan_read(
     return ReplicaPlan(
         Op.READ, slot, tuple(replicas), tuple(usable[:required]), tuple(usable[required:]), unhealthy, required
     )
+
+
+def spread_data(plans: Iterable[ReplicaPlan]) -> dict[int, str]:
+    """Slot -> the one replica asked for it that answers with data, when the others asked only
+    vouch for it with a digest (the proxy's digest read, proxy/reads.py): per slot in the order
+    given, the target with the fewest data slots so far (ties: the plan's order, which rotates),
+    so that every member asked computes about the same share of the answer. Slots without
+    targets are left out.
+
+    Example: slots 0, 1, 2 each asking (a, b) -> {0: a, 1: b, 2: a}.
+    """
+    load: dict[str, int] = {}
+    out: dict[int, str] = {}
+    for p in plans:
+        if p.targets:
+            member = min(p.targets, key=lambda m: load.get(m, 0))
+            out[p.slot] = member
+            load[member] = load.get(member, 0) + 1
+    return out
 
 
 class SlotState(enum.Enum):

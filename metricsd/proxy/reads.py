@@ -5,10 +5,11 @@ Merging, per RPC:
 - Read: per series id, the union of the replicas' samples by timestamp (on a timestamp both hold,
   the longer reply's value wins). A replica that lacked samples, or the whole series, gets them
   written back (read repair).
-- Aggregate: per slot the first replica asked answers with data (group partials over its data
-  slots) and every replica asked sends a digest of what it holds of the query's series
-  (metricsd/maths/slotdigest.py); when every slot's digests agree, the data replies' partials are
-  merged (merge.merge_group_partials), no per-series values on the wire or in the proxy. When they
+- Aggregate: per slot one replica asked answers with data (group partials over its data slots,
+  spread evenly over the members asked: quorum.spread_data) and every replica asked sends a
+  digest of what it holds of the query's series (metricsd/maths/slotdigest.py); when every
+  slot's digests agree, the data replies' partials are merged (merge.merge_group_partials), no
+  per-series values on the wire or in the proxy. When they
   differ, a data replica failed, or a store sends no digests, the question is asked again with
   ``per_series``, so merge.merge_aggregates can keep, per series, the reply with more samples;
   replicas named lagging get those series copied from a replica that answered the same slots.
@@ -35,8 +36,9 @@ from metricsd.cluster.shardmap import ShardMap
 from metricsd.maths.slotdigest import differing
 from metricsd.maths.slots import slot_of, slot_of_labels
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.proxy.fanout import QuorumFailure, Replies, read_fanout, slot_filter
+from metricsd.proxy.fanout import QuorumFailure, ReadPlans, Replies, read_fanout, slot_filter
 from metricsd.proxy.merge import MergeError, merge_aggregates, merge_group_partials
+from metricsd.proxy.quorum import ReplicaPlan, spread_data
 from metricsd.proxy.repair import ReadRepair, missing_samples
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import MetricsBackend, Unavailable
@@ -67,6 +69,7 @@ class ReadPath:
     def __init__(self, view: ClusterView, clock: Clock, counters: Counter[str]) -> None:
         self.view = view
         self.counters = counters
+        self.plans = ReadPlans()
         self.repair = ReadRepair(view.settings.repair, clock, self._read_member, self._write_member, counters)
 
     async def _read_member(self, member: str, request: pb.ReadRequest) -> pb.ReadResponse:
@@ -76,15 +79,19 @@ class ReadPath:
         return await self.view.call(self.view.current_map(), member, lambda b: b.write(request))
 
     async def _fanout(self, matcher_lists: Sequence[Sequence[pb.Matcher]], call: Callable[..., Awaitable[T]],
-                      with_member: bool = False) -> tuple[Replies[T], ShardMap]:
+                      with_member: bool = False, on_plans: Callable[[list[ReplicaPlan]], None] | None = None
+                      ) -> tuple[Replies[T], ShardMap]:
         """read_fanout with the stale-map retry; raises Unavailable naming the slots. ``call`` is
-        called with (backend, slots, map), and the member's name too ``with_member``."""
+        called with (backend, slots, map), and the member's name too ``with_member``;
+        ``on_plans`` with each attempt's plans before its first call."""
         self.counters["reads"] += 1
         shard_map = self.view.current_map()
         for attempt in (0, 1):
-            slots = slots_for(matcher_lists, shard_map.num_slots)
+            plans = self.plans.plans(self.view, shard_map, slots_for(matcher_lists, shard_map.num_slots))
+            if on_plans is not None:
+                on_plans(plans)
             try:
-                replies = await read_fanout(self.view, shard_map, slots, _with_map(call, shard_map, with_member))
+                replies = await read_fanout(self.view, shard_map, plans, _with_map(call, shard_map, with_member))
             except QuorumFailure as e:
                 if not e.stale or attempt == 1:
                     self.counters["read_unavailable"] += 1
@@ -157,16 +164,16 @@ class ReadPath:
             return await self._aggregate_exact(request)
 
     async def _aggregate_by_digest(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
-        """Per slot, the first replica asked answers with data, every replica asked with a digest;
+        """Per slot, one replica asked answers with data, every replica asked with a digest;
         raises DigestsDiffer when a slot's digests differ or its data replica did not answer."""
         owners: dict[int, str] = {}
-        assigned: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+
+        def assign(plans: list[ReplicaPlan]) -> None:
+            owners.clear()
+            owners.update(spread_data(plans))
 
         async def call(b: MetricsBackend, slots: list[int], m: ShardMap, member: str) -> pb.AggregateResponse:
-            key = (member, tuple(slots))
-            data = assigned.get(key)
-            if data is None:  # not on a retry of the same call
-                data = assigned[key] = [s for s in slots if owners.setdefault(s, member) == member]
+            data = [s for s in slots if owners.get(s) == member]  # none for a spare: its slot's owner failed
             sub = pb.AggregateRequest()
             sub.CopyFrom(request)
             sub.slot_digests = True
@@ -174,7 +181,7 @@ class ReadPath:
             sub.data_slots.extend(data)
             return await b.aggregate(sub)
 
-        replies, _ = await self._fanout(_sides(request), call, with_member=True)
+        replies, _ = await self._fanout(_sides(request), call, with_member=True, on_plans=assign)
         digests: dict[int, list[dict[int, tuple[int, int, int]]]] = {}
         data_replies = []
         for r in replies.replies:

@@ -21,7 +21,7 @@ import numpy as np
 from metricsd.clock import Clock
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.proxy.acks import write_acks
+from metricsd.proxy.acks import acks_for
 from metricsd.proxy.coalesce import WriteCoalescer
 from metricsd.proxy.fanout import QuorumFailure, consume
 from metricsd.proxy.handoff import HintedHandoff, MemberGone
@@ -92,7 +92,7 @@ class WritePath:
         batch = Batch.of(request, self.router, local, hashes, shard_map.num_slots, ids)
         all_plans = self._plans(shard_map)
         plans = [all_plans[slot] for slot in batch.slot_set()]
-        tracker = write_acks(plans)
+        tracker = acks_for(plans)
         tasks: dict[asyncio.Task[pb.WriteResponse], tuple[str, list[int]]] = {}
         for member, slots in tracker.asks().items():
             task = asyncio.ensure_future(self._send(shard_map, member, batch, slots))

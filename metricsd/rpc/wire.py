@@ -24,6 +24,7 @@ __all__ = [
     "SERIES_FNS",
     "aggregate_result_to_pb",
     "aggregate_spec_from_pb",
+    "float_array",
     "groups_field",
     "labels_from_pb",
     "labels_to_pb",
@@ -156,6 +157,18 @@ def aggregate_spec_from_pb(req: pb.AggregateRequest) -> AggregateSpec:
         slot_digests=req.slot_digests,
         data_slots=tuple(req.data_slots),
     )
+
+
+SHORT_FIELD = 32
+"""Repeated fields up to this length are read through a list (float_array)."""
+
+
+def float_array(field: Sequence[float]) -> np.ndarray:
+    """A repeated double field as a float64 array. np.array probes a protobuf container's array
+    protocols before reading it, about 6 us whatever its length; a list costs a Python float per
+    element instead, so short fields (an aggregate's few groups) go through a list and long ones
+    straight to np.array."""
+    return np.array(list(field) if len(field) <= SHORT_FIELD else field, dtype=np.float64)
 
 
 def packed_fixed(field: int, arr: np.ndarray, dtype: str) -> bytes:

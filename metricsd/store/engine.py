@@ -391,11 +391,11 @@ class Store:
     # --- reads -----------------------------------------------------------------------------
 
     def select(self, matchers: Sequence[Matcher], slots: SlotFilter | None = None) -> np.ndarray:
-        """Rows of live series matching every matcher, restricted to some slots if given."""
-        rows = self.index.select(matchers)
+        """Rows of live series matching every matcher, restricted to some slots if given (a
+        read-only array, kept by the index until a series is added or removed)."""
         if slots is not None and slots.slot_count:
-            rows = self.index.in_slots(rows, slots.slot_count, slots.slots)
-        return rows
+            return self.index.selected(matchers, slots.slot_count, slots.slots)
+        return self.index.selected(matchers)
 
     def series_samples(self, row: int, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
         """Samples of one series in [start_ms, end_ms], from the head alone when it covers them."""

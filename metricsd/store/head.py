@@ -79,6 +79,32 @@ class Head:
         """Timestamps (int64 ms) at ``head[rows, cols]``; ``rows`` broadcasts against ``cols``."""
         return self.ts[rows, cols].astype(np.int64) + self.base[rows]
 
+    def rank(self, rows: np.ndarray, t: int) -> np.ndarray:
+        """How many samples of each row are at or before ``t`` (ms): a binary search of every row
+        at once, log2(capacity) rounds of one gathered element per row. Counting samples in a span
+        this way gathers a few elements per row instead of a matrix of each row's newest columns
+        (the slot digests' statistics, metricsd/store/query.py: series_stats)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        count = self.count[rows].astype(np.int64)
+        rel = t - self.base[rows]
+        flat = self.ts.reshape(-1)
+        before_first = rows * self.capacity - 1  # flat index of row[-1]; row[c - 1] is before_first + c
+        # Fast path: a query at the present has every sample of most rows at or before t.
+        out = count.copy()
+        search = np.flatnonzero((count > 0) & (flat[before_first + np.maximum(count, 1)] > rel))
+        if len(search) == 0:
+            return out
+        count, rel, before_first = count[search], rel[search], before_first[search]
+        # Binary lifting: pos grows by each power of two while the sample at pos - 1 is <= t.
+        pos = np.zeros(len(search), dtype=np.int64)
+        step = 1 << (int(self.capacity).bit_length() - 1)
+        while step:
+            cand = np.minimum(pos + step, count)
+            pos = np.where(flat[before_first + cand] <= rel, cand, pos)
+            step >>= 1
+        out[search] = pos
+        return out
+
     def first_ts(self, rows: np.ndarray) -> np.ndarray:
         """The oldest timestamp of each row (meaningless for an empty row)."""
         return self.ts[rows, 0].astype(np.int64) + self.base[rows]

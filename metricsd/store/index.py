@@ -55,6 +55,14 @@ BATCH_CACHE_SIZE = 2048
 """Batches whose rows are remembered: an agent's ticks of a million series in batches of 1,000 are
 1,000 (about 8 KB of key and 4 KB of rows each, 25 MB at most); past it the memory is cleared."""
 
+MAX_SELECTED = 256
+"""Selections remembered (SeriesIndex.selected), a question's rows per slot filter; past it the
+memory is cleared."""
+
+MAX_SELECTED_ROWS = 4_000_000
+"""Rows the remembered selections hold together (4 bytes a row: 16 MB). A selection of more rows
+than that is made each time (a catch-up listing every series of a big store's slots, say)."""
+
 
 class _LabelColumn:
     """One label name: its distinct values, and a code per row (-1 = label absent)."""
@@ -106,6 +114,9 @@ class SeriesIndex:
         self._ranks: dict[str, tuple[int, np.ndarray]] = {}  # label name -> (values seen, rank per value id)
         self._dead_sorted = 0  # removed series still in _sorted_ids
         self._batch_rows: dict[bytes, np.ndarray] = {}  # a write batch's ids, as bytes -> their rows (rows_of)
+        # (matchers, slot count, slots) -> rows, read-only; emptied by add and remove (selected)
+        self._selected: dict[tuple[tuple[Matcher, ...], int, tuple[int, ...]], np.ndarray] = {}
+        self._selected_rows = 0
 
     @property
     def n_rows(self) -> int:
@@ -181,6 +192,7 @@ class SeriesIndex:
         if sid in self.by_id:
             raise KeyError(f"series id {sid:#x} already present")
         labels = self._intern(labels)
+        self._forget_selected()
         row = len(self.labels)
         self.labels.append(labels)
         self.ids.append(sid)
@@ -213,6 +225,7 @@ class SeriesIndex:
         if labels is None:
             return
         self.labels[row] = None
+        self._forget_selected()
         del self.by_id[self.ids[row]]
         self._dead_sorted += 1  # left in the sorted arrays; rows_of checks alive, rebuilds past a quarter
         self.alive[row] = False
@@ -296,6 +309,30 @@ class SeriesIndex:
             lut = self._value_mask(col, m)
             candidates = candidates[lut[col.codes[candidates] + 1]]
         return candidates
+
+    def selected(self, matchers: Sequence[Matcher], slot_count: int = 0, slots: Sequence[int] = ()) -> np.ndarray:
+        """select, then in_slots when ``slot_count``; kept (a read-only array) until a series is
+        added or removed, within MAX_SELECTED selections and MAX_SELECTED_ROWS rows. Dashboards
+        and autoscalers ask the same few questions every interval while the series stay the same,
+        so a question's selection (and its slot filter, which a proxy sends with every question)
+        is made once, not per question."""
+        key = (tuple(matchers), slot_count, tuple(slots) if slot_count else ())
+        rows = self._selected.get(key)
+        if rows is None:
+            rows = self.select(matchers)
+            if slot_count:
+                rows = self.in_slots(rows, slot_count, slots)
+            rows.flags.writeable = False
+            if len(rows) <= MAX_SELECTED_ROWS:
+                if len(self._selected) >= MAX_SELECTED or self._selected_rows + len(rows) > MAX_SELECTED_ROWS:
+                    self._forget_selected()
+                self._selected[key] = rows
+                self._selected_rows += len(rows)
+        return rows
+
+    def _forget_selected(self) -> None:
+        self._selected.clear()
+        self._selected_rows = 0
 
     def in_slots(self, rows: np.ndarray, slot_count: int, slots: Iterable[int]) -> np.ndarray:
         """The rows whose pod's slot (pod hash mod slot_count) is one of ``slots``."""

@@ -83,16 +83,14 @@ def series_stats(store: Store, rows: np.ndarray, lo: int, hi: int) -> tuple[np.n
     newest = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return counts, newest
-    count, covered = _head_covers(store, rows, lo)
+    _, covered = _head_covers(store, rows, lo)
     fast = np.flatnonzero(covered)
     if len(fast):
         fr = rows[fast]
-        start, width, cols_c = _tail_columns(store, fr, count[fast], lo, 8)
-        ts = head.abs_ts(fr[:, None], cols_c)
-        valid = np.arange(width)[None, :] < np.minimum(count[fast] - start, width)[:, None]
-        upto = valid & (ts <= hi)
-        counts[fast] = (upto & (ts > lo)).sum(axis=1)
-        newest[fast] = np.where(upto.any(axis=1), np.where(upto, ts, -1).max(axis=1), -1)
+        upto = head.rank(fr, hi)
+        counts[fast] = upto - head.rank(fr, lo)
+        some = np.flatnonzero(upto > 0)
+        newest[fast[some]] = head.abs_ts(fr[some], upto[some] - 1)
     for i in np.flatnonzero(~covered).tolist():
         t, _ = store.series_samples(int(rows[i]), lo + 1, hi)
         counts[i] = len(t)
@@ -174,7 +172,7 @@ def run_aggregate(store: Store, spec: AggregateSpec) -> AggregateResult:
     if spec.slot_digests:
         digests = _digests(store, spec, sides, rows_per_side, times)
         assert spec.slots is not None  # _digests checked
-        rows_per_side = [store.index.in_slots(rows, spec.slots.slot_count, spec.data_slots) for rows in rows_per_side]
+        rows_per_side = [store.index.selected(side.matchers, spec.slots.slot_count, spec.data_slots) for side in sides]
     # Groups over both sides together, so numerator and denominator line up.
     all_rows = np.concatenate(rows_per_side) if len(rows_per_side) > 1 else rows_per_side[0]
     groups, gidx_all = store.index.group_codes(all_rows, spec.group_by)

@@ -1,25 +1,28 @@
-"""WriteAcks answers as QuorumTracker does, whatever the order of answers and failures."""
+"""Acks answers as QuorumTracker does, for writes and reads, whatever the order of answers and failures."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metricsd.proxy.acks import WriteAcks, write_acks
-from metricsd.proxy.quorum import QuorumSettings, QuorumTracker, plan_write
+from metricsd.proxy.acks import Acks, acks_for
+from metricsd.proxy.quorum import QuorumSettings, QuorumTracker, plan_read, plan_write
 
 MEMBERS = ["a", "b", "c", "d"]
 
 
 @given(st.data())
 @settings(max_examples=200, deadline=None)
-def test_write_acks_agree_with_the_tracker(data: st.DataObject) -> None:
+def test_acks_agree_with_the_tracker(data: st.DataObject) -> None:
     q = QuorumSettings(rf=3, w=2, r=2)
+    read = data.draw(st.booleans())
     plans = []
     for slot in range(data.draw(st.integers(0, 8))):
         replicas = data.draw(st.lists(st.sampled_from(MEMBERS), min_size=0, max_size=3, unique=True))
-        plans.append(plan_write(slot, replicas, set(data.draw(st.sets(st.sampled_from(MEMBERS)))), q))
-    fast, slow = write_acks(plans), QuorumTracker(plans)
+        healthy = set(data.draw(st.sets(st.sampled_from(MEMBERS))))
+        plans.append(plan_read(slot, replicas, healthy, q, data.draw(st.integers(0, 5))) if read
+                     else plan_write(slot, replicas, healthy, q))
+    fast, slow = acks_for(plans), QuorumTracker(plans)
     assert fast.asks() == slow.asks()
     for member in data.draw(st.permutations(sorted(slow.asks()))):
         if slow.done or slow.failed:
@@ -29,7 +32,12 @@ def test_write_acks_agree_with_the_tracker(data: st.DataObject) -> None:
             fast.record_success(member)
             slow.record_success(member)
         else:
-            assert fast.record_failure(member, "refused") == slow.record_failure(member, "refused")
+            more = fast.record_failure(member, "refused")
+            assert more == slow.record_failure(member, "refused")
+            for spare, slots in more.items():  # a read asks spares; they answer for those slots
+                if data.draw(st.booleans()):
+                    fast.record_success(spare, slots)
+                    slow.record_success(spare, slots)
     assert (fast.done, fast.failed) == (slow.done, slow.failed)
     fe, se = fast.error(), slow.error()
     assert (str(fe), getattr(fe, "slots", None)) == (str(se), getattr(se, "slots", None))
@@ -38,10 +46,13 @@ def test_write_acks_agree_with_the_tracker(data: st.DataObject) -> None:
 def test_healthy_plans_take_the_array_path_and_others_the_tracker() -> None:
     q = QuorumSettings(rf=3, w=2, r=2)
     healthy = [plan_write(s, ["a", "b", "c"], {"a", "b", "c"}, q) for s in range(4)]
-    assert isinstance(write_acks(healthy), WriteAcks)
+    assert isinstance(acks_for(healthy), Acks)
     short = [*healthy, plan_write(4, ["a", "b", "c"], {"a"}, q)]  # one slot cannot reach W
-    assert isinstance(write_acks(short), QuorumTracker)
-    acks = write_acks(healthy)
+    assert isinstance(acks_for(short), QuorumTracker)
+    reads = [plan_read(s, ["a", "b", "c"], {"a", "b", "c"}, q, s) for s in range(4)]
+    assert isinstance(acks_for(reads), Acks)
+    assert isinstance(acks_for([*reads, plan_read(4, [], set(), q)]), QuorumTracker)  # a slot with no replicas
+    acks = acks_for(healthy)
     acks.record_success("a")
     assert not acks.done
     acks.record_success("c")

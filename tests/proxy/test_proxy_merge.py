@@ -9,8 +9,8 @@ import pytest
 
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.proxy.merge import MergeError, merge_aggregates
-from metricsd.rpc.wire import matchers_to_pb
+from metricsd.proxy.merge import MergeError, merge_aggregates, merge_group_partials
+from metricsd.rpc.wire import SHORT_FIELD, float_array, matchers_to_pb
 from metricsd.selector import parse_selector
 from metricsd.store.api import StoreAPI
 from metricsd.store.engine import Store
@@ -120,3 +120,39 @@ def test_one_reply_per_slot_is_enough_without_laggards() -> None:
     np.testing.assert_allclose(np.array(merged.response.values), np.array(StoreAPI(truth).aggregate(req).values),
                                equal_nan=True)
     assert merged.lagging == {}
+
+
+@pytest.mark.parametrize("by", [[], ["workload"], ["pod"]])
+@pytest.mark.parametrize("ratio", [False, True])
+def test_group_partials_of_disjoint_slots_equal_one_store_holding_everything(by: list[str], ratio: bool) -> None:
+    """One data reply per slot (the digest read): replies whose groups come in the same order are
+    folded by slices, others (a reply missing a group, or with new ones) by group index."""
+    truth, members, replicas = _cluster(2, drop_in_replica=False)
+    for across in (pb.ACROSS_AVG, pb.ACROSS_SUM, pb.ACROSS_MIN, pb.ACROSS_MAX, pb.ACROSS_COUNT):
+        req = _request(across, ratio, 200_000)
+        del req.group_by[:]
+        req.group_by.extend(by)
+        want = StoreAPI(truth).aggregate(req)
+        replies = [_group_reply(members[m], req, [s for s in range(SLOTS) if replicas[s][0] == m]) for m in range(3)]
+        got = merge_group_partials(req, [*replies, _group_reply(members[0], req, [])])  # and an empty reply
+        assert [list(g.labels) for g in got.groups] == [list(g.labels) for g in want.groups]
+        np.testing.assert_allclose(np.array(got.values), np.array(want.values), rtol=1e-12, equal_nan=True)
+        for side in ("numerator", "denominator") if ratio else ("numerator",):
+            for f in ("sum", "count", "min", "max"):
+                np.testing.assert_allclose(np.array(getattr(getattr(got, side), f)),
+                                           np.array(getattr(getattr(want, side), f)), rtol=1e-12)
+
+
+def _group_reply(store: Store, req: pb.AggregateRequest, slots: list[int]) -> pb.AggregateResponse:
+    r = pb.AggregateRequest()
+    r.CopyFrom(req)
+    r.slots.slot_count = SLOTS
+    r.slots.slots.extend(slots)
+    return StoreAPI(store).aggregate(r)
+
+
+@pytest.mark.parametrize("n", [0, 1, SHORT_FIELD, SHORT_FIELD + 1, 1000])
+def test_float_array_reads_short_and_long_fields_alike(n: int) -> None:
+    p = pb.Partials(sum=[i / 3 for i in range(n)])
+    got = float_array(p.sum)
+    assert got.dtype == np.float64 and got.tolist() == [i / 3 for i in range(n)]

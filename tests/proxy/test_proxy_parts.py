@@ -1,4 +1,4 @@
-"""The proxy's parts on their own: hint queues, member health, the route cache, retries."""
+"""The proxy's parts on their own: hint queues, member health, the route cache, retries, kept read plans."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metricsd.clock import ManualClock
+from metricsd.cluster.assign import assign
+from metricsd.cluster.shardmap import Member, ShardMap
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.fanout import ReadPlans, plan_reads
 from metricsd.proxy.handoff import HintedHandoff, MemberGone
 from metricsd.proxy.health import MemberHealth
 from metricsd.proxy.members import SlotNotHeld, call_with_retries
+from metricsd.proxy.quorum import QuorumSettings
 from metricsd.proxy.routing import Batch, KnownIds, SeriesRouter
 from metricsd.proxy.settings import HandoffSettings, HealthSettings, ProxySettings
 from metricsd.rpc.backend import BadRequest, Unavailable
@@ -235,3 +239,35 @@ def test_a_batch_part_in_bytes_is_its_sub_request_and_labels_appended_as_bytes_m
     merged = pb.WriteRequest.FromString(raw + batch.labels_of(part_ids))
     sub.MergeFromString(batch.labels_of(sub_ids))
     assert merged == sub and len(merged.series) == len(part_ids)
+
+
+class _PlanView:
+    """What plan_reads and ReadPlans ask of a ClusterView: health, rotation, quorum sizes."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.health = MemberHealth(HealthSettings(), clock)
+        self.settings = ProxySettings()
+        self._turn = 0
+
+    def rotation(self) -> int:
+        self._turn += 1
+        return self._turn
+
+    def quorum(self, shard_map: ShardMap) -> QuorumSettings:
+        return self.settings.quorum(shard_map.rf)
+
+
+def test_kept_read_plans_are_the_plans_of_each_rotation_until_health_changes() -> None:
+    members = [Member(m, f"127.0.0.1:{7401 + i}") for i, m in enumerate("abcd")]
+    shard_map = assign(members, None, 16, 3)
+    kept_view, fresh_view = _PlanView(ManualClock()), _PlanView(ManualClock())
+    kept = ReadPlans()
+    slots = [0, 3, 7, 15]
+    for _ in range(14):  # past the 6 distinct turns of RF 3
+        assert kept.plans(kept_view, shard_map, slots) == plan_reads(fresh_view, shard_map, slots)
+    for view in (kept_view, fresh_view):
+        view.health.failure("b", "refused")
+    for _ in range(7):
+        got = kept.plans(kept_view, shard_map, slots)
+        assert got == plan_reads(fresh_view, shard_map, slots)
+        assert all("b" not in p.targets for p in got)

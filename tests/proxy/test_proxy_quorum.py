@@ -14,10 +14,44 @@ from metricsd.proxy.quorum import (
     SlotState,
     plan_read,
     plan_write,
+    spread_data,
 )
 
 ABC = ("a", "b", "c")
 DEFAULT = QuorumSettings()
+
+
+# -- which replica answers with data (the digest read) ------------------------------------------
+
+
+def test_data_slots_alternate_between_the_replicas_asked() -> None:
+    plans = [plan_read(s, ABC, set(ABC), DEFAULT) for s in range(3)]  # each asks (a, b)
+    assert spread_data(plans) == {0: "a", 1: "b", 2: "a"}
+
+
+def test_a_slot_without_targets_has_no_data_replica() -> None:
+    assert spread_data([plan_read(0, (), set(), DEFAULT), plan_read(1, ABC, {"c"}, DEFAULT)]) == {1: "c"}
+
+
+@given(st.lists(st.tuples(st.permutations(ABC), st.integers(0, 5)), max_size=64))
+def test_every_member_asked_gets_a_fair_share_of_data_slots(slots: list[tuple[list[str], int]]) -> None:
+    plans = [plan_read(i, replicas, set(ABC), DEFAULT, offset) for i, (replicas, offset) in enumerate(slots)]
+    owners = spread_data(plans)
+    assert sorted(owners) == list(range(len(plans)))
+    assert all(owners[p.slot] in p.targets for p in plans)
+    share = {m: sum(1 for o in owners.values() if o == m) for m in ABC}
+    # A member took its last data slot when it had no more than the slot's other targets, so its
+    # share ends at most one above theirs.
+    for member in set(owners.values()):
+        last = max(slot for slot, o in owners.items() if o == member)
+        assert all(share[member] <= share[other] + 1 for other in plans[last].targets)
+
+
+def test_slots_asking_the_same_members_split_evenly() -> None:
+    plans = [plan_read(s, ABC, set(ABC), DEFAULT, s % 2) for s in range(7)]  # (a, b) or (b, c)... rotated
+    owners = spread_data([p for p in plans if set(p.targets) == {"a", "b"}])
+    counts = sorted(sum(1 for o in owners.values() if o == m) for m in "ab")
+    assert counts[1] - counts[0] <= 1 and sum(counts) == len(owners)
 
 
 # -- settings ---------------------------------------------------------------------------------
