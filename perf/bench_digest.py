@@ -118,22 +118,15 @@ def main() -> None:
                                  start_ms=newest - 24 * 3600 * 1000, end_ms=newest - 10_000)
     cut_req = pb.DigestRequest(slots=round_req.slots, start_ms=T0 + 50_000, end_ms=newest - 10_000)
     rows: list[tuple[str, float, float]] = []
-    ref_s, want = timed(lambda: reference(store, everything), args.repeat)
-    got_s, got = timed(lambda: store_digest(store, everything), args.repeat)
-    assert got == want, "cached slot digest differs from the reference"
-    rows.append(("slot digest, all 64 slots, whole range", ref_s, got_s))
-    ref_s, want = timed(lambda: reference(store, round_req), args.repeat)
-    got_s, got = timed(lambda: store_digest(store, round_req), args.repeat)
-    assert got == want, "cached round digest differs from the reference"
-    rows.append(("round: 16 slots, 24 h to 10 s before the newest", ref_s, got_s))
-    ref_s, want = timed(lambda: reference(store, cut_req), args.repeat)
-    got_s, got = timed(lambda: store_digest(store, cut_req), args.repeat)
-    assert got == want, "cached cut round digest differs from the reference"
-    rows.append(("cut round: the same, the start cutting each oldest chunk", ref_s, got_s))
-    ref_s, want = timed(lambda: reference(store, per_series), args.repeat)
-    got_s, got = timed(lambda: store_digest(store, per_series), args.repeat)
-    assert got == want, "cached per-series digest differs from the reference"
-    rows.append(("per series, 10-minute buckets, all 64 slots", ref_s, got_s))
+    cases = [("slot digest, all 64 slots, whole range", everything),
+             ("round: 16 slots, 24 h to 10 s before the newest", round_req),
+             ("cut round: the same, the start cutting each oldest chunk", cut_req),
+             ("per series, 10-minute buckets, all 64 slots", per_series)]
+    for name, req in cases:
+        ref_s, want = timed(lambda r=req: reference(store, r), args.repeat)
+        got_s, got = timed(lambda r=req: store_digest(store, r), args.repeat)
+        assert got == want, f"cached digest differs from the reference: {name}"
+        rows.append((name, ref_s, got_s))
     restored = restore(capture(store, WalPosition(1, 0)), store.settings)
     c0 = time.process_time()
     first = store_digest(restored, everything)

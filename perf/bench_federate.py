@@ -21,14 +21,12 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_proxy import _agg_request, _free_port, _serve_store, _until_signal, ingest
+from bench_proxy import Proc, _agg_request, _free_port, _serve_store, _until_signal, ingest
 from bench_store import latency
 
 from metricsd.agent.simulate import SimConfig, Simulator
@@ -58,27 +56,6 @@ async def _serve_proxy(port: int, store: str) -> None:
     await proxy.close()
 
 
-class Proc:
-    def __init__(self, argv: list[str], port: int | None = None) -> None:
-        self.port = port or _free_port()
-        self.addr = f"127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([*argv, "--port", str(self.port)] if port is None else argv, cwd=ROOT)
-
-    async def wait_ready(self) -> None:
-        async with MetricsClient(self.addr, timeout_s=2) as c:
-            for _ in range(300):
-                try:
-                    await c.health()
-                    return
-                except Exception:
-                    await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.addr} did not start")
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
-
-
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     out: dict[str, object] = {"command": " ".join([".venv/bin/python", "perf/bench_federate.py", *sys.argv[1:]]),
                               "cores": os.cpu_count(), "python": platform.python_version(), "pods": args.pods,
@@ -98,7 +75,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
         fed = Proc([sys.executable, "-m", "metricsd", "federate", "--grpc-port", str(port), "--http-port", "-1",
                     "--cluster-timeout", "30",
                     *(a for name, p in zip(CLUSTERS, proxies, strict=True) for a in ("--cluster", f"{name}={p.addr}"))],
-                   port)
+                   port, cwd=ROOT)
         procs.append(fed)
         await fed.wait_ready()
         at = 0

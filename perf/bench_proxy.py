@@ -98,10 +98,13 @@ async def _until_signal() -> None:
 
 
 class Proc:
-    def __init__(self, *args: str) -> None:
-        self.port = _free_port()
+    """A server process on 127.0.0.1. ``argv`` without ``port`` gets ``--port`` and a free port
+    appended; with ``port`` it already names it its own way."""
+
+    def __init__(self, argv: list[str], port: int | None = None, cwd: Path | None = None) -> None:
+        self.port = port or _free_port()
         self.addr = f"127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, __file__, *args, "--port", str(self.port)])
+        self.proc = subprocess.Popen([*argv, "--port", str(self.port)] if port is None else argv, cwd=cwd)
 
     async def wait_ready(self) -> None:
         async with MetricsClient(self.addr, timeout_s=2) as c:
@@ -163,14 +166,15 @@ def _agg_request(at_ms: int) -> pb.AggregateRequest:
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     out: dict[str, object] = {"command": " ".join([".venv/bin/python", "perf/bench_proxy.py", *sys.argv[1:]]),
                               "cores": os.cpu_count(), "python": platform.python_version()}
-    stores = [Proc("--serve-store") for _ in range(3)]
+    me = [sys.executable, __file__]
+    stores = [Proc([*me, "--serve-store"]) for _ in range(3)]
     proxy = None
     try:
         for s in stores:
             await s.wait_ready()
-        proxy = Proc("--serve-proxy", "--stores", ",".join(s.addr for s in stores),
-                     *(["--exact-reads"] if args.exact_reads else []),
-                     "--write-calls-per-member", str(args.write_calls_per_member))
+        proxy = Proc([*me, "--serve-proxy", "--stores", ",".join(s.addr for s in stores),
+                      *(["--exact-reads"] if args.exact_reads else []),
+                      "--write-calls-per-member", str(args.write_calls_per_member)])
         await proxy.wait_ready()
         pids = {"proxy": [proxy.proc.pid], "stores": [s.proc.pid for s in stores]}
         sim = Simulator(SimConfig(pods=args.pods, workloads=1, nodes=100, seed=2, big_workload_pods=args.pods),

@@ -26,6 +26,7 @@ stays bounded and nothing acknowledged is lost.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ class WriteCoalescer:
 
     def _flush(self, member: str) -> None:
         queue = self._queues.get(member)
-        limit = self.settings.calls_per_member or len(queue or ()) + self._in_flight[member]
+        limit = self.settings.calls_per_member or math.inf  # 0: every part its own call, at once
         while queue and self._in_flight[member] < limit:
             batch = self._take(queue)
             if not batch:

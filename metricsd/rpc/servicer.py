@@ -38,6 +38,16 @@ def _status_of(e: Exception) -> grpc.StatusCode:
     return grpc.StatusCode.UNAVAILABLE
 
 
+def _refused(what: str, e: Exception) -> grpc.StatusCode:
+    """Logs a refused call or part (a warning when the store is unavailable) and returns its code."""
+    code = _status_of(e)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        log.warning("%s unavailable: %s", what, e)
+    else:
+        log.info("%s %s: %s", what, "rejected" if isinstance(e, BadRequest) else "refused", e)
+    return code
+
+
 class MetricsServicer(pb_grpc.MetricsServicer):
     """Serves a MetricsBackend over gRPC: BadRequest becomes INVALID_ARGUMENT, Unavailable UNAVAILABLE,
     NotOwner (a cluster store asked for a slot it does not hold) FAILED_PRECONDITION, LimitExceeded
@@ -54,12 +64,7 @@ class MetricsServicer(pb_grpc.MetricsServicer):
         try:
             return await call
         except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
-            code = _status_of(e)
-            if code == grpc.StatusCode.UNAVAILABLE:
-                log.warning("%s unavailable: %s", method, e)
-            else:
-                log.info("%s %s: %s", method, "rejected" if isinstance(e, BadRequest) else "refused", e)
-            await context.abort(code, str(e))
+            await context.abort(_refused(method, e), str(e))
         raise AssertionError("unreachable: abort raises")
 
     async def Write(self, request: pb.WriteRequest, context: grpc.aio.ServicerContext) -> pb.WriteResponse:
@@ -80,9 +85,7 @@ class MetricsServicer(pb_grpc.MetricsServicer):
             try:
                 result.response.CopyFrom(await self.backend.write(part))
             except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
-                code = _status_of(e)
-                (log.warning if code == grpc.StatusCode.UNAVAILABLE else log.info)(
-                    "WriteParts part %d of %d refused: %s", i + 1, len(request.parts), e)
+                code = _refused(f"WriteParts part {i + 1} of {len(request.parts)}", e)
                 result.code = code.value[0]
                 result.message = str(e)
         return out
