@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -40,7 +41,9 @@ from procstat import cpu_seconds
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.client import MetricsClient
+from metricsd.proxy.coalesce import CoalesceSettings
+from metricsd.rpc.channel import open_channel
+from metricsd.rpc.client import MetricsClient, StreamingBackend
 from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import parse_selector
 
@@ -67,13 +70,13 @@ async def _serve_store(port: int) -> None:
     await server.stop(None)
 
 
-async def _serve_proxy(port: int, stores: list[str], digest_reads: bool, calls_per_member: int) -> None:
+async def _serve_proxy(port: int, stores: list[str], digest_reads: bool, calls_per_member: int,
+                       linger_ms: float) -> None:
     from metricsd.clock import SystemClock
     from metricsd.cluster.assign import assign
     from metricsd.cluster.mapsource import StaticMapSource
     from metricsd.cluster.shardmap import Member
     from metricsd.proxy.backend import ProxyBackend
-    from metricsd.proxy.coalesce import CoalesceSettings
     from metricsd.proxy.settings import ProxySettings
     from metricsd.rpc.server import start_grpc_server
     from metricsd.rpc.servicer import MetricsServicer
@@ -81,7 +84,8 @@ async def _serve_proxy(port: int, stores: list[str], digest_reads: bool, calls_p
     members = [Member(f"store-{i}", addr) for i, addr in enumerate(stores)]
     proxy = ProxyBackend(StaticMapSource(assign(members, None, SLOTS, 3)),
                          ProxySettings(call_timeout_s=30, digest_reads=digest_reads,
-                                       coalesce=CoalesceSettings(calls_per_member=calls_per_member)),
+                                       coalesce=CoalesceSettings(calls_per_member=calls_per_member,
+                                                                 linger_s=linger_ms / 1000)),
                          SystemClock())
     server, _ = await start_grpc_server(MetricsServicer(proxy), "127.0.0.1", port)
     await _until_signal()
@@ -124,7 +128,11 @@ class Proc:
 # --- the client -----------------------------------------------------------------------------------
 
 
-async def ingest(client: MetricsClient, pids: dict[str, list[int]], sim: Simulator, ticks: int, ticks_per_req: int,
+class Writer(Protocol):
+    async def write(self, request: pb.WriteRequest) -> pb.WriteResponse: ...
+
+
+async def ingest(client: Writer, pids: dict[str, list[int]], sim: Simulator, ticks: int, ticks_per_req: int,
                  first: bool, in_flight: int = 4) -> dict[str, float]:
     """Feed ``ticks`` ticks; the requests of a block go ``in_flight`` at a time (as that many agents
     would), blocks in time order."""
@@ -174,15 +182,20 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             await s.wait_ready()
         proxy = Proc([*me, "--serve-proxy", "--stores", ",".join(s.addr for s in stores),
                       *(["--exact-reads"] if args.exact_reads else []),
-                      "--write-calls-per-member", str(args.write_calls_per_member)])
+                      "--write-calls-per-member", str(args.write_calls_per_member),
+                      "--write-linger", str(args.write_linger)])
         await proxy.wait_ready()
         pids = {"proxy": [proxy.proc.pid], "stores": [s.proc.pid for s in stores]}
         sim = Simulator(SimConfig(pods=args.pods, workloads=1, nodes=100, seed=2, big_workload_pods=args.pods),
                         1_700_000_000_000)
         out["series"] = len(sim.series)
         async with MetricsClient(proxy.addr, timeout_s=120) as client:
-            backfill = await ingest(client, pids, sim, args.ticks, 60, first=True)
-            live = await ingest(client, pids, sim, args.live_ticks, 1, first=False, in_flight=args.in_flight)
+            # As the node agent writes (cmd/agent.py): over one WriteStream, or a unary Write a batch.
+            writer: Writer = StreamingBackend(open_channel(proxy.addr), 120) if args.writes == "stream" else client
+            backfill = await ingest(writer, pids, sim, args.ticks, 60, first=True)
+            live = await ingest(writer, pids, sim, args.live_ticks, 1, first=False, in_flight=args.in_flight)
+            if isinstance(writer, StreamingBackend):
+                await writer.close()
             out["ingest"] = {"backfill_shape": backfill, "live_shape": live}
             at = sim.next_timestamp_ms - 1
             out["aggregate"] = {
@@ -234,6 +247,11 @@ def main() -> None:
     p.add_argument("--serve-store", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--write-calls-per-member", type=int, default=1, metavar="N",
                    help="the proxy's write calls under way per store before batches coalesce (0: a call per batch)")
+    p.add_argument("--write-linger", type=float, default=CoalesceSettings.linger_s * 1000, metavar="MS",
+                   help="how long a batch bound for an idle store waits for others (the proxy's --write-linger)")
+    p.add_argument("--writes", choices=("stream", "unary"), default="stream",
+                   help="how the client sends its batches to the proxy: one WriteStream (as the agent does) or a "
+                        "Write call each")
     p.add_argument("--in-flight", type=int, default=4, help="live-shape requests in flight (agents writing at once)")
     p.add_argument("--serve-proxy", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--stores", default="", help=argparse.SUPPRESS)
@@ -243,7 +261,8 @@ def main() -> None:
         asyncio.run(_serve_store(args.port))
         return
     if args.serve_proxy:
-        asyncio.run(_serve_proxy(args.port, args.stores.split(","), not args.exact_reads, args.write_calls_per_member))
+        asyncio.run(_serve_proxy(args.port, args.stores.split(","), not args.exact_reads, args.write_calls_per_member,
+                                 args.write_linger))
         return
     if args.quick:
         args.queries, args.ticks = 20, 30

@@ -55,7 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="timeout of each call to a store (default %(default)s)")
     p.add_argument("--write-calls-per-member", type=int, default=CoalesceSettings.calls_per_member, metavar="N",
                    help="write calls under way to one store before client batches queue; the queued ones leave "
-                        "together in one WriteParts call (0: a call per batch as it comes; default %(default)s)")
+                        "together in one message on the store's WriteStream (0: a message per batch as it comes; "
+                        "default %(default)s)")
+    p.add_argument("--write-linger", type=float, default=CoalesceSettings.linger_s * 1000, metavar="MS",
+                   help="how long a client batch bound for an idle store waits for others to share its message "
+                        "(0: only those read in the same event-loop iteration; at most 1000; default %(default)g)")
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
@@ -76,8 +80,11 @@ async def serve(args: argparse.Namespace) -> None:
 
     if args.write_calls_per_member < 0:
         raise SystemExit("metricsd proxy: --write-calls-per-member must be >= 0")
+    if not 0 <= args.write_linger <= 1000:
+        raise SystemExit("metricsd proxy: --write-linger must be in [0, 1000] milliseconds")
     settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout,
-                             coalesce=CoalesceSettings(calls_per_member=args.write_calls_per_member))
+                             coalesce=CoalesceSettings(calls_per_member=args.write_calls_per_member,
+                                                       linger_s=args.write_linger / 1000))
     security = server_from_args(args)
     require_secure_or_loopback(args.host, security, args.insecure, "metricsd proxy")
     clock = SystemClock()

@@ -1,15 +1,15 @@
 """Write parts bound for one member, sent together: at most a few calls per member at a time.
 
 A proxy's clients write concurrently (every node agent, every ten seconds). Each client batch
-becomes a sub-request per member, and sent as it comes that is one gRPC call per member per
-batch: a Python gRPC call costs a few hundred microseconds of CPU at each end, more than routing
-the batch (perf/RESULTS.md, "The cluster column"). So each member gets a queue. Its parts leave
-at the end of the event-loop iteration they arrived in (so the batches read in one iteration go
-together, and a quiet proxy adds no latency) while fewer than ``calls_per_member`` calls to the
-member are under way; the parts that queue behind those leave together in the next call
-(rpc WriteParts), up to ``max_parts`` parts and ``max_bytes`` bytes. Every part keeps its own
-result, so acknowledgement, hinted hand-off and rejections stay per client batch, exactly as
-with a call each.
+becomes a sub-request per member, and sent as it comes that is one gRPC message per member per
+batch: in Python each costs tens to hundreds of microseconds of CPU at both ends, more than
+routing the batch (perf/RESULTS.md, "Through a proxy"). So each member gets a queue. A part that
+finds its member idle waits ``linger_s`` (2 ms by default; 0: to the end of the event-loop
+iteration it arrived in) for others to join it; while ``calls_per_member`` calls to the member
+are under way, parts queue behind them and leave together as soon as one ends. A call is one
+message on the member's WriteStream (rpc/stream.py), up to ``max_parts`` parts and
+``max_bytes`` bytes. Every part keeps its own result, so acknowledgement, hinted hand-off and
+rejections stay per client batch, exactly as with a call each.
 
 Parts are serialized WriteRequests: a batch whose members replicate the same slots is encoded
 once for all of them (routing.Batch.part_bytes), a member's missing labels are appended as
@@ -46,16 +46,21 @@ part; raises for the whole call."""
 class CoalesceSettings:
     """calls_per_member: calls under way to one member before parts queue (0: no coalescing, a
     call per part as they come). max_parts / max_bytes: per call (the stores' WriteParts takes
-    at most 256 parts, and messages of 64 MiB). max_queued: parts waiting per member."""
+    at most 256 parts, and messages of 64 MiB). max_queued: parts waiting per member. linger_s:
+    how long a part that finds its member idle waits for others to join it (0: to the end of
+    the event-loop iteration); parts queued behind a call leave when it ends, without waiting."""
 
     calls_per_member: int = 1
     max_parts: int = 64
     max_bytes: int = 16 * 1024 * 1024
     max_queued: int = 4096
+    linger_s: float = 0.002
 
     def __post_init__(self) -> None:
         if self.calls_per_member < 0 or not 1 <= self.max_parts <= 256 or self.max_bytes < 1 or self.max_queued < 1:
             raise ValueError("calls_per_member must be >= 0, max_parts in [1, 256], max_bytes and max_queued >= 1")
+        if not 0 <= self.linger_s <= 1:
+            raise ValueError("linger_s must be in [0, 1] seconds")
 
 
 @dataclass
@@ -87,9 +92,13 @@ class WriteCoalescer:
             raise Unavailable(f"{member}: {len(queue)} write parts already queued behind its calls")
         future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
         queue.append(_Part(shard_map, request, future))
-        if member not in self._scheduled:  # at the end of this loop iteration: the batches read
-            self._scheduled.add(member)    # in it leave together even on an idle member
-            asyncio.get_running_loop().call_soon(self._flush_scheduled, member)
+        if member not in self._scheduled:  # at the end of this loop iteration (or the linger):
+            self._scheduled.add(member)    # the batches read meanwhile leave together
+            loop = asyncio.get_running_loop()
+            if self.settings.linger_s and self._in_flight[member] < (self.settings.calls_per_member or math.inf):
+                loop.call_later(self.settings.linger_s, self._flush_scheduled, member)
+            else:
+                loop.call_soon(self._flush_scheduled, member)
         return await future  # cancelled while queued: _take skips it
 
     def queued(self, member: str) -> int:

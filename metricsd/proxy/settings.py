@@ -86,7 +86,7 @@ class ProxySettings:
         falling back to the per-series merge when they differ (proxy/reads.py); off: always the
         per-series merge (R times the values on the wire; for comparison and as an escape hatch).
     coalesce: client batches bound for one member that queue while a call to it is under way
-        leave together in one WriteParts call (proxy/coalesce.py).
+        leave together in one message on its WriteStream (proxy/coalesce.py).
     """
 
     w: int = 2

@@ -64,17 +64,46 @@ async def until(cond: object, rounds: int = 100) -> None:
 
 async def test_a_part_on_a_quiet_member_goes_out_at_once_alone() -> None:
     send = Sender()
-    c = WriteCoalescer(send, CoalesceSettings(), Counter())
+    c = WriteCoalescer(send, CoalesceSettings(linger_s=0), Counter())
     resp = await c.write("a", MAP, part(7))
     assert resp.samples_written == 7
     assert send.calls == [[7]]
     await c.close()
 
 
+async def test_a_part_on_a_quiet_member_waits_the_linger_for_others_but_not_behind_a_call() -> None:
+    send = Sender()
+    c = WriteCoalescer(send, CoalesceSettings(linger_s=0.5), Counter())
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    first = asyncio.create_task(c.write("a", MAP, part(1)))
+    await asyncio.sleep(0.01)  # a later loop iteration, within the linger
+    assert send.calls == []
+    send.gate = asyncio.Event()
+    second = asyncio.create_task(c.write("a", MAP, part(2)))
+    for _ in range(200):
+        if send.calls:
+            break
+        await asyncio.sleep(0.01)
+    assert send.calls == [[1, 2]] and loop.time() - t0 >= 0.49
+    third = asyncio.create_task(c.write("a", MAP, part(3)))  # queued behind the call under way
+    await asyncio.sleep(0.001)
+    t1 = loop.time()
+    send.gate.set()
+    await asyncio.gather(first, second, third)
+    assert send.calls == [[1, 2], [3]] and loop.time() - t1 < 0.4  # left as the call ended, no linger
+    await c.close()
+
+
+def test_the_linger_is_bounded() -> None:
+    with pytest.raises(ValueError, match="linger_s"):
+        CoalesceSettings(linger_s=2)
+
+
 async def test_parts_queued_behind_a_call_leave_together_each_with_its_own_result() -> None:
     send = Sender()
     counters: Counter[str] = Counter()
-    c = WriteCoalescer(send, CoalesceSettings(), counters)
+    c = WriteCoalescer(send, CoalesceSettings(linger_s=0), counters)
     send.gate = asyncio.Event()
     first = asyncio.create_task(c.write("a", MAP, part(1)))
     await until(lambda: send.calls == [[1]])
@@ -93,7 +122,7 @@ async def test_parts_queued_behind_a_call_leave_together_each_with_its_own_resul
 
 async def test_a_failed_call_fails_every_part_in_it_and_the_next_call_still_goes() -> None:
     send = Sender()
-    c = WriteCoalescer(send, CoalesceSettings(), Counter())
+    c = WriteCoalescer(send, CoalesceSettings(linger_s=0), Counter())
     send.gate = asyncio.Event()
     send.fail_calls = True
     tasks = [asyncio.create_task(c.write("a", MAP, part(t))) for t in (1, 2, 3)]
@@ -109,7 +138,7 @@ async def test_a_failed_call_fails_every_part_in_it_and_the_next_call_still_goes
 
 async def test_members_are_independent_and_maps_are_not_mixed_in_one_call() -> None:
     send = Sender()
-    c = WriteCoalescer(send, CoalesceSettings(), Counter())
+    c = WriteCoalescer(send, CoalesceSettings(linger_s=0), Counter())
     other_map = assign([Member("a", "127.0.0.1:1")], None, 4, 1)
     send.gate = asyncio.Event()
     tasks = [asyncio.create_task(c.write("a", MAP, part(1)))]
@@ -129,7 +158,7 @@ async def test_limits_split_the_queue_and_an_oversized_part_goes_alone() -> None
     send = Sender()
     sizes = {1: 1, 2: 1, 3: 1, 4: 9, 5: 50, 6: 1}
     limit = len(part(3, 1)) + len(part(4, 9))  # parts 3 and 4 fit together, 4 and 5 do not
-    c = WriteCoalescer(send, CoalesceSettings(max_parts=2, max_bytes=limit), Counter())
+    c = WriteCoalescer(send, CoalesceSettings(max_parts=2, max_bytes=limit, linger_s=0), Counter())
     send.gate = asyncio.Event()
     tasks = [asyncio.create_task(c.write("a", MAP, part(0)))]
     await until(lambda: len(send.calls) == 1)
@@ -143,7 +172,7 @@ async def test_limits_split_the_queue_and_an_oversized_part_goes_alone() -> None
 
 async def test_a_writer_that_gives_up_while_queued_is_not_sent() -> None:
     send = Sender()
-    c = WriteCoalescer(send, CoalesceSettings(), Counter())
+    c = WriteCoalescer(send, CoalesceSettings(linger_s=0), Counter())
     send.gate = asyncio.Event()
     first = asyncio.create_task(c.write("a", MAP, part(1)))
     await until(lambda: len(send.calls) == 1)
@@ -161,7 +190,7 @@ async def test_a_writer_that_gives_up_while_queued_is_not_sent() -> None:
 async def test_a_full_queue_refuses_new_parts_with_unavailable() -> None:
     send = Sender()
     counters: Counter[str] = Counter()
-    c = WriteCoalescer(send, CoalesceSettings(max_queued=2), counters)
+    c = WriteCoalescer(send, CoalesceSettings(max_queued=2, linger_s=0), counters)
     send.gate = asyncio.Event()
     tasks = [asyncio.create_task(c.write("a", MAP, part(1)))]
     await until(lambda: len(send.calls) == 1)
@@ -177,7 +206,7 @@ async def test_a_full_queue_refuses_new_parts_with_unavailable() -> None:
 
 async def test_no_coalescing_sends_a_call_per_part_concurrently() -> None:
     send = Sender()
-    c = WriteCoalescer(send, CoalesceSettings(calls_per_member=0), Counter())
+    c = WriteCoalescer(send, CoalesceSettings(calls_per_member=0, linger_s=0), Counter())
     send.gate = asyncio.Event()
     tasks = [asyncio.create_task(c.write("a", MAP, part(t))) for t in (1, 2, 3)]
     await until(lambda: len(send.calls) == 3)
@@ -190,7 +219,7 @@ async def test_no_coalescing_sends_a_call_per_part_concurrently() -> None:
 
 async def test_close_cancels_queued_writers_and_calls_under_way() -> None:
     send = Sender()
-    c = WriteCoalescer(send, CoalesceSettings(), Counter())
+    c = WriteCoalescer(send, CoalesceSettings(linger_s=0), Counter())
     send.gate = asyncio.Event()  # never set
     tasks = [asyncio.create_task(c.write("a", MAP, part(1)))]
     await until(lambda: len(send.calls) == 1)
@@ -211,7 +240,7 @@ def test_every_part_gets_exactly_its_own_outcome_in_order_per_member(
     async def run() -> None:
         send = Sender()
         send.refuse = {i for i, (_, _, bad) in enumerate(writes) if bad}
-        c = WriteCoalescer(send, CoalesceSettings(calls_per_member=calls_per_member, max_parts=max_parts,
+        c = WriteCoalescer(send, CoalesceSettings(calls_per_member=calls_per_member, max_parts=max_parts, linger_s=0,
                                                   max_bytes=200), Counter())
         tasks = []
         for i, (member, samples, _) in enumerate(writes):
