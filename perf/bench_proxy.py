@@ -210,7 +210,29 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             proxy.stop()
         for s in stores:
             s.stop()
+    if args.one_store:
+        out["one_store"] = await one_store(args)
     return out
+
+
+async def one_store(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """The same workload fed the same way straight into one store: the reference for what the three
+    stores of the cluster together cost (at most 3x, issue 12)."""
+    store = Proc([sys.executable, __file__, "--serve-store"])
+    try:
+        await store.wait_ready()
+        sim = Simulator(SimConfig(pods=args.pods, workloads=1, nodes=100, seed=2, big_workload_pods=args.pods),
+                        1_700_000_000_000)
+        pids = {"store": [store.proc.pid]}
+        async with MetricsClient(store.addr, timeout_s=120) as client:
+            writer: Writer = StreamingBackend(open_channel(store.addr), 120) if args.writes == "stream" else client
+            backfill = await ingest(writer, pids, sim, args.ticks, 60, first=True)
+            live = await ingest(writer, pids, sim, args.live_ticks, 1, first=False, in_flight=args.in_flight)
+            if isinstance(writer, StreamingBackend):
+                await writer.close()
+        return {"backfill_shape": backfill, "live_shape": live}
+    finally:
+        store.stop()
 
 
 def markdown(r: dict) -> str:
@@ -225,6 +247,12 @@ def markdown(r: dict) -> str:
         f"{li['samples_per_s']:,.0f} samples/s; CPU s per million: proxy {li['proxy_cpu_s_per_million']:.2f}, "
         f"3 stores {li['stores_cpu_s_per_million']:.2f} |",
     ]
+    one = r.get("one_store")
+    if one is not None:
+        for shape, label in (("backfill_shape", "backfill"), ("live_shape", "live")):
+            alone, three = one[shape]["store_cpu_s_per_million"], r["ingest"][shape]["stores_cpu_s_per_million"]
+            rows.append(f"| one store fed directly, {label} shape: CPU s per million (the 3 stores' multiple) | "
+                        f"{alone:.2f} ({three / alone:.1f}x) |")
     counters = r.get("stats", {}).get("proxy", {})
     if counters.get("proxy_member_write_parts"):
         rows.append(f"| the proxy's write calls to stores / parts sent (whole run) | "
@@ -244,6 +272,8 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--exact-reads", action="store_true",
                    help="the proxy merges every replica's per-series values (ProxySettings.digest_reads off)")
+    p.add_argument("--no-one-store", dest="one_store", action="store_false",
+                   help="skip feeding one store directly with the same workload (the stores' reference)")
     p.add_argument("--serve-store", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--write-calls-per-member", type=int, default=1, metavar="N",
                    help="the proxy's write calls under way per store before batches coalesce (0: a call per batch)")
