@@ -84,6 +84,10 @@ class ChunkList:
     def min_ts(self) -> int | None:
         return self.index[0] if self.index else None
 
+    def first_max_ts(self) -> int:
+        """The newest sample of the oldest chunk (retention drops chunks by it); needs a chunk."""
+        return self.index[1]
+
     def append(self, ts: np.ndarray, vals: np.ndarray) -> None:
         """Seal samples newer than every sample already sealed into a new chunk."""
         if len(ts) == 0:

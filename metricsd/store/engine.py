@@ -27,6 +27,7 @@ from metricsd.store.chunks import ChunkList
 from metricsd.store.head import NO_TS, OFFSET_MAX, Head
 from metricsd.store.index import SeriesIndex
 from metricsd.store.limits import NewSeriesRate, SeriesLimitExceeded, series_limit_refusal
+from metricsd.store.retention import drop_expired
 from metricsd.store.rollup import RollupPoints, Rollups
 from metricsd.store.settings import StoreSettings
 
@@ -180,6 +181,7 @@ class Store:
             return result
         starts = np.cumsum(counts) - counts
         first_ts = timestamps[starts]
+        np.minimum.at(self.head.expiry_floor, rows, first_ts)  # store/retention.py: a lower bound
         fast = first_ts > self.head.last_ts[rows]
         if bool(fast.all()):
             self._append(rows, counts, starts, timestamps, values)
@@ -372,6 +374,7 @@ class Store:
         ts, vals = ts[~too_old], vals[~too_old]
         if len(ts) == 0:
             return
+        self.head.expiry_floor[row] = NO_TS  # chunks are rewritten: the next retention pass looks again
         ct, cv = self.chunks[row].truncate_from(int(ts[0]))
         self._sync_chunk_max(row)
         ht, hv = self.head.unsealed(row)
@@ -434,23 +437,11 @@ class Store:
     # --- retention -------------------------------------------------------------------------
 
     def gc(self) -> int:
-        """Drop raw chunks past retention and series left with nothing; returns series removed."""
-        self._generation += 1
+        """Drop raw chunks past retention and series left with nothing; returns series removed.
+        Visits only the rows the cutoff has reached (store/retention.py)."""
         if self.max_ts == np.iinfo(np.int64).min:
             return 0
-        cutoff = self.max_ts - self.settings.retention_ms
-        removed = 0
-        for row in list(self.index.live_rows()):
-            self.chunks[row].drop_before(cutoff)
-            self._sync_chunk_max(row)
-            if len(self.chunks[row]) == 0:
-                self.head.sealed[row] = 0  # the overlap's chunk is gone: the head is the only copy now
-            if len(self.chunks[row]) == 0 and int(self.head.last_ts[row]) < cutoff:
-                self.index.remove(row)
-                self.head.reset_row(row)
-                self.rollups.forget(row)
-                self.chunks[row] = ChunkList()
-                removed += 1
+        removed = drop_expired(self, self.max_ts - self.settings.retention_ms)
         self.rollups.drop_before(self.max_ts - self.settings.rollup_retention_ms)
         return removed
 
@@ -475,6 +466,7 @@ class Store:
     def _check(self) -> None:
         """Check every invariant (slow; for tests)."""
         self.index._check()
+        self.rollups._check()
         n = self.index.n_rows
         self.head._check(n)
         for row in self.index.live_rows():
@@ -488,3 +480,5 @@ class Store:
                 assert int(ht[s]) > hi, f"row {row}: unsealed head overlaps chunks"
             if s:
                 assert hi is not None and int(ht[s - 1]) <= hi
+            floor = int(self.head.expiry_floor[row])  # a lower bound on what retention looks at
+            assert floor <= (c.first_max_ts() if len(c) else (int(ht[0]) if cnt else NO_TS)), f"row {row}: floor"

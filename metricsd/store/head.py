@@ -42,6 +42,10 @@ class Head:
         # Newest sealed timestamp of the row's series (NO_TS: no chunks), kept by the store so a
         # query can tell, without touching chunk objects, whether the head alone covers a window.
         self.chunk_max_ts = np.full(rows, NO_TS, dtype=np.int64)
+        # A lower bound on what retention looks at in the row (its oldest chunk's newest sample,
+        # or its oldest sample when it has no chunks); NO_TS: unknown. Kept by the store so a
+        # retention pass visits only rows the cutoff has reached (store/retention.py).
+        self.expiry_floor = np.full(rows, NO_TS, dtype=np.int64)
 
     def ensure_rows(self, n: int) -> None:
         have = len(self.count)
@@ -55,11 +59,13 @@ class Head:
         self.sealed = np.concatenate([self.sealed, np.zeros(new - have, np.int32)])
         self.last_ts = np.concatenate([self.last_ts, np.full(new - have, NO_TS, np.int64)])
         self.chunk_max_ts = np.concatenate([self.chunk_max_ts, np.full(new - have, NO_TS, np.int64)])
+        self.expiry_floor = np.concatenate([self.expiry_floor, np.full(new - have, NO_TS, np.int64)])
 
     def reset_row(self, row: int) -> None:
         self.clear(row)
         self.last_ts[row] = NO_TS
         self.chunk_max_ts[row] = NO_TS
+        self.expiry_floor[row] = NO_TS
 
     def clear(self, row: int) -> None:
         """Empty the row's samples (its newest timestamp stays): every one must be in chunks or merged."""

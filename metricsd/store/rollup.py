@@ -12,6 +12,7 @@ an hour boundary costs two waves, not a loop per sample.
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass
 
@@ -46,6 +47,9 @@ class Rollups:
         self.count = np.zeros(rows)
         self.last = np.full(rows, np.nan)
         self.closed: dict[int, array] = {}  # row -> flat (hour, min, max, sum, count, last)*
+        # A lower bound on every closed hour's start: drop_before returns at once while the cutoff
+        # has not reached it, instead of visiting every series' history each retention pass.
+        self._closed_floor = math.inf
 
     def ensure_rows(self, n: int) -> None:
         have = len(self.hour)
@@ -124,11 +128,13 @@ class Rollups:
                                float(cnt[i]))
 
     def _close(self, row: int) -> None:
+        self._closed_floor = min(self._closed_floor, float(self.hour[row]))
         buf = self.closed.setdefault(row, array("d"))
         buf.extend((float(self.hour[row]), self.min[row], self.max[row], self.sum[row], self.count[row],
                     self.last[row]))
 
     def _merge_closed(self, row: int, hour: int, mn: float, mx: float, sm: float, cnt: float) -> None:
+        self._closed_floor = min(self._closed_floor, float(hour))
         buf = self.closed.setdefault(row, array("d"))
         hours = [int(buf[i]) for i in range(0, len(buf), 6)]
         if hour in hours:
@@ -156,15 +162,31 @@ class Rollups:
         f = flat[sel]
         return RollupPoints(hours[sel], f[:, 1], f[:, 2], f[:, 3], f[:, 4], f[:, 5])
 
+    def set_closed(self, row: int, buf: array) -> None:
+        """A series' closed hours as a snapshot holds them (oldest first)."""
+        self.closed[row] = buf
+        if buf:
+            self._closed_floor = min(self._closed_floor, buf[0])
+
     def drop_before(self, cutoff_ms: int) -> None:
+        if self._closed_floor >= cutoff_ms - HOUR_MS:
+            return
+        floor = math.inf
         for row, buf in list(self.closed.items()):
             if buf and buf[0] < cutoff_ms - HOUR_MS:
                 flat = np.frombuffer(buf, dtype=np.float64).reshape(-1, 6)
                 keep = flat[flat[:, 0] + HOUR_MS > cutoff_ms]
                 if len(keep):
-                    self.closed[row] = array("d", keep.ravel().tolist())
+                    buf = self.closed[row] = array("d", keep.ravel().tolist())
                 else:
                     del self.closed[row]
+                    continue
+            if buf:
+                floor = min(floor, buf[0])
+        self._closed_floor = floor
+
+    def _check(self) -> None:
+        assert all(self._closed_floor <= buf[0] for buf in self.closed.values() if buf), "closed floor"
 
     def forget(self, row: int) -> None:
         self.closed.pop(row, None)

@@ -358,7 +358,7 @@ def restore(img: StoreImage, settings: StoreSettings,
     pos = 0
     for i, k in enumerate(img.closed_hours.tolist()):
         if k:
-            ro.closed[i] = array("d", img.closed[pos : pos + 6 * k].tobytes())
+            ro.set_closed(i, array("d", img.closed[pos : pos + 6 * k].tobytes()))
             pos += 6 * k
     store.max_ts = img.meta.max_ts
     store.samples_written = img.meta.samples_written
