@@ -186,17 +186,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
                       "--write-linger", str(args.write_linger)])
         await proxy.wait_ready()
         pids = {"proxy": [proxy.proc.pid], "stores": [s.proc.pid for s in stores]}
-        sim = Simulator(SimConfig(pods=args.pods, workloads=1, nodes=100, seed=2, big_workload_pods=args.pods),
-                        1_700_000_000_000)
+        sim = _simulator(args)
         out["series"] = len(sim.series)
         async with MetricsClient(proxy.addr, timeout_s=120) as client:
-            # As the node agent writes (cmd/agent.py): over one WriteStream, or a unary Write a batch.
-            writer: Writer = StreamingBackend(open_channel(proxy.addr), 120) if args.writes == "stream" else client
-            backfill = await ingest(writer, pids, sim, args.ticks, 60, first=True)
-            live = await ingest(writer, pids, sim, args.live_ticks, 1, first=False, in_flight=args.in_flight)
-            if isinstance(writer, StreamingBackend):
-                await writer.close()
-            out["ingest"] = {"backfill_shape": backfill, "live_shape": live}
+            out["ingest"] = await feed(args, client, pids, sim)
             at = sim.next_timestamp_ms - 1
             out["aggregate"] = {
                 f"c{c}": await latency(client, _agg_request(at), args.queries, c, min_series=args.pods, warmup=5,
@@ -221,18 +214,29 @@ async def one_store(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     store = Proc([sys.executable, __file__, "--serve-store"])
     try:
         await store.wait_ready()
-        sim = Simulator(SimConfig(pods=args.pods, workloads=1, nodes=100, seed=2, big_workload_pods=args.pods),
-                        1_700_000_000_000)
-        pids = {"store": [store.proc.pid]}
         async with MetricsClient(store.addr, timeout_s=120) as client:
-            writer: Writer = StreamingBackend(open_channel(store.addr), 120) if args.writes == "stream" else client
-            backfill = await ingest(writer, pids, sim, args.ticks, 60, first=True)
-            live = await ingest(writer, pids, sim, args.live_ticks, 1, first=False, in_flight=args.in_flight)
-            if isinstance(writer, StreamingBackend):
-                await writer.close()
-        return {"backfill_shape": backfill, "live_shape": live}
+            return await feed(args, client, {"store": [store.proc.pid]}, _simulator(args))
     finally:
         store.stop()
+
+
+def _simulator(args: argparse.Namespace) -> Simulator:
+    return Simulator(SimConfig(pods=args.pods, workloads=1, nodes=100, seed=2, big_workload_pods=args.pods),
+                     1_700_000_000_000)
+
+
+async def feed(args: argparse.Namespace, client: MetricsClient, pids: dict[str, list[int]], sim: Simulator
+               ) -> dict[str, dict[str, float]]:
+    """The backfill, then the live shape, to ``client``'s address as the node agent writes
+    (cmd/agent.py): over one WriteStream, or with ``--writes unary`` a Write a batch."""
+    writer: Writer = StreamingBackend(open_channel(client.address), 120) if args.writes == "stream" else client
+    try:
+        backfill = await ingest(writer, pids, sim, args.ticks, 60, first=True)
+        live = await ingest(writer, pids, sim, args.live_ticks, 1, first=False, in_flight=args.in_flight)
+    finally:
+        if isinstance(writer, StreamingBackend):
+            await writer.close()
+    return {"backfill_shape": backfill, "live_shape": live}
 
 
 def markdown(r: dict) -> str:

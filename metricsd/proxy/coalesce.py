@@ -95,11 +95,17 @@ class WriteCoalescer:
         if member not in self._scheduled:  # at the end of this loop iteration (or the linger):
             self._scheduled.add(member)    # the batches read meanwhile leave together
             loop = asyncio.get_running_loop()
-            if self.settings.linger_s and self._in_flight[member] < (self.settings.calls_per_member or math.inf):
+            if self.settings.linger_s and self._in_flight[member] < self._call_limit:
                 loop.call_later(self.settings.linger_s, self._flush_scheduled, member)
             else:
                 loop.call_soon(self._flush_scheduled, member)
         return await future  # cancelled while queued: _take skips it
+
+    @property
+    def _call_limit(self) -> float:
+        """Calls under way to one member before parts queue; calls_per_member 0: every part its own
+        call, at once."""
+        return self.settings.calls_per_member or math.inf
 
     def queued(self, member: str) -> int:
         return len(self._queues.get(member, ()))
@@ -110,8 +116,7 @@ class WriteCoalescer:
 
     def _flush(self, member: str) -> None:
         queue = self._queues.get(member)
-        limit = self.settings.calls_per_member or math.inf  # 0: every part its own call, at once
-        while queue and self._in_flight[member] < limit:
+        while queue and self._in_flight[member] < self._call_limit:
             batch = self._take(queue)
             if not batch:
                 break

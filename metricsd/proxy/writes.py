@@ -25,12 +25,12 @@ from metricsd.proxy.acks import acks_for
 from metricsd.proxy.coalesce import WriteCoalescer
 from metricsd.proxy.fanout import QuorumFailure, consume
 from metricsd.proxy.handoff import HintedHandoff, MemberGone
-from metricsd.proxy.members import MemberClient, SlotNotHeld, is_slot_not_held
+from metricsd.proxy.members import SlotNotHeld, is_slot_not_held
 from metricsd.proxy.quorum import ReplicaPlan, plan_write
 from metricsd.proxy.routing import Batch, SeriesRouter
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
-from metricsd.rpc.client import write_each
+from metricsd.rpc.client import StreamingBackend, write_each
 from metricsd.rpc.limits import check_write_request
 
 __all__ = ["WritePath"]
@@ -242,17 +242,9 @@ def _response(samples: int, acks: Sequence[pb.WriteResponse]) -> pb.WriteRespons
                             rejected_duplicate=dup)
 
 
-async def write_bytes(backend: MetricsBackend, part: bytes) -> pb.WriteResponse:
-    """A serialized WriteRequest to a member: as bytes over gRPC; parsed for a backend in this
-    process (tests)."""
-    if isinstance(backend, MemberClient):
-        return await backend.write_bytes(part)
-    return await backend.write(pb.WriteRequest.FromString(part))
-
-
 async def write_parts(backend: MetricsBackend, parts: list[bytes]) -> Sequence[pb.WriteResponse | Exception]:
-    """Serialized WriteRequests in one WriteStream message to a member over gRPC; a Write each to a
-    backend in this process (tests)."""
-    if isinstance(backend, MemberClient):
+    """Serialized WriteRequests in one WriteStream message to a member over gRPC; each parsed and
+    written on its own to a backend in this process (tests)."""
+    if isinstance(backend, StreamingBackend):
         return await backend.write_parts(parts)
-    return await write_each(lambda p: write_bytes(backend, p), parts)
+    return await write_each(lambda p: backend.write(pb.WriteRequest.FromString(p)), parts)

@@ -85,26 +85,24 @@ def _with_token(details: Any, token: str | None) -> Any:
                                       details.wait_for_ready)
 
 
-class _UnaryToken(grpc.aio.UnaryUnaryClientInterceptor):
+class _Token:
+    """Sends ``token()`` as the bearer token; gRPC wants one interceptor class per call shape."""
+
     def __init__(self, token: Callable[[], str | None]) -> None:
         self.token = token
 
+
+class _UnaryToken(_Token, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(_with_token(details, self.token()), request)
 
 
-class _StreamToken(grpc.aio.UnaryStreamClientInterceptor):
-    def __init__(self, token: Callable[[], str | None]) -> None:
-        self.token = token
-
+class _StreamToken(_Token, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(_with_token(details, self.token()), request)
 
 
-class _BothStreamsToken(grpc.aio.StreamStreamClientInterceptor):
-    def __init__(self, token: Callable[[], str | None]) -> None:
-        self.token = token
-
+class _BothStreamsToken(_Token, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
         return await continuation(_with_token(details, self.token()), request_iterator)
 

@@ -1,7 +1,8 @@
 """Writes over one long-lived gRPC stream (rpc WriteStream): both ends.
 
-Why a stream: in gRPC's Python runtime a unary call costs 150-300 us of CPU at each end on this
-project's 2-core benchmark machine, a message on an open stream about 80 us (perf/RESULTS.md).
+Why a stream: in gRPC's Python runtime a unary call costs 200-550 us of CPU at each end on this
+project's 2-core benchmark machine, a message on an open stream 100-130 us
+(perf/bench_grpc_calls.py, perf/RESULTS.md).
 A proxy receives one call per agent batch and makes one or more per store, so the call itself
 was most of what a sample cost it. The stream keeps WriteParts' meaning: each message is a
 WritePartsRequest answered by one WritePartsResponse, in order.
@@ -93,7 +94,7 @@ class WriteStreamClient:
     async def send(self, body: bytes) -> pb.WritePartsResponse:
         """Send one serialized WritePartsRequest; its answer. Raises Unavailable (the stream failed,
         or no answer within ``timeout_s``), StreamUnsupported, or the error the stream ended with
-        (as rpc/client.py's ``error_of`` maps it)."""
+        (as rpc/status.py's ``error_of`` maps it)."""
         if not self.supported:
             raise StreamUnsupported(_METHOD)
         answer: asyncio.Future[pb.WritePartsResponse] = asyncio.get_running_loop().create_future()

@@ -181,7 +181,6 @@ class Store:
             return result
         starts = np.cumsum(counts) - counts
         first_ts = timestamps[starts]
-        np.minimum.at(self.head.expiry_floor, rows, first_ts)  # store/retention.py: a lower bound
         fast = first_ts > self.head.last_ts[rows]
         if bool(fast.all()):
             self._append(rows, counts, starts, timestamps, values)
@@ -374,7 +373,7 @@ class Store:
         ts, vals = ts[~too_old], vals[~too_old]
         if len(ts) == 0:
             return
-        self.head.expiry_floor[row] = NO_TS  # chunks are rewritten: the next retention pass looks again
+        self.head.expiry_floor[row] = NO_TS  # older samples, chunks rewritten: retention looks again (retention.py)
         ct, cv = self.chunks[row].truncate_from(int(ts[0]))
         self._sync_chunk_max(row)
         ht, hv = self.head.unsealed(row)

@@ -6,16 +6,16 @@ streams"), a second a minute at a million series. Now each row carries an expiry
 head (``Head.expiry_floor``): a lower bound on what retention looks at in it, its oldest chunk's
 newest sample or, without chunks, its oldest sample. A pass selects the rows whose floor is below
 the cutoff with one NumPy comparison, visits only those, and sets each visited row's floor
-exactly. On the same store: the first pass after a start (every floor unknown) 60 ms, the next
+exactly. On the same store: the first pass after a start (every floor unknown) 32 ms, the next
 ones 0.0 - 0.2 ms. Under steady retention a row is visited once per chunk span, when its oldest
 chunk expires; series written together seal together, so that pass still visits most rows at
 once (a stall once per chunk span, ~20 minutes at a 10 s interval, instead of every minute).
 
-The floor stays a lower bound because every sample enters through ``Store.apply``, which lowers
-the floor of each row it writes to the row's oldest new sample (a chunk sealed later holds only
-samples at least that new), and the rare merge of an older sample (``_merge_series``) resets it
-to NO_TS. A new or reset row starts at NO_TS, so rows restored from a snapshot are all visited
-by the first pass.
+The floor stays a lower bound because every sample enters through ``Store.apply``. Its fast path
+appends only samples newer than the row's newest, so chunks sealed from them end after the
+floor; samples not newer than the newest go through the merge (``_merge_series``), which resets
+the floor to NO_TS. A new or reset row starts at NO_TS, so rows restored from a snapshot are all
+visited by the first pass.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def drop_expired(store: Store, cutoff: int) -> int:
         return 0
     store._generation += 1
     removed = 0
+    kept: list[int] = []
     for row in rows.tolist():
         chunks = store.chunks[row]
         chunks.drop_before(cutoff)
@@ -56,12 +57,16 @@ def drop_expired(store: Store, cutoff: int) -> int:
                 store.chunks[row] = ChunkList()
                 removed += 1
                 continue
-        # What retention looks at in the row from now on: its oldest chunk's newest sample, else
-        # its oldest sample (NO_TS: none, so the next pass looks again).
-        if len(chunks):
-            head.expiry_floor[row] = chunks.first_max_ts()
-        elif head.count[row]:
-            head.expiry_floor[row] = int(head.base[row]) + int(head.ts[row, 0])
-        else:
-            head.expiry_floor[row] = NO_TS
+        kept.append(row)
+    _set_floors(store, np.array(kept, dtype=np.int64))
     return removed
+
+
+def _set_floors(store: Store, rows: np.ndarray) -> None:
+    """What retention looks at in each row from now on: its oldest chunk's newest sample, else its
+    oldest sample (NO_TS: none, so the next pass looks again)."""
+    head = store.head
+    chunk_end = np.array([c.first_max_ts() if len(c) else NO_TS for c in (store.chunks[r] for r in rows.tolist())],
+                         dtype=np.int64)
+    head_start = np.where(head.count[rows] > 0, head.first_ts(rows), NO_TS)
+    head.expiry_floor[rows] = np.where(chunk_end != NO_TS, chunk_end, head_start)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -71,27 +71,32 @@ async def test_a_part_on_a_quiet_member_goes_out_at_once_alone() -> None:
     await c.close()
 
 
-async def test_a_part_on_a_quiet_member_waits_the_linger_for_others_but_not_behind_a_call() -> None:
+async def test_a_part_on_a_quiet_member_waits_the_linger_for_others_but_not_behind_a_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The linger's timer is taken from the loop's call_later and fired by hand: no time passes."""
     send = Sender()
     c = WriteCoalescer(send, CoalesceSettings(linger_s=0.5), Counter())
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
+    timers: list[tuple[float, Callable[..., object], tuple[object, ...]]] = []
+    monkeypatch.setattr(asyncio.get_running_loop(), "call_later",
+                        lambda delay, callback, *args: timers.append((delay, callback, args)))
     first = asyncio.create_task(c.write("a", MAP, part(1)))
-    await asyncio.sleep(0.01)  # a later loop iteration, within the linger
-    assert send.calls == []
+    await until(lambda: len(timers) == 1)
+    assert timers[0][0] == 0.5  # it waits the linger
+    await until(lambda: c.queued("a") == 1)
+    assert send.calls == []  # later loop iterations, within the linger: nothing left yet
     send.gate = asyncio.Event()
     second = asyncio.create_task(c.write("a", MAP, part(2)))
-    for _ in range(200):
-        if send.calls:
-            break
-        await asyncio.sleep(0.01)
-    assert send.calls == [[1, 2]] and loop.time() - t0 >= 0.49
+    await until(lambda: c.queued("a") == 2)
+    assert len(timers) == 1  # joins the first part's linger
+    _, callback, args = timers.pop()
+    callback(*args)  # the linger ends
+    await until(lambda: bool(send.calls))
+    assert send.calls == [[1, 2]]
     third = asyncio.create_task(c.write("a", MAP, part(3)))  # queued behind the call under way
-    await asyncio.sleep(0.001)
-    t1 = loop.time()
+    await until(lambda: c.queued("a") == 1)
     send.gate.set()
     await asyncio.gather(first, second, third)
-    assert send.calls == [[1, 2], [3]] and loop.time() - t1 < 0.4  # left as the call ended, no linger
+    assert send.calls == [[1, 2], [3]] and timers == []  # left as the call ended, no linger
     await c.close()
 
 
