@@ -46,7 +46,7 @@ class Question:
     step_ms: int
     aggregate: pb.AggregateRequest
     group_label: str = ""  # the label that tells answers apart ("" for a single value)
-    top: int = 0  # the Aggregate API returns every group; the client keeps the top N
+    top: int = 0  # the client keeps the top N groups (the Aggregate request's top_k sends at most these)
 
     @property
     def instant(self) -> bool:
@@ -69,7 +69,7 @@ def questions(at_ms: int, pod: str, namespace: str) -> list[Question]:
     b = pb.AggregateRequest(query=_side(f'namespace="default",pod="{pod}"', CPU, pb.SERIES_RATE, 60_000),
                             across=pb.ACROSS_SUM, start_ms=b_start, end_ms=at_ms, step_ms=30_000)
     c = pb.AggregateRequest(query=_side(f'namespace="{namespace}"', CPU, pb.SERIES_RATE, 60_000),
-                            across=pb.ACROSS_SUM, group_by=["pod"], start_ms=at_ms, end_ms=at_ms)
+                            across=pb.ACROSS_SUM, group_by=["pod"], start_ms=at_ms, end_ms=at_ms, top_k=10)
     return [
         Question("a", "avg CPU utilisation of the big workload, 1m",
                  f'sum(rate({CPU}{{workload="big"}}[1m])) / '

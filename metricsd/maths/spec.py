@@ -50,6 +50,9 @@ class AggregateSpec:
     # series of ``data_slots`` only (see metricsd/maths/slotdigest.py).
     slot_digests: bool = False
     data_slots: tuple[int, ...] = ()
+    # PromQL's topk / bottomk pushed down: keep the groups among the k best at some time (0: all)
+    top_k: int = 0
+    bottom_k: int = 0
 
 
 @dataclass

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import promql_parser as pp
 
+from metricsd.maths.select import selected_cells
 from metricsd.promql.selectors import td_ms, to_matchers
 from metricsd.promql.values import Matrix, PromQLError, Result, Sample, Series, Vector
 from metricsd.proto import metricsd_pb2 as pb
@@ -38,6 +39,7 @@ __all__ = ["PushdownPlan", "plan", "result_of", "trustworthy"]
 
 _EPS = float(np.finfo(np.float64).eps)
 _MAX_REL_ERROR = 1e-9
+_MAX_K = 2**32 - 1  # AggregateRequest.top_k is a uint32
 
 _SERIES_FN = {
     "rate": pb.SERIES_RATE,
@@ -180,6 +182,12 @@ def plan(
                               step_ms=0 if instant else step_ms)
     if den is not None:
         req.denominator.CopyFrom(den.query)
+    if select is not None:  # the stores keep each step's k best groups; result_of selects per step
+        k = min(select[1], _MAX_K)  # a k past every group keeps them all
+        if select[0] == "topk":
+            req.top_k = k
+        else:
+            req.bottom_k = k
     return PushdownPlan(req, instant=instant, select=select)
 
 
@@ -193,26 +201,12 @@ def result_of(p: PushdownPlan, resp: pb.AggregateResponse) -> Result:
         present &= float_array(resp.denominator.count).reshape(shape) > 0
     groups = [labels_from_pb(g.labels) for g in resp.groups]
     if p.select is not None:
-        present = _selected(p.select, values, present)
+        present = selected_cells(values, present, p.select[1], p.select[0] == "topk")
     if p.instant:
         t = int(times[0]) if len(times) else p.request.start_ms
         return Vector(t, [Sample(g, float(values[i, 0])) for i, g in enumerate(groups) if present[i, 0]])
     series = [Series(g, times[present[i]], values[i, present[i]]) for i, g in enumerate(groups) if present[i].any()]
     return Matrix(sorted(series, key=lambda s: s.labels))
-
-
-def _selected(select: tuple[str, int], values: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """Per step, the k present groups with the highest (topk) or lowest (bottomk) values; NaN
-    ranks below every number for both, as in the engine (metricsd/promql/aggregations.py)."""
-    op, k = select
-    if len(values) <= k:
-        return present
-    nan = np.isnan(values)
-    key = np.where(nan, 0.0, -values if op == "topk" else values)
-    order = np.lexsort((key, nan, ~present), axis=0)
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(len(values))[:, None].repeat(values.shape[1], axis=1), axis=0)
-    return present & (rank < k)
 
 
 def _sums_are_exact_enough(p: pb.Partials, shape: tuple[int, int]) -> bool:

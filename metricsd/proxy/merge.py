@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metricsd.maths.partials import AcrossFn, Partials, finalize, group_partials, quantile_across
+from metricsd.maths.select import kept_groups
 from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import float_array, groups_field, packed_fixed, partials_to_pb, series_partials_to_pb
@@ -107,10 +108,22 @@ def _common_times(replies: Sequence[pb.AggregateResponse]) -> list[int]:
     return times
 
 
+def _selected(request: pb.AggregateRequest, order: np.ndarray, values: np.ndarray, num_p: Partials,
+              den_p: Partials | None) -> np.ndarray:
+    """``order`` (groups by labels) without the groups the request's top_k / bottom_k leaves out."""
+    k = request.top_k or request.bottom_k
+    if not k:
+        return order
+    present = num_p.count[order] > 0
+    if den_p is not None:
+        present &= den_p.count[order] > 0
+    return order[kept_groups(values[order], present, k, largest=bool(request.top_k))]
+
+
 def _response(times: list[int], group_labels: list[Labels], order: np.ndarray, num_p: Partials,
               den_p: Partials | None, values: np.ndarray, series_scanned: int, samples_scanned: int
               ) -> pb.AggregateResponse:
-    """The merged answer, groups sorted by labels (``order``)."""
+    """The merged answer: the groups of ``order`` (sorted by labels, the unselected left out)."""
     resp = pb.AggregateResponse(series_scanned=series_scanned, samples_scanned=samples_scanned)
     resp.timestamps.extend(times)
     resp.MergeFromString(groups_field(2, [group_labels[gi] for gi in order.tolist()]))  # AggregateResponse.groups
@@ -132,7 +145,7 @@ def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.Aggregat
     den = _dedupe(_collect(replies, "denominator_series", n_times, gindex), lagging) if has_den else None
     group_labels = list(gindex)
     n_groups = len(group_labels)
-    order = np.array(sorted(range(n_groups), key=lambda i: group_labels[i]), dtype=np.int64)
+    by_labels = np.array(sorted(range(n_groups), key=lambda i: group_labels[i]), dtype=np.int64)
     across = AcrossFn(request.across)
     num_p = group_partials(num.values, num.samples, num.group, n_groups)
     if across is AcrossFn.QUANTILE:
@@ -144,16 +157,18 @@ def merge_aggregates(request: pb.AggregateRequest, replies: Sequence[pb.Aggregat
         den_p = group_partials(den.values, den.samples, den.group, n_groups)
         with np.errstate(divide="ignore", invalid="ignore"):
             values = values / finalize(across, den_p)
+    order = _selected(request, by_labels, values, num_p, den_p)
     resp = _response(times, group_labels, order, num_p, den_p, values,
                      len(num.ids) + (len(den.ids) if den is not None else 0),
                      int(num.samples.sum()) + (int(den.samples.sum()) if den is not None else 0))
     if request.per_series or across is AcrossFn.QUANTILE:
-        rank = np.empty(n_groups, dtype=np.int64)
-        rank[order] = np.arange(n_groups)
+        rank = np.full(n_groups, -1, dtype=np.int64)  # -1: a group left out by top_k / bottom_k
+        rank[order] = np.arange(len(order))
         for side, out in ((num, resp.numerator_series), (den, resp.denominator_series)):
             if side is None:
                 continue
-            series_partials_to_pb(side.ids, rank[side.group], side.values, side.samples, out)
+            rows = rank[side.group] >= 0
+            series_partials_to_pb(side.ids[rows], rank[side.group[rows]], side.values[rows], side.samples[rows], out)
     return MergedAggregate(resp, lagging)
 
 
@@ -213,5 +228,6 @@ def merge_group_partials(request: pb.AggregateRequest, replies: Sequence[pb.Aggr
             values = values / finalize(across, den_p)
     group_labels = list(gindex)
     order = np.array(sorted(range(n_groups), key=lambda i: group_labels[i]), dtype=np.int64)
+    order = _selected(request, order, values, num_p, den_p)
     return _response(times, group_labels, order, num_p, den_p, values, sum(r.series_scanned for r in replies),
                      sum(r.samples_scanned for r in replies))

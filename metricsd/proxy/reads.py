@@ -14,6 +14,10 @@ Merging, per RPC:
   ``per_series``, so merge.merge_aggregates can keep, per series, the reply with more samples;
   replicas named lagging get those series copied from a replica that answered the same slots.
   ``per_series`` requests and quantiles across series always take that second way.
+- An Aggregate's top_k / bottom_k (PromQL's topk pushed down) goes to the data replicas only when
+  no group spans two slots (:func:`groups_within_slots`, e.g. ``by (pod)`` within a namespace):
+  then each sends its few best groups instead of thousands. Otherwise, and on the exact path,
+  every group comes back and the merge selects.
 - ListSeries, LabelValues: the union. Rollups: per series, the reply with more hours.
 
 A store answering FAILED_PRECONDITION (it does not hold a slot: the proxy's map is stale) makes the
@@ -44,7 +48,7 @@ from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import MetricsBackend, Unavailable
 from metricsd.rpc.wire import labels_from_pb, slot_digests_from_pb
 
-__all__ = ["ReadPath", "slots_for"]
+__all__ = ["ReadPath", "groups_within_slots", "slots_for"]
 
 log = logging.getLogger("metricsd.proxy.reads")
 
@@ -61,6 +65,17 @@ def slots_for(matcher_lists: Iterable[Sequence[pb.Matcher]], num_slots: int) -> 
             return list(range(num_slots))
         out.add(slot_of(f"{eq['namespace']}/{eq['pod']}", num_slots))
     return sorted(out) if out else list(range(num_slots))
+
+
+def groups_within_slots(request: pb.AggregateRequest) -> bool:
+    """Whether each of the request's groups holds the series of one pod key at most, so of one
+    slot: it groups by ``pod`` and by ``namespace``, or pins ``namespace`` on every side. Then
+    a slot's data replica knows its groups' final values, and can keep only its top_k."""
+    by = set(request.group_by)
+    if "pod" not in by:
+        return False
+    return "namespace" in by or all(any(m.name == "namespace" and m.type == pb.Matcher.EQ for m in side)
+                                    for side in _sides(request))
 
 
 class ReadPath:
@@ -167,6 +182,7 @@ class ReadPath:
         """Per slot, one replica asked answers with data, every replica asked with a digest;
         raises DigestsDiffer when a slot's digests differ or its data replica did not answer."""
         owners: dict[int, str] = {}
+        local_groups = groups_within_slots(request)
 
         def assign(plans: list[ReplicaPlan]) -> None:
             owners.clear()
@@ -179,6 +195,8 @@ class ReadPath:
             sub.slot_digests = True
             sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
             sub.data_slots.extend(data)
+            if not local_groups:  # a group's partials come from several stores: select after the merge
+                sub.top_k = sub.bottom_k = 0
             return await b.aggregate(sub)
 
         replies, _ = await self._fanout(_sides(request), call, with_member=True, on_plans=assign)
@@ -209,6 +227,7 @@ class ReadPath:
             sub = pb.AggregateRequest()
             sub.CopyFrom(request)
             sub.per_series = True
+            sub.top_k = sub.bottom_k = 0  # every series, to compare the replicas; selected after the merge
             sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
             return await b.aggregate(sub)
 

@@ -143,6 +143,8 @@ def aggregate_spec_from_pb(req: pb.AggregateRequest) -> AggregateSpec:
         raise InvalidAggregate(f"unknown or missing across function {req.across}")
     if req.across == pb.ACROSS_QUANTILE and not 0.0 <= req.quantile <= 1.0:
         raise InvalidAggregate(f"quantile {req.quantile} is outside [0, 1]")
+    if req.top_k and req.bottom_k:
+        raise InvalidAggregate("top_k and bottom_k cannot both be set")
     return AggregateSpec(
         query=_side_from_pb(req.query),
         denominator=_side_from_pb(req.denominator) if req.HasField("denominator") else None,
@@ -156,6 +158,8 @@ def aggregate_spec_from_pb(req: pb.AggregateRequest) -> AggregateSpec:
         slots=slot_filter_from_pb(req.slots),
         slot_digests=req.slot_digests,
         data_slots=tuple(req.data_slots),
+        top_k=req.top_k,
+        bottom_k=req.bottom_k,
     )
 
 

@@ -44,6 +44,12 @@ def test_by_cluster_is_answered_here_and_a_ratio_needs_the_same_clusters() -> No
     assert names == ["eu-1"] and by_cluster and list(sub.group_by) == ["workload"]
     assert all(m.name != "cluster" for m in [*sub.query.matchers, *sub.denominator.matchers])
     assert list(req.group_by) == ["cluster", "workload"]  # the caller's request is left alone
+    # topk by cluster: a group is one cluster's, whose proxy may select; without, after the merge
+    req.top_k = 5
+    assert aggregate_for_clusters(NAMES, req)[1].top_k == 5
+    req.group_by.remove("cluster")
+    assert aggregate_for_clusters(NAMES, req)[1].top_k == 0 and req.top_k == 5
+    req.group_by.insert(0, "cluster")
     del req.denominator.matchers[:]
     req.denominator.matchers.extend(_m(""))
     with pytest.raises(BadRequest, match="different clusters"):

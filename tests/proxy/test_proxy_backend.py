@@ -20,7 +20,8 @@ from proxy_cluster import (
 from metricsd.maths.slots import slot_of_labels
 from metricsd.model import series_id
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.backend import BadRequest, Unavailable
+from metricsd.proxy.members import grpc_connect
+from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.rpc.client import MetricsClient
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.servicer import MetricsServicer
@@ -261,3 +262,56 @@ async def test_without_a_map_the_proxy_is_unavailable_and_not_serving(cluster3: 
         await proxy.write(write_request(workload(1), TIMES[:1], labels=True))
     assert (await proxy.health()).status == pb.HealthResponse.NOT_SERVING
     await proxy.close()
+
+
+class _Recording:
+    """A real member's gRPC backend that keeps the Aggregate replies the proxy got from it."""
+
+    def __init__(self, inner: MetricsBackend, replies: list[pb.AggregateResponse]) -> None:
+        self.inner, self.replies = inner, replies
+
+    async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        resp = await self.inner.aggregate(request)
+        self.replies.append(resp)
+        return resp
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("digests", [True, False])
+async def test_top_k_through_the_proxy_equals_one_store_and_only_pod_groups_go_to_the_stores(
+        cluster4: LocalCluster, digests: bool) -> None:
+    """topk pushed down: the stores send only their best groups when no group spans two slots
+    (``by (pod)`` within one namespace); a group of several slots (``by (workload)``) is selected
+    after the merge. Either way the answer is one store's, cut to the same groups."""
+    series = workload(120, namespaces=2)
+    req = write_request(series, TIMES, labels=True)
+    single = LocalBackend(StoreAPI(Store()))
+    await single.write(req)
+    replies: list[pb.AggregateResponse] = []
+    base = grpc_connect(2.0)
+    proxy = cluster4.proxy(fast_settings(digest_reads=digests), connect=lambda a: _Recording(base(a), replies))  # type: ignore[arg-type,return-value]
+    await proxy.write(req)
+    await proxy.writes.wait_idle()
+    for group_by, ns, local in ((["pod"], 'namespace="ns1"', True), (["workload"], "", False),
+                                (["namespace", "pod"], "", True)):
+        for top in (True, False):
+            q = agg_request(TIMES[5], TIMES[-1], across=pb.ACROSS_SUM, group_by=group_by)
+            del q.query.matchers[:]
+            q.query.matchers.extend(selector(ns, "container_cpu_usage_seconds_total"))
+            whole = await single.aggregate(q)
+            q.top_k, q.bottom_k = (3, 0) if top else (0, 3)
+            want = await single.aggregate(q)
+            assert 0 < len(want.groups) < len(whole.groups)
+            replies.clear()
+            got = await proxy.aggregate(q)
+            assert [list(g.labels) for g in got.groups] == [list(g.labels) for g in want.groups]
+            np.testing.assert_allclose(np.array(got.values), np.array(want.values), equal_nan=True)
+            most = max(len(r.groups) for r in replies)
+            if digests and local:  # each data replica sent at most its own best 3 per time
+                assert most <= 3 * len(TIMES[5:])
+                assert sum(len(r.groups) for r in replies) < len(whole.groups)
+            else:
+                assert most > len(want.groups)
+    assert proxy.counters["aggregate_digest_fallbacks"] == 0

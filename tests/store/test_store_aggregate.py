@@ -11,6 +11,7 @@ import pytest
 from oracle import reduce_one
 
 from metricsd.maths.partials import AcrossFn, finalize, group_partials, merge_partials
+from metricsd.maths.select import kept_groups
 from metricsd.maths.spec import AggregateSpec, SideQuery
 from metricsd.maths.window import SeriesFn
 from metricsd.model import make_labels, series_id
@@ -144,3 +145,35 @@ def test_times_where_no_series_has_a_value_give_no_value() -> None:
     np.testing.assert_array_equal(finalize(AcrossFn.SUM, p), [[3.0, np.nan]])
     p = group_partials(values, np.zeros_like(samples), np.array([0, 0]), 1)  # nothing at all
     assert np.isnan(finalize(AcrossFn.AVG, p)).all() and np.isnan(finalize(AcrossFn.SUM, p)).all()
+
+
+@pytest.mark.parametrize(("across", "ratio"), [("sum", False), ("avg", True), ("quantile", False), ("min", False)])
+@pytest.mark.parametrize("top", [True, False])
+def test_top_k_keeps_each_times_best_groups_and_their_series(across: str, ratio: bool, top: bool) -> None:
+    """A store's top_k / bottom_k answer is its whole answer cut to the selected groups: partials,
+    values and per-series rows (group indices renumbered); what was scanned stays counted."""
+    store, _ = _build(2)
+    den = SideQuery(parse_selector("", "request"), SeriesFn.LAST, 300_000) if ratio else None
+    base = dict(query=SideQuery(parse_selector("", "usage"), SeriesFn.RATE, 60_000), across=AcrossFn[across.upper()],
+                start_ms=200_000, end_ms=700_000, step_ms=100_000, group_by=["pod"], denominator=den,
+                quantile=0.5, per_series=True)
+    whole = run_aggregate(store, AggregateSpec(**base))  # type: ignore[arg-type]
+    k = 3
+    cut = run_aggregate(store, AggregateSpec(**base, top_k=k if top else 0, bottom_k=0 if top else k))  # type: ignore[arg-type]
+    present = whole.numerator.partials.count > 0
+    if whole.denominator is not None:
+        present &= whole.denominator.partials.count > 0
+    keep = kept_groups(whole.values, present, k, largest=top)
+    assert 0 < keep.sum() < len(whole.groups)  # the data gives a real cut
+    assert cut.groups == [g for g, kept in zip(whole.groups, keep.tolist(), strict=True) if kept]
+    np.testing.assert_array_equal(cut.values, whole.values[keep])
+    sides = [(cut.numerator, whole.numerator)] + ([(cut.denominator, whole.denominator)] if ratio else [])
+    for got, want in sides:
+        assert got is not None and want is not None
+        np.testing.assert_array_equal(got.partials.sum, want.partials.sum[keep])
+        np.testing.assert_array_equal(got.partials.count, want.partials.count[keep])
+        rows = keep[want.group]
+        np.testing.assert_array_equal(got.ids, want.ids[rows])
+        assert [cut.groups[g] for g in got.group.tolist()] == [whole.groups[g] for g in want.group[rows].tolist()]
+        np.testing.assert_array_equal(got.values, want.values[rows])
+    assert (cut.series_scanned, cut.samples_scanned) == (whole.series_scanned, whole.samples_scanned)

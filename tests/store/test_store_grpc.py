@@ -120,6 +120,12 @@ async def test_bad_selector_and_aggregate_are_invalid_argument(client: tuple[Met
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await c.aggregate(req)
     assert "evaluation times exceed" in (err.value.details() or "")
+    req.end_ms, req.step_ms = 10_000, 1_000
+    req.top_k = req.bottom_k = 2
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await c.aggregate(req)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "top_k and bottom_k cannot both be set" in (err.value.details() or "")
 
 
 async def test_list_series_label_values_rollups_health_stats(client: tuple[MetricsClient, Store]) -> None:
