@@ -3,9 +3,13 @@
 :class:`ReplicaSync` runs in the store process, next to its gRPC server:
 
 1. **Catch-up.** When the first shard map arrives (the store started: after a crash it holds what
-   its WAL kept, after a wipe nothing) it brings every slot it holds level with a healthy replica
-   over the window (default: the store's retention), copying only the time buckets whose digests
-   differ (catchup_client.sync_slots). Slots a later map gives it are caught up the same way.
+   its WAL kept, after a wipe nothing) it brings every slot it holds level with every other
+   replica of it over the window (default: the store's retention), copying only the time buckets
+   whose digests differ (catchup_client.sync_slots): it ends with the union of what they hold, so
+   a sample acknowledged by W replicas survives one of them being wiped even when the others had
+   not received it yet. Slots a later map gives it are caught up the same way, and also from the
+   replicas that held them in the map before: a store that loses a slot keeps its samples, and
+   may hold the only copy of some (it acknowledged them with a replica that was wiped since).
    While any catch-up runs the store answers Health with CATCHING_UP; once a slot's digests show
    that it lacks data its member record says ``joining`` too, so proxies leave it out of read
    quorums (it still takes writes); when all are done it says SERVING / ``active`` again. A store
@@ -15,8 +19,10 @@
    robin) with one other replica each (rotating) up to ``settle_ms`` ago, and copies what differs.
    Each replica pulls what it lacks, so replicas converge without a coordinator.
 
-Peers are chosen among the slot's other replicas in the map, ``active`` ones first; a peer that
-fails is skipped for the rest of that pass and the slot retried after ``retry_s``.
+Anti-entropy picks its peer among the slot's other replicas in the map, ``active`` ones first; a
+peer that fails is skipped for the rest of that pass. A catch-up asks all of them; a slot is
+level once one of its current replicas answered (or it has no other), else it is retried after
+``retry_s``; a replica that failed meanwhile is compared by anti-entropy later.
 """
 
 from __future__ import annotations
@@ -151,6 +157,7 @@ class ReplicaSync:
         shard_map = await self._first_map()
         self._held = set(shard_map.slots_of(self.member_id))
         await self.catch_up(self._held)
+        seen = shard_map
         next_round = self.clock.monotonic() + self.settings.interval_s
         while True:
             await asyncio.sleep(0.5)
@@ -161,7 +168,8 @@ class ReplicaSync:
                 self._held = held
                 if gained:
                     log.info("member %s gained slots %s: catching up", self.member_id, describe_slots(gained))
-                    await self.catch_up(gained)
+                    await self.catch_up(gained, former=seen)
+                seen = current
             if self.clock.monotonic() >= next_round:
                 await self.anti_entropy_round()
                 next_round = self.clock.monotonic() + self.settings.interval_s
@@ -188,9 +196,10 @@ class ReplicaSync:
             except Exception as e:  # etcd unreachable: the registration loop writes the state later
                 log.warning("member %s: cannot publish state %s: %s", self.member_id, state.value, e)
 
-    async def catch_up(self, slots: set[int]) -> CatchUpStats:
-        """Bring ``slots`` level with a peer each (retrying until done or no longer held); reports
-        CATCHING_UP / joining meanwhile."""
+    async def catch_up(self, slots: set[int], former: ShardMap | None = None) -> CatchUpStats:
+        """Bring ``slots`` level with every other replica of each, and with its replicas in
+        ``former`` (the map before a new one gave them to this store), retrying until done or no
+        longer held; reports CATCHING_UP / joining meanwhile."""
         t0 = self.clock.monotonic()
         self._pending |= slots
         self.api.status = pb.HealthResponse.CATCHING_UP
@@ -201,8 +210,9 @@ class ReplicaSync:
             current = self.maps.current()
             assert current is not None
             self._pending &= set(current.slots_of(self.member_id))
-            stats = await self._sync(current, sorted(self._pending), start, end, exclude_failed=True,
-                                     on_differ=lambda: self._publish(MemberEvent.BEHIND))
+            stats, done = await self._sync_all(current, former, sorted(self._pending), start, end,
+                                               on_differ=lambda: self._publish(MemberEvent.BEHIND))
+            self._pending -= done
             total.add(stats)
             if self._pending:
                 await asyncio.sleep(self.settings.retry_s)
@@ -228,7 +238,7 @@ class ReplicaSync:
         self._rotation += 1
         now = self.clock.now_ms()
         end = now - self.settings.settle_ms
-        stats = await self._sync(current, picked, end - self._window(), end, exclude_failed=False)
+        stats = await self._sync(current, picked, end - self._window(), end)
         self.counters.rounds += 1
         self.counters.repaired_samples += stats.samples_written
         self.counters.copied.add(stats)
@@ -244,9 +254,50 @@ class ReplicaSync:
         active = [m for m in others if shard_map.members[m].state is MemberState.ACTIVE]
         return active + [m for m in others if m not in active]
 
-    async def _sync(self, shard_map: ShardMap, slots: list[int], start: int, end: int, exclude_failed: bool,
-                    on_differ: Callable[[], Awaitable[None]] | None = None) -> CatchUpStats:
-        """One pass: each slot against its first usable peer. Slots done are removed from _pending."""
+    async def _pull(self, peer: str, address: str, num_slots: int, slots: list[int], start: int, end: int,
+                    on_differ: Callable[[], Awaitable[None]] | None) -> CatchUpStats | None:
+        """What ``peer`` holds of ``slots`` and this store lacks, copied; None (logged) when it fails."""
+        s = self.settings
+        try:
+            return await sync_slots(self.stub(address), self.store, self.apply, num_slots, slots, start, end,
+                                    s.bucket_ms, page_samples=s.page_samples, timeout_s=s.call_timeout_s,
+                                    on_differ=on_differ)
+        except (grpc.aio.AioRpcError, CatchUpError, WalError) as e:
+            self.counters.failures += 1
+            why = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else str(e)
+            log.warning("member %s: syncing slots %s from %s failed: %s", self.member_id, describe_slots(slots),
+                        peer, why)
+            return None
+
+    async def _sync_all(self, shard_map: ShardMap, former: ShardMap | None, slots: list[int], start: int, end: int,
+                        on_differ: Callable[[], Awaitable[None]]) -> tuple[CatchUpStats, set[int]]:
+        """One pass of a catch-up: each slot against every other replica of it in ``shard_map``
+        and in ``former``. Returns what was copied and the slots done: one of their current
+        replicas answered, or they have none but this store."""
+        total = CatchUpStats()
+        done: set[int] = set()
+        by_peer: dict[tuple[str, str], list[int]] = {}
+        for slot in slots:
+            current = [m for m in shard_map.replicas(slot) if m != self.member_id]
+            if not current:
+                done.add(slot)  # the only replica: nothing to copy from
+            peers = [(m, shard_map.address(m)) for m in current]
+            if former is not None and slot < former.num_slots:
+                peers += [(m, former.address(m)) for m in former.replicas(slot)
+                          if m != self.member_id and m not in current]
+            for source in peers:
+                by_peer.setdefault(source, []).append(slot)
+        for (peer, address), peer_slots in by_peer.items():
+            stats = await self._pull(peer, address, shard_map.num_slots, peer_slots, start, end, on_differ)
+            if stats is None:
+                continue
+            total.add(stats)
+            done.update(slot for slot in peer_slots if peer in shard_map.replicas(slot))
+        return total, done
+
+    async def _sync(self, shard_map: ShardMap, slots: list[int], start: int, end: int) -> CatchUpStats:
+        """One anti-entropy pass: each slot against its first usable peer (rotating); a peer that
+        fails is skipped for the slots left in the pass."""
         total = CatchUpStats()
         failed: set[str] = set()
         todo = list(slots)
@@ -256,25 +307,13 @@ class ReplicaSync:
                 peers = self._peers(shard_map, slot, failed)
                 if peers:
                     by_peer.setdefault(peers[0], []).append(slot)
-                elif not [m for m in shard_map.replicas(slot) if m != self.member_id]:
-                    self._pending.discard(slot)  # the only replica: nothing to copy from
             todo = []
             for peer, peer_slots in by_peer.items():
-                s = self.settings
-                try:
-                    stats = await sync_slots(self.stub(shard_map.address(peer)), self.store, self.apply,
-                                             shard_map.num_slots, peer_slots, start, end, s.bucket_ms,
-                                             page_samples=s.page_samples, timeout_s=s.call_timeout_s,
-                                             on_differ=on_differ)
-                except (grpc.aio.AioRpcError, CatchUpError, WalError) as e:
-                    self.counters.failures += 1
-                    why = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else str(e)
-                    log.warning("member %s: syncing slots %s from %s failed: %s", self.member_id,
-                                describe_slots(peer_slots), peer, why)
+                stats = await self._pull(peer, shard_map.address(peer), shard_map.num_slots, peer_slots, start, end,
+                                         None)
+                if stats is None:
                     failed.add(peer)
-                    if exclude_failed:
-                        todo.extend(peer_slots)
+                    todo.extend(peer_slots)
                     continue
                 total.add(stats)
-                self._pending.difference_update(peer_slots)
         return total

@@ -193,3 +193,29 @@ async def test_a_deposed_leaders_map_write_is_refused(kv_factory: Callable[[], K
     server.election.is_leader = True  # as if it had not noticed yet
     assert not await server.reconcile()
     assert await kv.get(layout.map_key) is None
+
+
+async def test_members_without_a_record_keep_their_slots_for_one_lease_ttl_after_a_term_begins(
+        kv_factory: Callable[[], KV], layout: KeyLayout, closers: list[Callable[[], object]]) -> None:
+    """After an etcd outage or a leader change, live stores are still re-registering: a member of the
+    map without a record keeps its slots for the grace (lease TTL + debounce), then loses them."""
+    kv = kv_factory()
+    now = [1000.0]
+    server = ConfigServer(kv, layout, settings("cs-1"), clock=lambda: now[0])
+    closers.append(server.close)
+    await server.election.campaign()
+    three = assign(members("s1", "s2", "s3"), None, 16, 2)
+    await kv.put(layout.map_key, three.to_json())
+    for m in members("s1", "s2"):  # s3 has not re-registered yet
+        await kv.put(layout.member_key(m.id), m.to_json())
+    server.begin_grace()
+    now[0] += 1.0
+    assert await server.reconcile()
+    kept = await kv.get(layout.map_key)
+    assert kept is not None and ShardMap.from_json(kept.value).version == three.version
+    now[0] += 2 + 0.05  # past lease_ttl (2) + debounce (0.05) from the grace's start
+    assert await server.reconcile()
+    stored = await kv.get(layout.map_key)
+    assert stored is not None
+    after = ShardMap.from_json(stored.value)
+    assert set(after.members) == {"s1", "s2"} and not after.slots_of("s3") and after.version == three.version + 1

@@ -136,6 +136,43 @@ async def test_a_restarted_replica_catches_up_its_slots_then_a_gained_slot(nodes
         await sync.close()
 
 
+async def test_a_catch_up_takes_the_union_of_the_replicas_and_of_a_moved_slots_former_owners(
+        nodes: list[Node]) -> None:
+    """Samples acknowledged by W replicas may sit on one of them only, until anti-entropy spreads
+    them. A store catching up must therefore copy from every replica, not the first that answers;
+    and a store given a slot by a new map must also copy from the slot's former owners, which keep
+    their samples (chaos seed 5 stranded 36 acknowledged samples on a former owner otherwise)."""
+    a, b, c = nodes
+    members = {n.name: n.member() for n in nodes}
+    in_slot = {slot: [i for i in range(2000) if _slot(labels(i)) == slot][:4] for slot in (0, 1)}
+    # Slot 1 on all three: a and b each hold a sample the other lacks, c (wiped) holds nothing.
+    write(a.store, range(in_slot[1][0], in_slot[1][0] + 1), [T0 + 1000])
+    write(b.store, range(in_slot[1][1], in_slot[1][1] + 1), [T0 + 2000])
+    # Slot 0 on a and b at first; then a new map moves it from a to c.
+    write(a.store, range(in_slot[0][0], in_slot[0][0] + 1), [T0 + 3000])
+    write(b.store, range(in_slot[0][1], in_slot[0][1] + 1), [T0 + 4000])
+    slots = tuple(("s0", "s1", "s2") if s == 1 else ("s0", "s1") for s in range(SLOTS))
+    source = StaticMapSource(ShardMap(1, 3, slots, members))
+    settings = SyncSettings(interval_s=3600, window_ms=3_600_000, retry_s=0.05)
+    sync = ReplicaSync(c.store, local_apply(c.store), c.api, "s2", source, SystemClock(), settings)
+    task = asyncio.ensure_future(sync.run())
+    try:
+        async with asyncio.timeout(20):
+            while sync.counters.catch_ups < 1:
+                await asyncio.sleep(0.02)
+        union = digest(a.store, [1]).slots[0].samples + digest(b.store, [1]).slots[0].samples
+        assert digest(c.store, [1]).slots[0].samples == union == 2
+        source.set(ShardMap(2, 3, (("s1", "s2"), *slots[1:]), members))  # slot 0: -s0 +s2
+        async with asyncio.timeout(20):
+            while sync.counters.catch_ups < 2:
+                await asyncio.sleep(0.02)
+        assert digest(c.store, [0]).slots[0].samples == 2  # s1's sample, and s0's from the former owner
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sync.close()
+
+
 def _slot(lab: tuple[tuple[str, str], ...]) -> int:
     from metricsd.maths.slots import slot_of_labels
 
