@@ -82,19 +82,13 @@ def _readable(view: ClusterView, shard_map: ShardMap) -> frozenset[str]:
 def _plans(view: ClusterView, shard_map: ShardMap, slots: Sequence[int], healthy: frozenset[str],
            offset: int) -> list[ReplicaPlan]:
     q = view.quorum(shard_map)
-    plans = []
-    for slot in slots:
-        replicas = shard_map.replicas(slot)
-        plan = plan_read(slot, replicas, healthy, q, offset)
-        if len(plan.targets) + len(plan.spares) < plan.required:
-            plan = plan_read(slot, replicas, set(replicas), q, offset)
-        plans.append(plan)
-    return plans
+    return [plan_read(slot, shard_map.replicas(slot), healthy, q, offset) for slot in slots]
 
 
 def plan_reads(view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> list[ReplicaPlan]:
-    """R replicas per slot among the healthy; a slot with too few healthy replicas asks all of
-    them instead (a member marked down may be back, and failing for sure is no better)."""
+    """R replicas per slot among the healthy, the others as spares (unhealthy ones last); a slot
+    with too few healthy replicas asks unhealthy ones at once (a member marked down may be back,
+    and failing for sure is no better)."""
     return _plans(view, shard_map, slots, _readable(view, shard_map), view.rotation())
 
 

@@ -104,11 +104,15 @@ def plan_write(slot: int, replicas: Sequence[str], healthy: Container[str], sett
 def plan_read(
     slot: int, replicas: Sequence[str], healthy: Container[str], settings: QuorumSettings, offset: int = 0
 ) -> ReplicaPlan:
-    """A read asks R healthy replicas, keeping the others as spares for when one fails.
+    """A read asks R healthy replicas, keeping the others as spares for when one fails: the
+    healthy ones first, then the unhealthy ones. A replica marked down may well be back (the
+    caller's health back-off lasts seconds; a restarted store answers within one or two), and
+    asking it costs one quick refusal, while not asking it fails the read; likewise a slot with
+    fewer than R healthy replicas asks unhealthy ones at once.
 
     Replicas are preferred in shard-map order, rotated by ``offset`` (a caller spreading load
     passes a counter). Example: replicas (a, b, c), all healthy, R=2, offset 1 -> targets (b, c),
-    spares (a,).
+    spares (a,); healthy {b, c}, offset 0 -> targets (b, c), spares (a,), unhealthy (a,).
     """
     usable = [m for m in replicas if m in healthy]
     if usable:
@@ -116,8 +120,9 @@ def plan_read(
         usable = usable[k:] + usable[:k]
     required = settings.required(Op.READ, len(replicas))
     unhealthy = tuple(m for m in replicas if m not in healthy)
+    ordered = usable + list(unhealthy)
     return ReplicaPlan(
-        Op.READ, slot, tuple(replicas), tuple(usable[:required]), tuple(usable[required:]), unhealthy, required
+        Op.READ, slot, tuple(replicas), tuple(ordered[:required]), tuple(ordered[required:]), unhealthy, required
     )
 
 
