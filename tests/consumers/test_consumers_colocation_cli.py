@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from consumers_data import MIN
 from test_consumers_colocation_loop import SPEC, fill
 
 from metricsd.proto import metricsd_pb2 as pb
@@ -72,7 +71,11 @@ def test_the_command_plans_against_a_store_process_and_serves_the_plan(tmp_path:
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     colo = None
     try:
-        now = int(time.time() * 1000) // MIN * MIN
+        # The last sample at the real now, not the minute before: the planner's CPU rate takes a
+        # 2 min window over samples a minute apart, so a first decision more than a minute after
+        # the newest sample sees no usage at all (it failed that way when the test began late in
+        # a minute on a busy machine).
+        now = int(time.time() * 1000)
         batch = _Batch()
         fill(batch, now - 26 * 3_600_000, now)  # type: ignore[arg-type]
         asyncio.run(_send(addr, batch.requests))
