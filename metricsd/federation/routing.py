@@ -69,12 +69,12 @@ def aggregate_for_clusters(names: Sequence[str], request: pb.AggregateRequest
         del sub.denominator.matchers[:]
         sub.denominator.matchers.extend(den)
     by_cluster = CLUSTER_LABEL in request.group_by
-    if not by_cluster:  # a group sums several clusters' partials: top_k / bottom_k after the merge
-        sub.top_k = sub.bottom_k = 0
     if by_cluster:
         kept = [g for g in request.group_by if g != CLUSTER_LABEL]
         del sub.group_by[:]
         sub.group_by.extend(kept)
+    else:  # a group sums several clusters' partials: top_k / bottom_k after the merge
+        sub.top_k = sub.bottom_k = 0
     return clusters, sub, by_cluster
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from metricsd.maths.partials import Partials
 from metricsd.maths.spec import AggregateResult, SideResult
 
-__all__ = ["kept_groups", "result_present", "select_groups", "selected_cells"]
+__all__ = ["kept_groups", "present_cells", "requested", "select_groups", "selected_cells"]
 
 
 def selected_cells(values: np.ndarray, present: np.ndarray, k: int, largest: bool) -> np.ndarray:
@@ -41,11 +41,19 @@ def kept_groups(values: np.ndarray, present: np.ndarray, k: int, largest: bool) 
     return np.asarray(selected_cells(values, present, k, largest).any(axis=1))
 
 
-def result_present(res: AggregateResult) -> np.ndarray:
-    """Where a group has a value (groups x times): a series counted there, on both sides of a ratio."""
-    present = res.numerator.partials.count > 0
-    if res.denominator is not None:
-        present &= res.denominator.partials.count > 0
+def requested(top_k: int, bottom_k: int) -> tuple[int, bool] | None:
+    """(k, largest) of an aggregate request's top_k / bottom_k; None when neither is set."""
+    if top_k:
+        return top_k, True
+    return (bottom_k, False) if bottom_k else None
+
+
+def present_cells(num_count: np.ndarray, den_count: np.ndarray | None) -> np.ndarray:
+    """Where a group has a value (groups x times, or flat alike): a series counted there, on both
+    sides of a ratio."""
+    present = num_count > 0
+    if den_count is not None:
+        present &= den_count > 0
     return np.asarray(present)
 
 
@@ -59,7 +67,8 @@ def _kept_side(side: SideResult, keep: np.ndarray, renumber: np.ndarray) -> Side
 def select_groups(res: AggregateResult, k: int, largest: bool) -> AggregateResult:
     """``res`` with only its :func:`kept_groups` (their partials, values and per-series rows, the
     series' group indices renumbered); the scanned counts stay what was scanned."""
-    keep = kept_groups(res.values, result_present(res), k, largest)
+    den_count = res.denominator.partials.count if res.denominator is not None else None
+    keep = kept_groups(res.values, present_cells(res.numerator.partials.count, den_count), k, largest)
     if bool(keep.all()):
         return res
     renumber = np.cumsum(keep) - 1

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import promql_parser as pp
 
-from metricsd.maths.select import selected_cells
+from metricsd.maths.select import present_cells, requested, selected_cells
 from metricsd.promql.selectors import td_ms, to_matchers
 from metricsd.promql.values import Matrix, PromQLError, Result, Sample, Series, Vector
 from metricsd.proto import metricsd_pb2 as pb
@@ -74,8 +74,12 @@ class PushdownPlan:
 
     request: pb.AggregateRequest
     instant: bool
-    # topk / bottomk over the aggregate's groups: ("topk" | "bottomk", k), selected per step here
-    select: tuple[str, int] | None = None
+
+    @property
+    def select(self) -> tuple[int, bool] | None:
+        """topk / bottomk over the aggregate's groups, (k, largest): the stores keep each step's k
+        best groups (AggregateRequest.top_k / bottom_k) and result_of selects per step."""
+        return requested(self.request.top_k, self.request.bottom_k)
 
 
 def _strip(node: Any) -> Any:
@@ -182,13 +186,13 @@ def plan(
                               step_ms=0 if instant else step_ms)
     if den is not None:
         req.denominator.CopyFrom(den.query)
-    if select is not None:  # the stores keep each step's k best groups; result_of selects per step
+    if select is not None:
         k = min(select[1], _MAX_K)  # a k past every group keeps them all
         if select[0] == "topk":
             req.top_k = k
         else:
             req.bottom_k = k
-    return PushdownPlan(req, instant=instant, select=select)
+    return PushdownPlan(req, instant=instant)
 
 
 def result_of(p: PushdownPlan, resp: pb.AggregateResponse) -> Result:
@@ -196,17 +200,21 @@ def result_of(p: PushdownPlan, resp: pb.AggregateResponse) -> Result:
     times = np.array(resp.timestamps, dtype=np.int64)
     shape = (len(resp.groups), len(times))
     values = float_array(resp.values).reshape(shape)
-    present = float_array(resp.numerator.count).reshape(shape) > 0
-    if p.request.HasField("denominator"):
-        present &= float_array(resp.denominator.count).reshape(shape) > 0
+    present = _present(p, resp).reshape(shape)
     groups = [labels_from_pb(g.labels) for g in resp.groups]
     if p.select is not None:
-        present = selected_cells(values, present, p.select[1], p.select[0] == "topk")
+        present = selected_cells(values, present, *p.select)
     if p.instant:
         t = int(times[0]) if len(times) else p.request.start_ms
         return Vector(t, [Sample(g, float(values[i, 0])) for i, g in enumerate(groups) if present[i, 0]])
     series = [Series(g, times[present[i]], values[i, present[i]]) for i, g in enumerate(groups) if present[i].any()]
     return Matrix(sorted(series, key=lambda s: s.labels))
+
+
+def _present(p: PushdownPlan, resp: pb.AggregateResponse) -> np.ndarray:
+    """Where a group has a value, flat [g * T + t]."""
+    den = float_array(resp.denominator.count) if p.request.HasField("denominator") else None
+    return present_cells(float_array(resp.numerator.count), den)
 
 
 def _sums_are_exact_enough(p: pb.Partials, shape: tuple[int, int]) -> bool:
@@ -233,9 +241,7 @@ def trustworthy(p: PushdownPlan, resp: pb.AggregateResponse) -> bool:
     values = float_array(resp.values)
     if not bool(np.isfinite(values[~np.isnan(values)]).all()):
         return False
-    present = float_array(resp.numerator.count) > 0
-    if p.request.HasField("denominator"):
-        present &= float_array(resp.denominator.count) > 0
+    present = _present(p, resp)
     if bool(np.isnan(values[present]).any()):
         return False
     if p.request.across not in (pb.ACROSS_SUM, pb.ACROSS_AVG):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metricsd.maths.partials import AcrossFn, Partials, finalize, group_partials, quantile_across
-from metricsd.maths.select import kept_groups
+from metricsd.maths.select import kept_groups, present_cells, requested
 from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import float_array, groups_field, packed_fixed, partials_to_pb, series_partials_to_pb
@@ -111,13 +111,11 @@ def _common_times(replies: Sequence[pb.AggregateResponse]) -> list[int]:
 def _selected(request: pb.AggregateRequest, order: np.ndarray, values: np.ndarray, num_p: Partials,
               den_p: Partials | None) -> np.ndarray:
     """``order`` (groups by labels) without the groups the request's top_k / bottom_k leaves out."""
-    k = request.top_k or request.bottom_k
-    if not k:
+    selection = requested(request.top_k, request.bottom_k)
+    if selection is None:
         return order
-    present = num_p.count[order] > 0
-    if den_p is not None:
-        present &= den_p.count[order] > 0
-    return order[kept_groups(values[order], present, k, largest=bool(request.top_k))]
+    present = present_cells(num_p.count[order], den_p.count[order] if den_p is not None else None)
+    return order[kept_groups(values[order], present, *selection)]
 
 
 def _response(times: list[int], group_labels: list[Labels], order: np.ndarray, num_p: Partials,

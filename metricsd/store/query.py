@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from metricsd.maths.partials import AcrossFn, finalize, group_partials, quantile_across
-from metricsd.maths.select import select_groups
+from metricsd.maths.select import requested, select_groups
 from metricsd.maths.slotdigest import SlotDigestArrays, series_hashes, slot_digests
 from metricsd.maths.spec import AggregateResult, AggregateSpec, InvalidAggregate, SideQuery, SideResult
 from metricsd.maths.window import SeriesFn, reduce_windows
@@ -198,6 +198,5 @@ def run_aggregate(store: Store, spec: AggregateSpec) -> AggregateResult:
                 values = values / finalize(spec.across, den.partials)
     res = AggregateResult(times, groups, values, num, den, int(sum(len(r) for r in rows_per_side)), scanned,
                           digests=digests)
-    if spec.top_k or spec.bottom_k:
-        res = select_groups(res, spec.top_k or spec.bottom_k, largest=bool(spec.top_k))
-    return res
+    selection = requested(spec.top_k, spec.bottom_k)
+    return res if selection is None else select_groups(res, *selection)
