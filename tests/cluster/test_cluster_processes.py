@@ -154,8 +154,12 @@ async def test_through_an_etcd_outage_stores_and_config_servers_keep_running_and
     procs.store("store-3", ttl=TTL)
     after = await wait_map(kv, layout, lambda m: bool(m.slots_of("store-3")) and len(m.members) == 3, timeout_s=30)
     assert after.version > before.version
-    records = await kv.range(layout.members_prefix)
-    assert {i.key.rsplit("/", 1)[1] for i in records.items} == {"store-1", "store-2", "store-3"}
+
+    async def registered() -> bool:  # the map may keep store-1 and 2 a lease TTL before they re-register
+        records = await kv.range(layout.members_prefix)
+        return {i.key.rsplit("/", 1)[1] for i in records.items} == {"store-1", "store-2", "store-3"}
+
+    await wait_until("store-1 and store-2 registered again", registered)
     for member in ("store-1", "store-2"):  # their watches resumed: they refuse the slots they lost
         b = backends[member]
         lost = sorted(set(before.slots_of(member)) - set(after.slots_of(member)))
