@@ -39,15 +39,15 @@ from google.protobuf.message import DecodeError
 from metricsd.http import remote_write_v2
 from metricsd.http.params import ApiError
 from metricsd.http.remote_series import Verdict, resolve
-from metricsd.http.remote_write_scan import Scanned, scan, scan_messages, varints
+from metricsd.http.remote_write_scan import Scanned, scan, scan_messages
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.model import Labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
+from metricsd.rpc.columns import ColumnarBackend, WriteColumns
 from metricsd.rpc.limits import check_counts
-from metricsd.rpc.wire import labels_to_pb, length_delimited
 
 __all__ = ["DEFAULT_SERIES_CACHE", "PreparedWrite", "RemoteWriteReceiver", "SeriesCache", "decode_body",
            "prepare_write"]
@@ -185,33 +185,31 @@ class SeriesRefused(ApiError):
 
 @dataclass
 class PreparedWrite:
-    """A columnar WriteRequest for a remote-write body, and what the handshake needs after it."""
+    """A remote-write body as a columnar batch, and what the handshake needs after it."""
 
-    request: pb.WriteRequest | None  # None: nothing to write (no series, or every one dropped)
+    batch: WriteColumns | None  # None: nothing to write (no series, or every one dropped)
     learnt: list[tuple[bytes, int]]  # series resolved now: cache them once the write succeeds
     keys: list[bytes]  # every written entry's label bytes and id, to find labels the backend asks for
     ids: list[int]
     dropped: dict[int, int] = field(default_factory=dict)  # relabel rule index -> samples it dropped
 
-    def with_labels(self, unknown: Iterable[int], settings: HttpSettings) -> pb.WriteRequest:
-        """The request again, with the labels of ``unknown`` ids added (the backend forgot them)."""
-        assert self.request is not None
+    def with_labels(self, unknown: Iterable[int], settings: HttpSettings) -> WriteColumns:
+        """The batch again, with the labels of ``unknown`` ids added (the backend forgot them)."""
+        assert self.batch is not None
         key_of = dict(zip(self.ids, self.keys, strict=True))
-        sent = {s.id for s in self.request.series}
-        retry = pb.WriteRequest()
-        retry.CopyFrom(self.request)
+        labels = dict(self.batch.labels)
         for sid in dict.fromkeys(unknown):
-            if sid in key_of and sid not in sent:
-                retry.series.add(id=sid).labels.extend(labels_to_pb(_labels_of(key_of[sid], settings)))
-        return retry
+            if sid in key_of and sid not in labels:
+                labels[sid] = _labels_of(key_of[sid], settings)
+        return self.batch.with_labels(labels)
 
 
 def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) -> PreparedWrite:
-    """metricsd's WriteRequest for a remote-write request: known series by id only, new ones with
-    their labels (after the relabel rules and fallbacks of remote_series.py), series a rule drops
-    left out. Samples of a series repeated across entries are merged and sorted, and a repeated
-    timestamp keeps its first value. Raises SeriesRefused (400) naming the series no rule or
-    fallback gives namespace/pod, or ApiError for a duplicate label name."""
+    """metricsd's columnar batch for a remote-write request: known series by id only, new ones
+    with their labels (after the relabel rules and fallbacks of remote_series.py), series a rule
+    drops left out. Samples of a series repeated across entries are merged and sorted, and a
+    repeated timestamp keeps its first value. Raises SeriesRefused (400) naming the series no rule
+    or fallback gives namespace/pod, or ApiError for a duplicate label name."""
     if not scanned.keys:
         return PreparedWrite(None, [], [], [])
     found = cache.lookup(scanned.keys)
@@ -248,19 +246,10 @@ def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) 
         if not ids:
             return PreparedWrite(None, learnt, [], [], dropped)
     uids, counts, stamps, values = _columns(np.array(ids, dtype=np.uint64), len(set(ids)) == len(ids), scanned)
-    stamp_bytes = scanned.stamp_varints  # the sender's varints serve when the samples pass unchanged
-    if stamp_bytes is None or stamps is not scanned.timestamps:
-        stamp_bytes = varints(stamps.view(np.uint64))
-    wire = [  # WriteRequest fields 1-4 of proto/metricsd.proto, packed, straight from NumPy
-        length_delimited(1, uids.astype("<u8").tobytes()),
-        length_delimited(2, varints(counts.astype(np.uint64))),
-        length_delimited(3, stamp_bytes),
-        length_delimited(4, values.astype("<f8").tobytes()),
-    ]
-    request = pb.WriteRequest.FromString(b"".join(wire))
-    for sid, labels in new_labels.items():
-        request.series.add(id=sid).labels.extend(labels_to_pb(labels))
-    return PreparedWrite(request, learnt, scanned.keys, ids, dropped)
+    # The sender's timestamp varints serve when the samples pass unchanged.
+    stamp_bytes = scanned.stamp_varints if stamps is scanned.timestamps else None
+    batch = WriteColumns(uids, counts, stamps, values, new_labels, stamp_bytes)
+    return PreparedWrite(batch, learnt, scanned.keys, ids, dropped)
 
 
 def _columns(ids: np.ndarray, each_once: bool, scanned: Scanned
@@ -359,19 +348,26 @@ class RemoteWriteReceiver:
             self.metrics.samples_rejected.labels(reason=refusal.reason).inc(samples)
             raise ApiError("bad_data", refusal.message)
 
+    async def _write(self, batch: WriteColumns) -> pb.WriteResponse:
+        """The batch to the backend: as columns when it takes them (a store in this process, a
+        proxy), else as a message."""
+        if isinstance(self.backend, ColumnarBackend):
+            return await self.backend.write_columns(batch)
+        return await self.backend.write(batch.to_request())
+
     async def _store(self, scanned: Scanned) -> int:
         n = len(scanned.timestamps)
         try:
             prepared = prepare_write(scanned, self.cache, self.settings)
             for rule, k in prepared.dropped.items():
                 self.metrics.relabel_dropped.labels(rule=str(rule)).inc(k)
-            if prepared.request is None:
+            if prepared.batch is None:
                 self.cache.add(prepared.learnt)
                 return 0
-            resp = await self.backend.write(prepared.request)
+            resp = await self._write(prepared.batch)
             if resp.unknown_ids:  # the backend forgot series we cached: send their labels once
                 self.label_resends += 1
-                resp = await self.backend.write(prepared.with_labels(resp.unknown_ids, self.settings))
+                resp = await self._write(prepared.with_labels(resp.unknown_ids, self.settings))
         except SeriesRefused as e:
             for refused_by in e.rules:
                 self.metrics.series_refused.labels(rule=refused_by).inc()

@@ -27,6 +27,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from metricsd.proto import prometheus_remote_pb2 as prom
+from metricsd.rpc.columns import varints
 
 __all__ = ["Scanned", "labels_key", "scan", "scan_messages", "varints"]
 
@@ -248,25 +249,3 @@ def _decode_any(buf: np.ndarray, at: np.ndarray, size: np.ndarray) -> tuple[np.n
             return None  # a continuation bit out of place: not one varint of exactly this size
         stamps |= np.where(inside, digit & 0x7F, 0).astype(np.uint64) << np.uint64(7 * k)
     return stamps.view(np.int64), values
-
-
-def varints(u: np.ndarray) -> bytes:
-    """Protobuf's packed varint encoding of ``u`` (uint64; an int64 array goes through ``.view``,
-    so a negative value takes ten bytes, as protobuf's int64 does)."""
-    u = np.ascontiguousarray(u, dtype=np.uint64)
-    if not u.size:
-        return b""
-    lo, hi = int(u.min()), int(u.max())
-    w = max(1, (hi.bit_length() + 6) // 7)
-    digits = np.empty((u.size, w), dtype=np.uint8)
-    for k in range(w):
-        digits[:, k] = (u >> np.uint64(7 * k)) & np.uint64(0x7F)
-    if max(1, (lo.bit_length() + 6) // 7) == w:  # every value has the same size (the usual case)
-        digits[:, : w - 1] |= 0x80
-        return digits.tobytes()
-    size = np.ones(u.size, dtype=np.int64)
-    for k in range(1, w):
-        size += u >= np.uint64(1 << (7 * k))
-    col = np.arange(w)
-    digits[col[None, :] < (size - 1)[:, None]] |= 0x80
-    return digits[col[None, :] < size[:, None]].tobytes()

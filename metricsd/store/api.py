@@ -23,12 +23,12 @@ from metricsd.memory import release_free_memory
 from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded
-from metricsd.rpc.limits import check_write_request
+from metricsd.rpc.columns import WriteColumns
+from metricsd.rpc.limits import check_counts, check_write_request
 from metricsd.rpc.servicer import MetricsServicer
 from metricsd.rpc.wire import (
     aggregate_result_to_pb,
     aggregate_spec_from_pb,
-    labels_from_pb,
     labels_to_pb,
     matchers_from_pb,
     slot_filter_from_pb,
@@ -37,7 +37,6 @@ from metricsd.selector import InvalidSelector
 from metricsd.store.engine import Store, WriteResult
 from metricsd.store.limits import SeriesLimitExceeded
 from metricsd.store.query import run_aggregate
-from metricsd.store.recovery import request_arrays
 
 __all__ = ["LocalBackend", "StoreAPI", "StoreServicer", "gc_loop"]
 
@@ -67,9 +66,27 @@ class StoreAPI:
             self.store.refused[refusal.reason] += len(request.timestamps)
             raise BadRequest(refusal.message)
         try:
-            res = self._write(request)
+            batch = WriteColumns.of_request(request)
         except InvalidSeries as e:
             self.store.refused[e.reason] += len(request.timestamps)
+            raise BadRequest(str(e)) from e
+        return self._write_checked(batch)
+
+    def write_columns(self, batch: WriteColumns) -> pb.WriteResponse:
+        """write() of a batch already in columns (remote write in this process): no message is
+        built or read. Same answers, errors and counters."""
+        refusal = check_counts(max(len(batch.ids), len(batch.counts), len(batch.labels)),
+                               max(len(batch.timestamps), len(batch.values)), self.store.settings.request_limits)
+        if refusal is not None:
+            self.store.refused[refusal.reason] += len(batch.timestamps)
+            raise BadRequest(refusal.message)
+        return self._write_checked(batch)
+
+    def _write_checked(self, batch: WriteColumns) -> pb.WriteResponse:
+        try:
+            res = self._write(batch)
+        except InvalidSeries as e:
+            self.store.refused[e.reason] += len(batch.timestamps)
             raise BadRequest(str(e)) from e
         except SeriesLimitExceeded as e:  # counted by the store
             raise LimitExceeded(str(e)) from e
@@ -78,10 +95,10 @@ class StoreAPI:
             rejected_duplicate=res.duplicate,
         )
 
-    def _write(self, request: pb.WriteRequest) -> WriteResult:
-        """Validate and apply a live write (DurableStoreAPI logs it in between)."""
-        new = {s.id: labels_from_pb(s.labels) for s in request.series}
-        return self.store.write(*request_arrays(request), new, now_s=self.clock.monotonic())
+    def _write(self, batch: WriteColumns) -> WriteResult:
+        """Validate and apply a live write, one vectorized append (DurableStoreAPI logs it in between)."""
+        return self.store.write(batch.ids, batch.counts, batch.timestamps, batch.values, batch.labels,
+                                now_s=self.clock.monotonic())
 
     def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         try:
@@ -170,6 +187,9 @@ class LocalBackend:
 
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         return self.api.write(request)
+
+    async def write_columns(self, batch: WriteColumns) -> pb.WriteResponse:
+        return self.api.write_columns(batch)
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         return self.api.read(request)

@@ -258,7 +258,8 @@ def test_prepare_write_merges_sorts_and_keeps_the_first_value(series: list[Serie
     for _ in range(warm):  # cold, then warm: the same columns whether or not labels are sent
         prepared = prepare_write(decode_body(_body(series), 1 << 20), cache, hs)
         assert prepared is not None
-        req = prepared.request
+        assert prepared.batch is not None
+        req = prepared.batch.to_request()  # through the wire form: the sender's timestamp bytes reused
         starts = np.cumsum(req.counts) - np.array(req.counts)
         got = {sid: list(zip(req.timestamps[s : s + c], _bits(np.array(req.values[s : s + c])), strict=True))
                for sid, s, c in zip(req.ids, starts.tolist(), req.counts, strict=True)}
