@@ -85,8 +85,9 @@ class WriteColumns:
     """A columnar write batch (see proto WriteRequest): entry i is series ``ids[i]`` with
     ``counts[i]`` samples, entry after entry in ``timestamps`` / ``values``. ``labels`` holds the
     labels of the series that travel with their labels in this batch (new to the receiver).
-    ``stamp_varints``, when set, is ``timestamps`` already varint-encoded (a remote-write sender's
-    own bytes, passed on without encoding them again). Read only: arrays may be shared."""
+    ``stamp_varints``, when set, is ``timestamps`` already varint-encoded, every varint of the
+    same width (a remote-write sender's own bytes, passed on without encoding them again). Read
+    only: arrays may be shared."""
 
     ids: np.ndarray  # uint64
     counts: np.ndarray  # int64
@@ -118,6 +119,19 @@ class WriteColumns:
     def to_request(self) -> pb.WriteRequest:
         """The batch as a message, for a backend that takes only messages."""
         return pb.WriteRequest.FromString(self.wire())
+
+    def select(self, keep: np.ndarray) -> WriteColumns:
+        """The entries where ``keep`` (bool, per entry) holds, with their samples and labels."""
+        per_sample = np.repeat(keep, self.counts)
+        stamps = None
+        if self.stamp_varints is not None and len(self.timestamps):
+            width = len(self.stamp_varints) // len(self.timestamps)
+            rows = np.frombuffer(self.stamp_varints, dtype=np.uint8).reshape(-1, width)
+            stamps = rows[per_sample].tobytes()
+        ids = self.ids[keep]
+        labels = {i: self.labels[i] for i in ids.tolist() if i in self.labels} if self.labels else {}
+        return WriteColumns(ids, self.counts[keep], self.timestamps[per_sample], self.values[per_sample], labels,
+                            stamps)
 
     def with_labels(self, labels: Mapping[int, Labels]) -> WriteColumns:
         """The same samples with ``labels`` as the labels that travel with them."""
