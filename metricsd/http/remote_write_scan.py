@@ -10,9 +10,12 @@ request (proto/prometheus_remote.proto, protobuf wire format):
     Sample        = [ 0x09 <8-byte little-endian double> ] [ 0x10 <varint int64> ]   (proto3 leaves
                     a 0 value or timestamp out)
 
-The top level is split by protobuf (a ``repeated bytes`` view of field 1); the label and sample
-fields of all series are then walked in lock step with NumPy: one step per label, and one check of
-every sample at its series' stride when a series' samples have one length (the usual case).
+The top level is split by protobuf (a ``repeated bytes`` view of field 1); the label fields of all
+series are then walked in lock step with NumPy, one step per label. In the usual body every sample
+field has one size (a value and a timestamp of one varint width): the series' sample runs, laid
+end to end, are one table read through strided views, a few whole-array steps in all
+(:func:`_uniform_samples`). Otherwise the sample fields are walked too: one check of every sample
+at its series' stride when a series' samples have one length, field by field when not.
 Anything else (another field order, exemplars or histograms, a sample of uneven length in a long
 series, a malformed field) makes :func:`scan` return None and the caller takes the message path,
 :func:`scan_messages`, which gives the same result for every body protobuf accepts.
@@ -45,9 +48,10 @@ class Scanned:
     counts: np.ndarray  # int64, per entry
     timestamps: np.ndarray  # int64
     values: np.ndarray  # float64
-    # The timestamps' varints as sent, back to back, when all came in the usual form: a request
-    # passed on unchanged reuses them instead of encoding the timestamps again.
-    stamp_varints: bytes | None = None
+    # The timestamps' varints as sent, every one of the same width, when all came in the usual
+    # form (bytes, back to back, or an (n, width) uint8 view of them): a request passed on
+    # unchanged reuses them instead of encoding the timestamps again.
+    stamp_varints: bytes | np.ndarray | None = None
 
 
 def _top_level_type() -> type[Message]:
@@ -98,15 +102,55 @@ def scan(raw: bytes) -> Scanned | None:
     label_end = _walk_labels(buf, starts, ends)
     if label_end is None:
         return None
+    begin, end = label_end.tolist(), ends.tolist()
+    keys = [joined[s:e] for s, e in zip(starts.tolist(), begin, strict=True)]
+    uniform = _uniform_samples(joined, buf, label_end, ends, begin, end)
+    if uniform is not None:
+        return Scanned(keys, *uniform)
     found = _walk_samples(buf, label_end, ends)
     if found is None:
         return None
     counts, payload, size = found
     decoded = _decode_samples(buf, payload, size)
-    if decoded is None:
+    return None if decoded is None else Scanned(keys, counts, *decoded)
+
+
+def _uniform_samples(joined: bytes, buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray, begin: list[int],
+                     end: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The usual body in one go: every sample field of every series is ``e`` bytes,
+    0x12 (e-2) 0x09 <double> 0x10 <varint of w = e-12 bytes, w <= 8>. The series' sample runs,
+    cut out and laid end to end, are then an (n, e) table read through strided views: one check of
+    every field's fixed bytes and continuation bits, the w digits gathered into 56 bits by three
+    shift-and-mask steps. Counts, timestamps, values and the digits (the timestamps' varints as a
+    (n, w) view); None when the body is in any other shape."""
+    size = ends - label_end
+    has = size > 0
+    if not bool(has.any()):
         return None
-    keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
-    return Scanned(keys, counts, *decoded)
+    first = label_end[has]
+    e = 2 + int(buf[first[0] + 1])
+    w = e - 12
+    if not 1 <= w <= 8 or bool((size % e).any()) or bool((buf[first] != 0x12).any()):
+        return None
+    table = np.frombuffer(b"".join([joined[b:f] for b, f in zip(begin, end, strict=True)]), dtype=np.uint8)
+    n = len(table) // e
+    head = np.ndarray((n,), "<u4", table, 0, (e,)) & np.uint32(0xFFFFFF)
+    if bool((head != np.uint32(0x09 << 16 | (e - 2) << 8 | 0x12)).any()):
+        return None
+    if bool((np.ndarray((n,), "u1", table, 11, (e,)) != 0x10).any()):
+        return None
+    # The varint's w bytes, the record's last, as the top of a little-endian word.
+    x = np.ndarray((n,), "<u8", table, e - 8, (e,)) >> np.uint64(64 - 8 * w)
+    if bool(((x & np.uint64(int.from_bytes(b"\x80" * w, "little")))
+             != np.uint64(int.from_bytes(b"\x80" * (w - 1), "little"))).any()):
+        return None  # a continuation bit out of place: not one varint of exactly w bytes
+    x &= np.uint64(0x7F7F7F7F7F7F7F7F)
+    x = (x & np.uint64(0x007F007F007F007F)) | ((x & np.uint64(0x7F007F007F007F00)) >> np.uint64(1))
+    x = (x & np.uint64(0x00003FFF00003FFF)) | ((x & np.uint64(0x3FFF00003FFF0000)) >> np.uint64(2))
+    x = (x & np.uint64(0x000000000FFFFFFF)) | ((x & np.uint64(0x0FFFFFFF00000000)) >> np.uint64(4))
+    values = np.array(np.ndarray((n,), "<f8", table, 3, (e,)), dtype=np.float64)
+    digits = np.ndarray((n, w), np.uint8, table, 12, (e, 1))
+    return size // e, x.view(np.int64), values, digits
 
 
 def _walk_labels(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:

@@ -86,15 +86,15 @@ class WriteColumns:
     ``counts[i]`` samples, entry after entry in ``timestamps`` / ``values``. ``labels`` holds the
     labels of the series that travel with their labels in this batch (new to the receiver).
     ``stamp_varints``, when set, is ``timestamps`` already varint-encoded, every varint of the
-    same width (a remote-write sender's own bytes, passed on without encoding them again). Read
-    only: arrays may be shared."""
+    same width, as bytes or as an (n, width) uint8 array (a remote-write sender's own bytes,
+    passed on without encoding them again). Read only: arrays may be shared."""
 
     ids: np.ndarray  # uint64
     counts: np.ndarray  # int64
     timestamps: np.ndarray  # int64
     values: np.ndarray  # float64
     labels: Mapping[int, Labels] = field(default_factory=dict)
-    stamp_varints: bytes | None = None
+    stamp_varints: bytes | np.ndarray | None = None
 
     @property
     def samples(self) -> int:
@@ -102,9 +102,11 @@ class WriteColumns:
 
     def sample_fields(self) -> list[bytes]:
         """Fields 1-4 as pieces to join (or to join with more fields)."""
-        stamps = self.stamp_varints
-        if stamps is None:
+        given = self.stamp_varints
+        if given is None:
             stamps = varints(self.timestamps.view(np.uint64))
+        else:
+            stamps = given.tobytes() if isinstance(given, np.ndarray) else given
         return [*_field(1, self.ids.astype("<u8", copy=False).tobytes()),
                 *_field(2, varints(self.counts.astype(np.uint64, copy=False))),
                 *_field(3, stamps),
@@ -124,10 +126,11 @@ class WriteColumns:
         """The entries where ``keep`` (bool, per entry) holds, with their samples and labels."""
         per_sample = np.repeat(keep, self.counts)
         stamps = None
-        if self.stamp_varints is not None and len(self.timestamps):
-            width = len(self.stamp_varints) // len(self.timestamps)
-            rows = np.frombuffer(self.stamp_varints, dtype=np.uint8).reshape(-1, width)
-            stamps = rows[per_sample].tobytes()
+        given = self.stamp_varints
+        if given is not None and len(self.timestamps):
+            rows = given if isinstance(given, np.ndarray) else np.frombuffer(given, dtype=np.uint8).reshape(
+                len(self.timestamps), -1)
+            stamps = rows[per_sample]
         ids = self.ids[keep]
         labels = {i: self.labels[i] for i in ids.tolist() if i in self.labels} if self.labels else {}
         return WriteColumns(ids, self.counts[keep], self.timestamps[per_sample], self.values[per_sample], labels,
