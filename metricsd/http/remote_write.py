@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import NoReturn
 
 import cramjam
 import numpy as np
@@ -39,7 +40,7 @@ from google.protobuf.message import DecodeError
 from metricsd.http import remote_write_v2
 from metricsd.http.params import ApiError
 from metricsd.http.remote_series import Verdict, resolve
-from metricsd.http.remote_write_scan import Scanned, scan, scan_messages
+from metricsd.http.remote_write_scan import Scanned, TooLarge, bound_entries, scan, scan_messages
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.model import Labels, series_id
@@ -47,7 +48,7 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
 from metricsd.rpc.columns import ColumnarBackend, WriteColumns
-from metricsd.rpc.limits import check_counts
+from metricsd.rpc.limits import Refusal, RequestLimits, check_counts
 
 __all__ = ["DEFAULT_SERIES_CACHE", "PreparedWrite", "RemoteWriteReceiver", "SeriesCache", "decode_body",
            "prepare_write"]
@@ -96,13 +97,16 @@ def _protobuf_error(e: DecodeError) -> ApiError:
     return ApiError("bad_data", f"protobuf: cannot decode prometheus.WriteRequest: {e}")
 
 
-def decode_body(body: bytes, max_decompressed_bytes: int) -> Scanned:
+def decode_body(body: bytes, max_decompressed_bytes: int, limits: RequestLimits | None = None) -> Scanned:
     """Snappy block, then protobuf, to the series entries of the request (labels still as bytes).
-    Raises ApiError (400, or 413 when it would decompress too big)."""
+    Raises ApiError (400, or 413 when it would decompress too big), or TooLarge (past ``limits``
+    or a series of too many labels, found before the body is decoded further)."""
     raw = _decompress(body, max_decompressed_bytes)
+    if limits is not None:
+        bound_entries(raw, 1, limits.max_series)
     try:
-        found = scan(raw)
-        return found if found is not None else scan_messages(prom.WriteRequest.FromString(raw))
+        found = scan(raw, limits)
+        return found if found is not None else scan_messages(prom.WriteRequest.FromString(raw), limits)
     except DecodeError as e:
         raise _protobuf_error(e) from None
 
@@ -324,13 +328,24 @@ class RemoteWriteReceiver:
         """Store a remote write 1.0 body (snappy block), all or nothing; returns the samples
         written. Raises ApiError or BadRequest (4xx, nothing stored) and whatever the backend
         raises (Unavailable)."""
-        scanned = decode_body(body, self.settings.max_decompressed_bytes)
+        try:
+            scanned = decode_body(body, self.settings.max_decompressed_bytes, self.settings.request_limits)
+        except TooLarge as e:
+            self._refuse(e.refusal, 0)
         self._check_counts(len(scanned.keys), len(scanned.timestamps))
         return await self._store(scanned)
 
     async def ingest_v2(self, body: bytes) -> int:
         """ingest() for a remote write 2.0 body (io.prometheus.write.v2.Request)."""
         raw = _decompress(body, self.settings.max_decompressed_bytes)
+        max_series = self.settings.request_limits.max_series
+        try:
+            bound_entries(raw, remote_write_v2.SERIES_FIELD, max_series)
+            bound_entries(raw, remote_write_v2.SYMBOLS_FIELD, max_series * remote_write_v2.SYMBOLS_PER_SERIES,
+                          f"symbols ({remote_write_v2.SYMBOLS_PER_SERIES} for each series a request may hold)",
+                          "request_symbols", spare=1)
+        except TooLarge as e:
+            self._refuse(e.refusal, 0)
         try:
             req = remote_write_v2.parse(raw)
             self._check_counts(*remote_write_v2.counts(req))
@@ -345,8 +360,11 @@ class RemoteWriteReceiver:
         """Before a label is parsed: a request of a million series costs nothing to refuse."""
         refusal = check_counts(series, samples, self.settings.request_limits)
         if refusal is not None:
-            self.metrics.samples_rejected.labels(reason=refusal.reason).inc(samples)
-            raise ApiError("bad_data", refusal.message)
+            self._refuse(refusal, samples)
+
+    def _refuse(self, refusal: Refusal, samples: int) -> NoReturn:
+        self.metrics.samples_rejected.labels(reason=refusal.reason).inc(samples)
+        raise ApiError("bad_data", refusal.message)
 
     async def _write(self, batch: WriteColumns) -> pb.WriteResponse:
         """The batch to the backend: as columns when it takes them (a store in this process, a
