@@ -293,6 +293,7 @@ class RemoteWriteReceiver:
         self.metrics = metrics
         self.cache = SeriesCache(series_cache)
         self.label_resends = 0  # writes resent with labels after the backend reported unknown ids
+        self._columnar: tuple[MetricsBackend, bool] | None = None
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/api/v1/write", self.write)
@@ -369,9 +370,13 @@ class RemoteWriteReceiver:
     async def _write(self, batch: WriteColumns) -> pb.WriteResponse:
         """The batch to the backend: as columns when it takes them (a store in this process, a
         proxy), else as a message."""
-        if isinstance(self.backend, ColumnarBackend):
-            return await self.backend.write_columns(batch)
-        return await self.backend.write(batch.to_request())
+        backend = self.backend
+        columnar = self._columnar
+        if columnar is None or columnar[0] is not backend:  # a runtime Protocol check is slow: once
+            columnar = self._columnar = (backend, isinstance(backend, ColumnarBackend))
+        if columnar[1]:
+            return await backend.write_columns(batch)  # type: ignore[attr-defined]
+        return await backend.write(batch.to_request())
 
     async def _store(self, scanned: Scanned) -> int:
         n = len(scanned.timestamps)

@@ -129,8 +129,9 @@ def bound_entries(raw: bytes, field: int, limit: int, what: str = "series", reas
     Each such field begins with its key byte, so a body holding that byte no more than ``spare``
     times the limit is let through with one ``bytes.count`` (split, it costs a few tens of MB at
     most, and its fields are counted exactly after); only one holding it more is walked, up to
-    ``limit + 1`` fields (12 ms per 100,000)."""
-    if not limit or raw.count(bytes([field << 3 | 2])) <= spare * limit:
+    ``limit + 1`` fields (12 ms per 100,000). A body of no more than ``2 * spare * limit`` bytes
+    cannot hold more than ``spare * limit`` fields (two bytes each at least) and is not looked at."""
+    if not limit or len(raw) <= 2 * spare * limit or raw.count(bytes([field << 3 | 2])) <= spare * limit:
         return
     if count_fields(raw, field, limit) > limit:
         raise TooLarge(Refusal(reason, f"write request has more than {limit} {what}, the limit per request; split it"))
