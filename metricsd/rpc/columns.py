@@ -95,6 +95,9 @@ class WriteColumns:
     values: np.ndarray  # float64
     labels: Mapping[int, Labels] = field(default_factory=dict)
     stamp_varints: bytes | np.ndarray | None = None
+    # The message these columns were read from (of_request): without labels, protobuf writes it
+    # back faster than the columns are encoded.
+    message: pb.WriteRequest | None = field(default=None, compare=False, repr=False)
 
     @property
     def samples(self) -> int:
@@ -116,6 +119,8 @@ class WriteColumns:
         """The batch as WriteRequest bytes, with the labels of ``labelled`` (default: every series
         in ``labels``)."""
         labels = series_entries(self.labels, self.labels if labelled is None else labelled)
+        if self.message is not None and not labels and not self.message.series:
+            return self.message.SerializeToString()
         return b"".join([*self.sample_fields(), labels])
 
     def to_request(self) -> pb.WriteRequest:
@@ -146,7 +151,7 @@ class WriteColumns:
         series' labels with a duplicate name."""
         return cls(np.array(request.ids, dtype=np.uint64), np.array(request.counts, dtype=np.int64),
                    np.array(request.timestamps, dtype=np.int64), np.array(request.values, dtype=np.float64),
-                   {s.id: labels_from_pb(s.labels) for s in request.series})
+                   {s.id: labels_from_pb(s.labels) for s in request.series}, message=request)
 
 
 @runtime_checkable
