@@ -28,7 +28,9 @@ from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.promql import PromQLError
 from metricsd.promql.queries import QueryRunner
+from metricsd.rpc import consistency
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
+from metricsd.rpc.consistency import CONSISTENCY_HEADER, CONSISTENCY_PARAM, Consistency
 from metricsd.rpc.missing import Missing, collecting, warning
 from metricsd.security.auth import Authenticator
 from metricsd.security.settings import ServerSecurity
@@ -70,6 +72,24 @@ def _as_api_error(e: Exception, settings: HttpSettings) -> ApiError | None:
 
 
 NATIVE_PREFIX = "/api/v1/metricsd/"
+PROMETHEUS_PREFIX = "/api/v1/"
+
+
+def read_consistency(request: web.Request) -> Consistency:
+    """The request's read consistency (metricsd/rpc/consistency.py): ``?consistency=`` or the
+    ``X-Metricsd-Consistency`` header (the parameter wins); by default ONE on the Prometheus API
+    (dashboards: one replica, hedged), QUORUM elsewhere (the native API, which the consumers'
+    pages and scripts read). Raises ApiError (400) for an unknown value."""
+    text = request.query.get(CONSISTENCY_PARAM) or request.headers.get(CONSISTENCY_HEADER)
+    if text:
+        try:
+            return consistency.parse(text)
+        except ValueError as e:
+            raise ApiError("bad_data", f'invalid parameter "{CONSISTENCY_PARAM}": {e}') from None
+    path = request.path
+    if path.startswith(PROMETHEUS_PREFIX) and not path.startswith(NATIVE_PREFIX):
+        return Consistency.ONE
+    return Consistency.QUORUM
 
 
 def _with_missing(resp: web.StreamResponse, missing: list[Missing], native: bool) -> web.StreamResponse:
@@ -97,7 +117,7 @@ def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> C
         resource = request.match_info.route.resource
         name = resource.canonical if resource is not None else "unmatched"
         try:
-            with collecting() as missing:
+            with collecting() as missing, consistency.reading_with(read_consistency(request)):
                 async with asyncio.timeout(settings.request_timeout_s):
                     resp = await handler(request)
             if missing:
