@@ -5,7 +5,8 @@ Before anything, a query passes the limits of metricsd/promql/limits.py (length,
 what bounds the parser, which holds the GIL) and waits for one of ``max_concurrency`` slots. The
 parse and the engine run on worker threads so the event loop keeps serving (the engine's source is
 immutable prefetched data, so that is safe), and the engine stops at its next node once the
-query's deadline has passed.
+query's deadline has passed. A small query (at most INLINE_SAMPLES samples and steps) is
+evaluated on the loop instead: the thread hop would cost it more than the evaluation.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from metricsd.rpc.backend import BadRequest, MetricsBackend
 __all__ = ["QueryRunner", "check_range"]
 
 PARSED_CACHE = 1024  # query texts whose parse QueryRunner keeps
+# A query whose prefetched data holds at most this many samples is evaluated on the event loop: the
+# hop to a worker thread and back (submit, a wake-up through the loop's self-pipe, the GIL changing
+# hands twice) cost more than the engine itself for a dashboard's small query (perf/RESULTS.md,
+# issue 23: a fifth of one store's CPU on rate() of one pod over an hour), while a query over
+# 20,000 samples holds the loop for about a millisecond.
+INLINE_SAMPLES = 20_000
 
 Path = Literal["pushdown", "engine"]
 
@@ -119,6 +126,10 @@ class QueryRunner:
         if source.samples > self.max_samples:
             raise PromQLError("execution", TOO_MANY_SAMPLES)
         engine = Engine(source, lookback_ms=self.lookback_ms, max_samples=self.max_samples, deadline=deadline)
+        if source.samples <= INLINE_SAMPLES and steps.size <= INLINE_SAMPLES:
+            if instant:
+                return engine.instant(expr, start_ms, parsed), "engine"
+            return engine.range(expr, start_ms, end_ms, step_ms, parsed), "engine"
         if instant:
             return await asyncio.to_thread(engine.instant, expr, start_ms, parsed), "engine"
         return await asyncio.to_thread(engine.range, expr, start_ms, end_ms, step_ms, parsed), "engine"
