@@ -10,8 +10,11 @@ figures), so that a change can be measured against its parent in the same minute
     .venv/bin/python perf/bench_reads.py --profile 10 --questions 1,b   # py-spy, 10 s a question
     METRICSD_EVENT_LOOP=asyncio .venv/bin/python perf/bench_reads.py    # the servers without uvloop
 
-``--extra-env NAME=VALUE`` starts the metricsd servers with that variable (an A/B of a setting);
-``--metricsd PATH`` runs another checkout's ``metricsd`` (a before/after of code).
+``--extra-env NAME=VALUE`` starts the metricsd servers with that variable (an A/B of a setting).
+``--variant NAME=DIR[,VAR=VALUE...]`` adds one more store process (``metricsd up``) running the
+code of checkout DIR (``git worktree add DIR COMMIT``; PYTHONPATH=DIR) with those variables, and
+``--cluster-variant`` one more cluster: the variants are fed and asked with the rest, interleaved,
+so a before/after is measured in the same minutes on the same load.
 """
 
 from __future__ import annotations
@@ -72,15 +75,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         servers: dict[str, Server] = {"metricsd-promql": procs.start_metricsd()}
         if not args.no_cluster:
             servers["metricsd-cluster-promql"] = procs.start_metricsd_cluster()
+        for spec, cluster in [(v, False) for v in args.variant] + [(v, True) for v in args.cluster_variant]:
+            name, _, rest = spec.partition("=")
+            folder, *envs = rest.split(",")
+            saved = dict(os.environ)
+            os.environ["PYTHONPATH"] = folder
+            os.environ.update(e.split("=", 1) for e in envs)  # type: ignore[misc]
+            try:
+                servers[name] = (procs.start_metricsd_cluster(name) if cluster else procs.start_metricsd(name))
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
         if not args.no_vm:
             servers["victoriametrics"] = procs.start_victoria_metrics()
-        grpc = {n: s for n, s in servers.items() if n.startswith("metricsd")}
+        grpc = {n: s for n, s in servers.items() if s.grpc_address}
         async with AsyncExitStack() as stack:
             http = await stack.enter_async_context(aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=64), timeout=aiohttp.ClientTimeout(total=300)))
-            if "metricsd-cluster-promql" in grpc:
-                async with MetricsClient(grpc["metricsd-cluster-promql"].grpc_address) as c:
-                    await wait_cluster_ready(c, "metricsd-cluster")
+            for n, s in grpc.items():
+                if s.tree:
+                    async with MetricsClient(s.grpc_address) as c:
+                        await wait_cluster_ready(c, n)
             writers = {n: StreamingBackend(open_channel(s.grpc_address), timeout_s=120) for n, s in grpc.items()}
             for w in writers.values():
                 stack.push_async_callback(w.close)
@@ -166,6 +181,8 @@ def main() -> int:
     p.add_argument("--no-vm", action="store_true")
     p.add_argument("--metricsd", default=str(compare_peers.METRICSD), help="the metricsd executable to run")
     p.add_argument("--extra-env", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=DIR[,VAR=VALUE...]")
+    p.add_argument("--cluster-variant", action="append", default=[], metavar="NAME=DIR[,VAR=VALUE...]")
     p.add_argument("--out", default=str(HERE / "results" / "bench_reads.json"))
     args = p.parse_args()
     compare_peers.METRICSD = Path(args.metricsd)
