@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
@@ -110,6 +111,17 @@ def _with_missing(resp: web.StreamResponse, missing: list[Missing], native: bool
 
 def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> Callable[..., Awaitable[
         web.StreamResponse]]:
+    # The metrics' children per (route, code): prometheus_client's labels() takes a lock and builds
+    # a key on every call. Bounded by the routes times the status codes.
+    counted: dict[tuple[str, int], Any] = {}
+    timed: dict[str, Any] = {}
+
+    def count(name: str, code: int) -> None:
+        child = counted.get((name, code))
+        if child is None:
+            child = counted[(name, code)] = metrics.requests.labels(handler=name, code=str(code))
+        child.inc()
+
     @web.middleware
     async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
         """Timeout, error mapping, gzip and request metrics, for every route."""
@@ -125,7 +137,7 @@ def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> C
         except web.HTTPException as e:
             err = _as_api_error(e, settings)
             if err is None:
-                metrics.requests.labels(handler=name, code=str(e.status)).inc()
+                count(name, e.status)
                 raise
             resp = _error_response(err)
         except Exception as e:
@@ -138,8 +150,11 @@ def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> C
                 and isinstance(resp.body, bytes) and len(resp.body) >= settings.gzip_min_bytes
                 and "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()):
             resp.enable_compression(web.ContentCoding.gzip)
-        metrics.requests.labels(handler=name, code=str(resp.status)).inc()
-        metrics.request_duration.labels(handler=name).observe(clock.monotonic() - started)
+        count(name, resp.status)
+        duration = timed.get(name)
+        if duration is None:
+            duration = timed[name] = metrics.request_duration.labels(handler=name)
+        duration.observe(clock.monotonic() - started)
         return resp
 
     return handle

@@ -20,7 +20,7 @@ import numpy as np
 from metricsd.promql import Engine, Matrix, MemorySource, PromQLError, Result, pushdown
 from metricsd.promql.engine import MAX_POINTS, parse, prettify
 from metricsd.promql.limits import Admission, QueryLimitError, QueryLimits, prescan
-from metricsd.promql.prefetch import fetch_all, plan_fetches
+from metricsd.promql.prefetch import PrefetchedSource, fetch_all, plan_fetches
 from metricsd.promql.selectors import TOO_MANY_SAMPLES, EvalContext
 from metricsd.rpc.backend import BadRequest, MetricsBackend
 
@@ -122,11 +122,13 @@ class QueryRunner:
         steps = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         ctx = EvalContext(MemorySource(), start_ms, end_ms, step_ms, steps, self.lookback_ms, self.max_samples,
                           negative_at)
-        source = await fetch_all(self.backend, plan_fetches(ast, ctx))
-        if source.samples > self.max_samples:
+        fetches = plan_fetches(ast, ctx)
+        source = await fetch_all(self.backend, fetches) if fetches else PrefetchedSource({})
+        samples = source.samples
+        if samples > self.max_samples:
             raise PromQLError("execution", TOO_MANY_SAMPLES)
         engine = Engine(source, lookback_ms=self.lookback_ms, max_samples=self.max_samples, deadline=deadline)
-        if source.samples <= INLINE_SAMPLES and steps.size <= INLINE_SAMPLES:
+        if samples <= INLINE_SAMPLES and steps.size <= INLINE_SAMPLES:
             if instant:
                 return engine.instant(expr, start_ms, parsed), "engine"
             return engine.range(expr, start_ms, end_ms, step_ms, parsed), "engine"
