@@ -1,9 +1,12 @@
-"""The event loop every metricsd process runs on: uvloop (libuv) when installed, asyncio's own
-otherwise or when ``METRICSD_EVENT_LOOP=asyncio`` says so.
+"""The event loop every metricsd process runs on: asyncio's own, or uvloop (libuv) with
+``METRICSD_EVENT_LOOP=uvloop`` when it is installed (``pip install uvloop``; the dev extra has it).
 
-aiohttp, asyncio streams and grpc.aio run on uvloop unchanged. A request's fixed cost is mostly
-the loop's own work (reading, scheduling, writing), and uvloop does that in C: perf/RESULTS.md
-("Reads at Go speed", issue 23) has the A/B, and ``METRICSD_EVENT_LOOP=asyncio`` repeats it.
+asyncio's is the default by measurement, not by habit (perf/RESULTS.md, "Reads at Go speed",
+issue 23). uvloop halves what an idle-loop gRPC exchange costs in perf/bench_grpc_calls.py, but a
+metricsd process serves aiohttp and grpc.aio together, and there three A/Bs of whole processes
+(perf/bench_reads.py, the same code on either loop, interleaved) answered the literal ``1`` slower
+on uvloop (p50 4.26 against 3.24 ms at load 8, CPU per question 0.65 against 0.57 ms), and
+rate() of one pod over an hour at the same CPU within the noise.
 """
 
 from __future__ import annotations
@@ -20,17 +23,17 @@ T = TypeVar("T")
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop factory, or None for asyncio's default (``METRICSD_EVENT_LOOP=asyncio``, or
-    uvloop not installed). Raises ValueError for another value of the variable."""
-    choice = os.environ.get(ENV, "uvloop").strip().lower() or "uvloop"
+    """None for asyncio's default loop, or uvloop's factory with ``METRICSD_EVENT_LOOP=uvloop``.
+    Raises ValueError for another value, or for uvloop when it is not installed."""
+    choice = os.environ.get(ENV, "asyncio").strip().lower() or "asyncio"
     if choice == "asyncio":
         return None
     if choice != "uvloop":
-        raise ValueError(f"{ENV}={choice!r}: use uvloop or asyncio")
+        raise ValueError(f"{ENV}={choice!r}: use asyncio or uvloop")
     try:
         import uvloop
-    except ImportError:  # a platform without a uvloop wheel
-        return None
+    except ImportError:
+        raise ValueError(f"{ENV}=uvloop, but uvloop is not installed (pip install uvloop)") from None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
 
