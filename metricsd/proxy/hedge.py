@@ -2,7 +2,7 @@
 
 The shell around quorum.plan_one and latency.LatencyTracker. The slots are covered by as few
 members as can hold them (plan_one); each member's call is a unit. When a member has not answered
-within its hedging delay (its recent p90), the same slots are covered again by the other replicas
+within its hedging delay (its recent p99, latency.py), the same slots are covered again by the other replicas
 (excluding it), and whichever cover answers first wins; the other is cancelled. A member that
 fails is replaced at once, the same way. So every slot's answer comes from exactly one reply,
 which an aggregate needs (group partials of two replicas of a slot must not both be summed).

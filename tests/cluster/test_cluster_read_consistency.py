@@ -113,7 +113,7 @@ async def test_promql_over_http_reads_one_replica_hedged_while_quorum_stays_a_pa
     assert "unknown read consistency 'all': use one or quorum" in body["error"]
 
     # Two of three stores frozen (not dead: their connections stay open and nothing answers). A
-    # dashboard's read asks one replica and hedges to the next after that store's recent p90, so
+    # dashboard's read asks one replica and hedges to the next after that store's recent p99, so
     # every answer comes from store-3, in much less than the call timeout.
     frozen = [cluster.stores["store-1"], cluster.stores["store-2"]]
     hedges = await cluster.counter("read_one_hedges")

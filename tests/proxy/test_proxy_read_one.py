@@ -73,7 +73,7 @@ def test_plan_one_without_a_member_covers_its_slots_with_the_others() -> None:
 # --- the hedging delay ------------------------------------------------------------------------
 
 
-def test_the_hedging_delay_is_the_members_p90_clamped_and_initial_before_enough_answers() -> None:
+def test_the_hedging_delay_is_a_quantile_of_the_members_answers_clamped_and_initial_before_enough_answers() -> None:
     t = LatencyTracker(HedgeSettings(quantile=0.9, window=100, min_samples=10, initial_s=0.05, min_s=0.002,
                                      max_s=0.5))
     assert t.delay("a") == 0.05
