@@ -173,8 +173,9 @@ class _Refused(Exception):
 
 
 class ReadPortClient:
-    """One connection to a store's read port, opened on first use (and again after it fails),
-    many requests in flight on it. A request cancelled by its caller (a timeout) leaves its late
+    """One connection to a store's read port, opened on first use and never again once it has
+    ended (the store may listen elsewhere now: ask its Health), many requests in flight on it. A
+    request cancelled by its caller (a timeout) leaves its late
     answer to be dropped. Raises Unavailable when the connection cannot be had or breaks, and the
     store's errors as GrpcBackend does (BadRequest, NotOwner, LimitExceeded, Unavailable)."""
 
@@ -188,6 +189,7 @@ class ReadPortClient:
         self._connecting = asyncio.Lock()
         self._waiting: dict[int, asyncio.Future[tuple[Kind, int, bytes]]] = {}
         self._next_id = 0
+        self._broken: str | None = None  # why the connection ended, once it has
 
     async def call(self, method: Method, request: Message) -> Any:
         name, _, response_type, _ = METHODS[method]
@@ -212,6 +214,10 @@ class ReadPortClient:
         async with self._connecting:
             if self._writer is not None and not self._writer.is_closing():
                 return self._writer
+            if self._broken is not None:
+                # Not dialled again: a restarted store listens on another port (0 picks one), and
+                # another process may have this one now. The owner asks the store's Health again.
+                raise Unavailable(f"read port {self.host}:{self.port}: the connection broke ({self._broken})")
             tls = self.security.tls if self.security is not None else None
             ctx = tls.ssl_context() if tls is not None else None
             server_name = (tls.server_name or self.host) if tls is not None else None
@@ -249,6 +255,7 @@ class ReadPortClient:
             writer.close()
             if self._writer is writer:
                 self._writer = None
+            self._broken = why
             err = Unavailable(f"read port {self.host}:{self.port}: the connection broke ({why})")
             for fut in list(self._waiting.values()):
                 if not fut.done():

@@ -190,3 +190,21 @@ async def test_a_proxy_member_reads_over_the_read_port_and_falls_back_to_grpc_wh
         assert member._port_client is None
     finally:
         await member.close()
+
+
+async def test_a_broken_connection_is_not_dialled_again_where_another_process_may_listen_now(served: Served) -> None:
+    """A restarted store listens on another read port; the old one may belong to another process
+    by then. The client fails instead of dialling it again, and its owner asks Health anew."""
+    client = served.client()
+    try:
+        assert len((await client.call(Method.READ, _read())).series) == PODS
+        await served.server.stop()
+        other = ReadPortServer(LocalBackend(StoreAPI(Store())), None)
+        try:
+            await other.start("127.0.0.1", served.port)  # a process of another store on the old port
+            with pytest.raises(Unavailable, match="the connection broke"):
+                await client.call(Method.READ, _read())
+        finally:
+            await other.stop()
+    finally:
+        await client.close()
