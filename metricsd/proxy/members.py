@@ -54,11 +54,16 @@ def is_slot_not_held(exc: BaseException) -> bool:
 class MemberClient(StreamingBackend):
     """A store over gRPC on a channel of its own; writes go over one WriteStream to it, and reads
     over its read port (metricsd/rpc/readport.py) when its Health names one: a read there costs
-    both ends a tenth of a unary gRPC call. The port is asked for with the first read (and again
-    ``REPROBE_S`` after the read port failed); until then, and for a store without one, reads go
-    over gRPC."""
+    both ends a tenth of a unary gRPC call. The port is asked for with the first read; until then,
+    for a store without one, and after the read port failed, reads go over gRPC. A read port that
+    cannot be reached (a firewall that drops its packets, say) is given up within a second, well
+    inside the call's timeout, and asked for again after ``REPROBE_S``, doubling while it stays
+    unreachable up to ``REPROBE_MAX_S``; one whose connection broke (a store restarted, on
+    another port) after ``REPROBE_S``."""
 
     REPROBE_S = 5.0
+    REPROBE_MAX_S = 320.0
+    CONNECT_TIMEOUT_S = 1.0
 
     def __init__(self, channel: grpc.aio.Channel, timeout_s: float, address: str = "",
                  security: ClientSecurity | None = None, use_read_port: bool = True) -> None:
@@ -69,6 +74,8 @@ class MemberClient(StreamingBackend):
         self._port_client: ReadPortClient | None = None
         self._probed_at: float | None = None
         self._probing: asyncio.Lock | None = None
+        self._retry_after = self.REPROBE_S
+        self._unreachable = 0  # read ports in a row that could not be connected to
 
     async def _read_port(self) -> ReadPortClient | None:
         if not self.use_read_port:
@@ -76,11 +83,11 @@ class MemberClient(StreamingBackend):
         if self._port_client is not None:
             return self._port_client
         now = time.monotonic()
-        if self._probed_at is not None and now - self._probed_at < self.REPROBE_S:
+        if self._probed_at is not None and now - self._probed_at < self._retry_after:
             return None
         self._probing = self._probing or asyncio.Lock()
         async with self._probing:
-            if self._port_client is None and (self._probed_at is None or now - self._probed_at >= self.REPROBE_S):
+            if self._port_client is None and (self._probed_at is None or now - self._probed_at >= self._retry_after):
                 self._probed_at = now
                 try:
                     port = (await super().health()).read_port
@@ -88,7 +95,8 @@ class MemberClient(StreamingBackend):
                     return None
                 if port:
                     host = self.address.rpartition(":")[0].strip("[]")
-                    self._port_client = ReadPortClient(host, port, self.security, self.timeout_s)
+                    self._port_client = ReadPortClient(host, port, self.security,
+                                                       min(self.CONNECT_TIMEOUT_S, self.timeout_s / 4))
         return self._port_client
 
     async def _over_port(self, method: Method, request: Any, grpc_call: Callable[[Any], Awaitable[T]]) -> T:
@@ -100,8 +108,10 @@ class MemberClient(StreamingBackend):
             except Unavailable as e:
                 if "read port" not in str(e):
                     raise  # the store's own answer
+                self._unreachable = self._unreachable + 1 if "cannot connect" in str(e) else 0
+                self._retry_after = min(self.REPROBE_MAX_S, self.REPROBE_S * 2 ** max(0, self._unreachable - 1))
                 log.info("%s: the read port failed (%s); reads go over gRPC for %g s", self.address, e,
-                         self.REPROBE_S)
+                         self._retry_after)
                 self._port_client = None
                 self._probed_at = time.monotonic()
                 await client.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,3 +208,24 @@ async def test_a_broken_connection_is_not_dialled_again_where_another_process_ma
             await other.stop()
     finally:
         await client.close()
+
+
+async def test_a_read_port_that_cannot_be_reached_is_given_up_within_the_call_and_asked_for_less_often(
+        served: Served, free_ports: Callable[[], int]) -> None:
+    """A store whose Health names a port nothing answers on (a firewall, say): each read still
+    answers over gRPC at once, and the port is tried again after 5 s, then 10 s, ..."""
+    backend = AdvertisedReadPort(LocalBackend(StoreAPI(served.store)), free_ports())
+    grpc_server, grpc_port = await start_cluster_grpc(MetricsServicer(backend), backend, "127.0.0.1", 0, None)
+    address = f"127.0.0.1:{grpc_port}"
+    member = MemberClient(open_channel(address), 5.0, address)
+    try:
+        waits = []
+        for _ in range(3):
+            assert len((await member.read(_read())).series) == PODS
+            assert member._port_client is None
+            waits.append(member._retry_after)
+            member._probed_at = -1e9  # as if the wait had passed
+        assert waits == [5.0, 10.0, 20.0]
+    finally:
+        await member.close()
+        await grpc_server.stop(None)
