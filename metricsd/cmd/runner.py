@@ -14,6 +14,7 @@ from typing import Any
 
 from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
 from metricsd.cluster.shardmap import KeyLayout
+from metricsd.cmd import eventloop
 
 __all__ = ["add_etcd_arguments", "address", "etcd_from_args", "layout_from_args", "port", "run_main",
            "run_service", "stop_event"]
@@ -73,7 +74,7 @@ def run_main(name: str, main: Coroutine[Any, Any, object],
     line on stderr and exit status 1 instead of a traceback; Ctrl-C is a clean exit. A coroutine
     that returns an int returns the exit status itself."""
     try:
-        result = asyncio.run(main)
+        result = eventloop.run(main)
     except errors as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 1

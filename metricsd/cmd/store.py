@@ -44,6 +44,7 @@ from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.health import start_cluster_grpc
+from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
 from metricsd.security.settings import ClientSecurity
 from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
 from metricsd.store.engine import Store
@@ -76,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="address proxies dial, written into the member record (default: --host:--grpc-port, "
                         "or the host name when binding 0.0.0.0)")
     add_etcd_arguments(p, required=False)
+    p.add_argument("--read-port", type=int, default=0, metavar="PORT",
+                   help="port of the read port, where proxies read with less overhead than gRPC (0: any free port, "
+                        "named in the store's Health answer; -1: none, proxies read over gRPC; default %(default)s)")
     p.add_argument("--lease-ttl", type=int, default=LEASE_TTL_S,
                    help="member lease, seconds: a dead store leaves the map this long after (default %(default)s)")
     p.add_argument("--deregister-on-exit", "--leave-on-exit", dest="deregister_on_exit", action="store_true",
@@ -168,6 +172,10 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
                                    on_refused=_refresher(member))
         background.append(asyncio.create_task(_replicate(store, durability, api, member, args, peers),
                                               name="replication"))
+    read_port: ReadPortServer | None = None
+    if args.read_port >= 0:
+        read_port = ReadPortServer(backend, security)
+        backend = AdvertisedReadPort(backend, await read_port.start(args.host, args.read_port))
     server, bound = await start_cluster_grpc(StoreNodeServicer(backend, api), backend, args.host, args.grpc_port,
                                              security)
     probes = await serve_probes(args, backend)
@@ -185,6 +193,8 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
     finally:
         _log.info("store %s stopping", member_id)
         await server.stop(grace=2.0)
+        if read_port is not None:
+            await read_port.stop()
         if probes is not None:
             await probes.stop(grace=None)
         if member is not None:

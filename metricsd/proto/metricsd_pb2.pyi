@@ -426,7 +426,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("status", "member", "version")
+    __slots__ = ("status", "member", "version", "read_port")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[HealthResponse.Status]
@@ -440,10 +440,12 @@ class HealthResponse(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    READ_PORT_FIELD_NUMBER: _ClassVar[int]
     status: HealthResponse.Status
     member: str
     version: str
-    def __init__(self, status: _Optional[_Union[HealthResponse.Status, str]] = ..., member: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+    read_port: int
+    def __init__(self, status: _Optional[_Union[HealthResponse.Status, str]] = ..., member: _Optional[str] = ..., version: _Optional[str] = ..., read_port: _Optional[int] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()
