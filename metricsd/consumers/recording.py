@@ -89,7 +89,12 @@ def hpa_series(entry: Mapping[str, Any]) -> list[Sample]:
     """One HPA decision: replicas now, wanted and allowed, the alert, and each metric against its target.
 
     `metricsd_hpa_target_utilization_ratio{resource}` is a Utilization target over 100, the same
-    unit as sum(usage) / sum(requests), so a dashboard draws the two on one axis.
+    unit as sum(usage) / sum(requests), so a dashboard draws the two on one axis. A predictive HPA
+    adds its forecast: `hpa_predicted_replicas` (the floor the forecast asks for; absent while it
+    falls back), `hpa_prediction_active` (0 while it falls back), and per metric the forecast peak
+    within the horizon at the current replicas (`hpa_metric_predicted`, in the target's unit;
+    `hpa_predicted_utilization_ratio{resource}` for a Utilization target, over 100), the replicas
+    it asks for and the forecast's recent relative error.
     """
     ns, name = _split(str(entry.get("hpa", "")))
     out = _Out({"namespace": ns, "pod": f"hpa:{name}", "hpa": name, "workload": _target_name(entry.get("target"))})
@@ -102,6 +107,10 @@ def hpa_series(entry: Mapping[str, Any]) -> list[Sample]:
     if "alert" in result:
         out.add("hpa_at_max_alert", bool(result["alert"]))
         out.add("hpa_used_history", bool(result.get("usedHistory")))
+    prediction = result.get("prediction")
+    if isinstance(prediction, Mapping):
+        out.add("hpa_predicted_replicas", prediction.get("replicas"))
+        out.add("hpa_prediction_active", bool(prediction.get("active")))
     for row in inputs.get("metrics") or []:
         metric = str(row.get("metric", ""))
         target = row.get("target") or {}
@@ -113,6 +122,14 @@ def hpa_series(entry: Mapping[str, Any]) -> list[Sample]:
         value = _number(target.get("value"))
         if source == "Resource" and kind == "Utilization" and value is not None:
             out.add("hpa_target_utilization_ratio", value / 100.0, resource=resource)
+        predicted = row.get("prediction")
+        if isinstance(predicted, Mapping):
+            out.add("hpa_metric_predicted", predicted.get("value"), metric=metric, target_type=kind)
+            out.add("hpa_metric_predicted_replicas", predicted.get("replicas"), metric=metric)
+            out.add("hpa_forecast_error_ratio", predicted.get("error"), metric=metric)
+            utilization = _number(predicted.get("value"))
+            if source == "Resource" and kind == "Utilization" and utilization is not None:
+                out.add("hpa_predicted_utilization_ratio", utilization / 100.0, resource=resource)
     return out.samples
 
 

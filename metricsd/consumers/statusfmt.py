@@ -69,7 +69,24 @@ def _hpa(entries: Sequence[Mapping[str, Any]]) -> str:
         sources = sorted({str(m.get("source")) for m in inputs.get("metrics", [])})
         action = res.get("action", "none") + (" ALERT" if res.get("alert") else "")
         rows.append([e.get("time"), e.get("hpa"), e.get("rule"), replicas, metrics, ",".join(sources), action])
-    return table(["TIME", "HPA", "RULE", "REPLICAS", "METRICS (current/target)", "SOURCE", "ACTION"], rows)
+    headers = ["TIME", "HPA", "RULE", "REPLICAS", "METRICS (current/target)", "SOURCE", "ACTION"]
+    if any("prediction" in e.get("result", {}) for e in entries):
+        headers.append("FORECAST")
+        for row, e in zip(rows, entries, strict=True):
+            row.append(_forecast(e.get("result", {}).get("prediction")))
+    return table(headers, rows)
+
+
+def _forecast(p: Mapping[str, Any] | None) -> str:
+    """A predictive HPA's column: the replicas its forecast asks for and its recent error, or why it
+    fell back."""
+    if not p:
+        return "-"
+    error = p.get("error")
+    error_text = f" (error {100 * error:.0f}%)" if isinstance(error, int | float) else ""
+    if p.get("active"):
+        return f"{p.get('replicas')} replicas{error_text}"
+    return f"off: {p.get('reason')}{error_text}"
 
 
 def _vpa(entries: Sequence[Mapping[str, Any]]) -> str:
