@@ -35,7 +35,8 @@ import numpy as np
 from metricsd.cluster.chaosplan import AckLog, ChaosReport, Event, Workload, lost_samples, plan_events
 from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
 from metricsd.cluster.shardmap import KeyLayout, MemberState, ShardMap
-from metricsd.cmd.cluster import ClusterPlan, LocalCluster, ProcessSpec
+from metricsd.cmd.clusterplan import ClusterPlan, ProcessSpec
+from metricsd.cmd.launch import LocalCluster
 from metricsd.durations import parse_duration_ms
 from metricsd.model import series_id
 from metricsd.proto import metricsd_pb2 as pb
@@ -255,7 +256,7 @@ class Chaos:
         if ev.kind == "stop_etcd":
             await asyncio.to_thread(self.cluster.etcd.stop)
             await asyncio.sleep(ev.down_s)
-            await asyncio.to_thread(self.cluster.etcd.start)
+            await self.cluster.etcd.start_async()  # started from this thread: it ends with it
             return
         proc = self.cluster.procs[ev.target]
         proc.kill()
@@ -337,7 +338,7 @@ class Chaos:
         events = [e for e in plan_events(opts.seed, opts.duration_s, opts.stores, 2) if e.at_s < opts.duration_s]
         print(f"starting a cluster in {self.data_dir} (base port {self.plan.base_port}); {len(events)} faults "
               "planned", flush=True)
-        await asyncio.to_thread(self.cluster.start, 60.0)
+        await self.cluster.start(120.0)
         background: list[asyncio.Future[None]] = []
         try:
             for name in [s.name for s in self.plan.store_specs()]:
