@@ -25,6 +25,7 @@ from metricsd.cluster.member import ClusterMember
 from metricsd.cluster.shardmap import Member, validate_member_id
 from metricsd.cmd.runner import (
     add_etcd_arguments,
+    add_max_future_argument,
     address,
     etcd_from_args,
     layout_from_args,
@@ -112,6 +113,7 @@ def add_limit_arguments(p: argparse.ArgumentParser) -> None:
                         "HTTP 429). Default: half the memory (RAM or cgroup limit) / 24 KiB per series; 0: unlimited")
     p.add_argument("--max-new-series-per-minute", type=int, default=DEFAULT_NEW_SERIES_PER_MINUTE, metavar="N",
                    help="new series a namespace may create per minute (default %(default)s; 0: unlimited)")
+    add_max_future_argument(p)
 
 
 def store_settings(args: argparse.Namespace) -> StoreSettings:
@@ -123,7 +125,8 @@ def store_settings(args: argparse.Namespace) -> StoreSettings:
         _log.info("series limit %d (%.1f GiB of memory; --max-series to change)", max_series, mem / 2**30)
     if max_series < 0 or args.max_new_series_per_minute < 0:
         raise SystemExit("--max-series and --max-new-series-per-minute must be >= 0")
-    return StoreSettings(series_limits=SeriesLimits(max_series, args.max_new_series_per_minute))
+    return StoreSettings(series_limits=SeriesLimits(max_series, args.max_new_series_per_minute),
+                         max_future_ms=args.max_future)
 
 
 def advertised_address(host: str, grpc_port: int, advertise: str | None) -> str:

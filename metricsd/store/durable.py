@@ -35,7 +35,14 @@ from metricsd.rpc.backend import Unavailable
 from metricsd.rpc.wire import labels_from_pb
 from metricsd.store.api import StoreAPI, gc_loop
 from metricsd.store.engine import Store, ValidWrite, WriteResult
-from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, replay_wal, request_arrays
+from metricsd.store.recovery import (
+    CATCH_UP_WINDOW_MS,
+    Arrays,
+    RecoveryReport,
+    load_snapshot,
+    replay_wal,
+    request_arrays,
+)
 from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import capture, list_snapshots, write_snapshot
 from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
@@ -97,7 +104,7 @@ class Durability:
 
     # --- the write path --------------------------------------------------------------------
 
-    def write(self, request: pb.WriteRequest, catch_up: bool = False) -> WriteResult:
+    def write(self, request: pb.WriteRequest, catch_up: bool = False, arrays: Arrays | None = None) -> WriteResult:
         """Validate, log, apply. Raises InvalidSeries (nothing logged or stored) or WalError
         (nothing stored; the caller must not acknowledge).
 
@@ -106,7 +113,7 @@ class Durability:
         new = {s.id: labels_from_pb(s.labels) for s in request.series}
         window = CATCH_UP_WINDOW_MS if catch_up else None
         now_s = None if catch_up else self.clock.monotonic()  # series limits: live writes only
-        batch = self.store.validate(*request_arrays(request), new, ooo_window_ms=window, now_s=now_s)
+        batch = self.store.validate(*(arrays or request_arrays(request)), new, ooo_window_ms=window, now_s=now_s)
         if isinstance(batch, WriteResult):
             return batch  # unknown ids: nothing stored, so nothing to log
         self.wal.append(RecordType.CATCH_UP if catch_up else RecordType.WRITE, self._record(request, batch))
@@ -230,9 +237,9 @@ class DurableStoreAPI(StoreAPI):
         super().__init__(durability.store, member, durability.clock)
         self.durability = durability
 
-    def _write(self, request: pb.WriteRequest) -> WriteResult:
+    def _write(self, request: pb.WriteRequest, arrays: Arrays | None = None) -> WriteResult:
         try:
-            return self.durability.write(request)
+            return self.durability.write(request, arrays=arrays)
         except WalError as e:
             raise Unavailable(str(e)) from e
 

@@ -24,7 +24,7 @@ from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import SnapshotError, list_snapshots, read_snapshot, restore
 from metricsd.store.wal import RecordType, WalPosition, WriteAheadLog
 
-__all__ = ["CATCH_UP_WINDOW_MS", "RecoveryReport", "load_snapshot", "replay_wal", "request_arrays"]
+__all__ = ["CATCH_UP_WINDOW_MS", "Arrays", "RecoveryReport", "load_snapshot", "replay_wal", "request_arrays"]
 
 log = logging.getLogger("metricsd.store.recovery")
 
@@ -51,7 +51,10 @@ class RecoveryReport:
     replay_rejected_records: int = 0
 
 
-def request_arrays(req: pb.WriteRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # ids, counts, timestamps, values
+
+
+def request_arrays(req: pb.WriteRequest) -> Arrays:
     return (np.array(req.ids, dtype=np.uint64), np.array(req.counts, dtype=np.int64),
             np.array(req.timestamps, dtype=np.int64), np.array(req.values, dtype=np.float64))
 
