@@ -205,11 +205,22 @@ def _section_header(tag: bytes, dtype: int, payload: memoryview, count: int | No
 
 def write_snapshot(directory: Path, img: StoreImage) -> tuple[Path, int]:
     """Write atomically (temp file, fsync, rename, fsync the directory); returns (path, bytes).
-    Safe to run on another thread: the image shares nothing with the store."""
+    Safe to run on another thread: the image shares nothing with the store. Raises OSError (a full
+    disk) with the temp file removed, so a failed snapshot does not keep the space it took."""
     directory.mkdir(parents=True, exist_ok=True)
     path = snapshot_path(directory, img.position)
     tmp = path.with_name(path.name + ".tmp")
-    secs = _sections(img)
+    try:
+        size = _write_file(tmp, _sections(img))
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    fsync_dir(directory)
+    return path, size
+
+
+def _write_file(tmp: Path, secs: list[tuple[bytes, bytes | np.ndarray]]) -> int:
     written = 0
     with open(tmp, "wb") as f:
         f.write(_FILE_HEADER.pack(MAGIC, VERSION, 0))
@@ -223,10 +234,7 @@ def write_snapshot(directory: Path, img: StoreImage) -> tuple[Path, int]:
         f.write(_section_header(_END, 0, memoryview(b""), len(secs)))
         f.flush()
         os.fsync(f.fileno())
-        size = f.tell()
-    os.replace(tmp, path)
-    fsync_dir(directory)
-    return path, size
+        return f.tell()
 
 
 def read_snapshot(path: Path) -> StoreImage:

@@ -218,6 +218,8 @@ class WriteAheadLog:
         return self.position
 
     def _create(self, segment: int) -> None:
+        """Make and open segment ``segment``. Raises OSError with nothing left behind (a full disk:
+        the half-made file is removed, so the number can be made again once there is room)."""
         path = segment_path(self.directory, segment)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
@@ -227,6 +229,7 @@ class WriteAheadLog:
                 fsync_dir(self.directory)
         except OSError:
             os.close(fd)
+            path.unlink(missing_ok=True)
             raise
         self._fd, self._segment, self._offset = fd, segment, SEGMENT_HEADER_SIZE
         self._dirty = False
@@ -244,7 +247,10 @@ class WriteAheadLog:
             raise WalError(f"write-ahead log unusable: {self._failed}")
         need = RECORD_HEADER_SIZE + len(payload)
         if self._offset > SEGMENT_HEADER_SIZE and self._offset + need > self.segment_bytes:
-            self.roll()
+            try:
+                self.roll()
+            except WalError as e:
+                raise WalError(f"WAL append failed: {e}") from e
         header = encode_record_header(rtype, payload)
         fd = self._fd
         assert fd is not None
@@ -256,7 +262,7 @@ class WriteAheadLog:
                 os.lseek(fd, self._offset, os.SEEK_SET)
             except OSError as e2:
                 self._failed = f"append failed ({e}) and could not be undone ({e2})"
-            raise WalError(f"WAL append failed: {e}") from e
+            raise WalError(f"WAL append failed: {e.strerror or e}") from e
         self._offset += need
         self.stats.records_appended += 1
         self.stats.bytes_appended += need
@@ -281,16 +287,22 @@ class WriteAheadLog:
         self._failed = reason
 
     def roll(self) -> WalPosition:
-        """Start a new segment unless the current one holds no record yet; returns where the next record goes."""
+        """Start a new segment unless the current one holds no record yet; returns where the next record goes.
+
+        Raises WalError when the new segment cannot be made (a full disk); the log then goes on
+        in the current segment, and the next roll tries again."""
         if self._fd is None:
             raise RuntimeError("roll() before open_for_append()")
         if self._offset == SEGMENT_HEADER_SIZE:
             return self.position
         if self.policy is not FsyncPolicy.NEVER and self._dirty:
             self._fsync(self._fd)
-        os.close(self._fd)
-        self._fd = None
-        self._create(self._segment + 1)
+        old = self._fd
+        try:
+            self._create(self._segment + 1)  # the new one first: a failure leaves the old one open
+        except OSError as e:
+            raise WalError(f"{e.strerror or e} (creating WAL segment {self._segment + 1})") from e
+        os.close(old)
         return self.position
 
     @property
