@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from metricsd.cluster.member import ClusterMember
-from metricsd.cluster.shardmap import Member, validate_member_id
+from metricsd.cluster.shardmap import Member, MemberState, validate_member_id
 from metricsd.cmd.runner import (
     add_etcd_arguments,
     add_max_future_argument,
@@ -41,6 +41,7 @@ from metricsd.cmd.security import (
     server_from_args,
 )
 from metricsd.memory import total_memory_bytes
+from metricsd.proto import metricsd_pb2 as pb
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
@@ -165,11 +166,16 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
         kv = etcd_from_args(args)
         if args.grpc_port == 0 and not args.advertise:
             raise ValueError("--grpc-port 0 needs --advertise in a cluster (the member record names the port)")
-        record = Member(member_id, advertised_address(args.host, args.grpc_port, args.advertise))
+        lost = bool(durability is not None and durability.recovery.lost)
+        # A restart that lost data registers joining: proxies read from it only once it caught up.
+        record = Member(member_id, advertised_address(args.host, args.grpc_port, args.advertise),
+                        MemberState.JOINING if lost else MemberState.ACTIVE)
+        if lost:
+            api.status = pb.HealthResponse.CATCHING_UP
         member = ClusterMember(kv, layout_from_args(args), record, ttl=args.lease_ttl)
         backend = OwnershipBackend(backend, member_id, member.maps, store_write_slots(store),
                                    on_refused=_refresher(member))
-        background.append(asyncio.create_task(_replicate(store, durability, api, member, args, peers),
+        background.append(asyncio.create_task(_replicate(store, durability, api, member, args, peers, lost),
                                               name="replication"))
     server, bound = await start_cluster_grpc(StoreNodeServicer(backend, api), backend, args.host, args.grpc_port,
                                              security)
@@ -211,14 +217,14 @@ async def _stop_task(tasks: list[asyncio.Task[Any]], name: str) -> None:
 
 
 async def _replicate(store: Store, durability: Any, api: StoreAPI, member: ClusterMember,
-                     args: argparse.Namespace, peers: ClientSecurity) -> None:
+                     args: argparse.Namespace, peers: ClientSecurity, behind: bool = False) -> None:
     from metricsd.clock import SystemClock
     from metricsd.replica.catchup_client import local_apply
     from metricsd.replica.replication import ReplicaSync, SyncSettings
 
     sync = ReplicaSync(store, local_apply(store, durability), api, member.id, member.maps, SystemClock(),
                        SyncSettings(interval_s=args.sync_interval), publish=member.set_state,
-                       security=peers)
+                       security=peers, behind=behind)
     try:
         await sync.run()
     finally:

@@ -256,7 +256,7 @@ def read_snapshot(path: Path) -> StoreImage:
         pos += _SECTION.size
         if tag == _END:
             if zlib.crc32(b"", zlib.crc32(head)) != crc:
-                raise SnapshotError("end marker checksum mismatch")
+                raise SnapshotError(f"end marker at byte {pos - _SECTION.size}: checksum mismatch")
             if n != len(found):
                 raise SnapshotError(f"end marker counts {n} sections, found {len(found)}")
             if pos != len(buf):
@@ -265,10 +265,12 @@ def read_snapshot(path: Path) -> StoreImage:
         if tag not in _SCHEMA or dtype != _SCHEMA[tag]:
             raise SnapshotError(f"unexpected section {bytes(tag)!r} (type {dtype}) at byte {pos - _SECTION.size}")
         if pos + n > len(buf):
-            raise SnapshotError(f"section {tag.decode()} runs past the end of the file")
+            raise SnapshotError(f"section {tag.decode()} at byte {pos - _SECTION.size} runs past the end of the file "
+                                f"({n} bytes from byte {pos}, {len(buf)} in the file)")
         payload = view[pos : pos + n]
         if zlib.crc32(payload, zlib.crc32(head)) != crc:
-            raise SnapshotError(f"section {tag.decode()} checksum mismatch")
+            raise SnapshotError(f"section {tag.decode()} at byte {pos - _SECTION.size}: checksum mismatch over bytes "
+                                f"{pos - _SECTION.size}..{pos + n}")
         found[tag] = payload
         pos += n
     missing = sorted(t.decode() for t in set(_SCHEMA) - set(found))

@@ -115,7 +115,7 @@ async def test_a_store_on_a_full_disk_refuses_writes_answers_reads_and_resumes_w
         again, d2 = open_store(fs / "data", durability=DSET)  # what a restart finds: every ack, no refusal
         try:
             assert _held(again) == _want(acked) and not _held(again) & _want(refused)
-            assert d2.recovery.corrupt_tails == 0
+            assert d2.recovery.lost == [] and d2.recovery.corrupt_tails == 0
         finally:
             d2.close(snapshot=False)
 
