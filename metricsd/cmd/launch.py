@@ -247,3 +247,30 @@ async def _listening(host: str, port: int) -> bool:
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     return True
+
+
+def supervise(argv: list[str]) -> int:
+    """A launcher of one child, as ``cluster up`` launches each: ``python -m metricsd.cmd.launch
+    LOG -- COMMAND...`` starts COMMAND with its output appended to LOG, told to end with this
+    process; prints the child's pid on a line of its own, waits for it and exits with its status.
+    ``metricsd chaos`` runs a store this way and SIGKILLs the launcher, to check that the child
+    goes with it. It ends with its own parent too."""
+    import sys
+
+    from metricsd.parentdeath import die_with_parent
+
+    die_with_parent()
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m metricsd.cmd.launch LOG -- COMMAND...", file=sys.stderr)
+        return 2
+    with open(argv[0], "ab") as out:
+        child = subprocess.Popen(argv[2:], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 env=parent_env(dict(os.environ, PYTHONUNBUFFERED="1")), start_new_session=True)
+    print(child.pid, flush=True)
+    return child.wait()
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(supervise(sys.argv[1:]))

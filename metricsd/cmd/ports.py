@@ -16,12 +16,14 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import random
 import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Holder", "TcpSocket", "describe_taken", "holders_of", "parse_proc_net_tcp", "port_free", "taken_ports"]
+__all__ = ["Holder", "TcpSocket", "describe_taken", "free_range", "holders_of", "parse_proc_net_tcp", "port_free",
+           "taken_ports"]
 
 _LISTEN = 0x0A
 _STATES = {0x01: "ESTABLISHED", 0x06: "TIME_WAIT", 0x08: "CLOSE_WAIT", _LISTEN: "LISTEN"}
@@ -176,3 +178,14 @@ def taken_ports(host: str, wanted: dict[int, str], proc: Path = Path("/proc")) -
     """A line per port of ``wanted`` (port -> what needs it) that cannot be bound now."""
     return [describe_taken(host, port, role, proc) for port, role in sorted(wanted.items())
             if not port_free(host, port)]
+
+
+def free_range(host: str, span: int, low: int = 20_000, high: int = 60_000, tries: int = 200) -> int:
+    """A base port B, a multiple of 10, with B .. B + span - 1 all free now (another process may
+    take one before we do). Raises RuntimeError when none is found."""
+    rng = random.Random()
+    for _ in range(tries):
+        base = rng.randrange(low, high - span, 10)
+        if all(port_free(host, p) for p in range(base, base + span)):
+            return base
+    raise RuntimeError(f"no free range of {span} ports on {host}")

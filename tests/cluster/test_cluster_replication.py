@@ -267,7 +267,10 @@ def test_the_fault_schedule_is_seeded_and_one_store_is_away_at_a_time() -> None:
     first = plan_events(1, 600, 4, 2)
     assert first == plan_events(1, 600, 4, 2) and first != plan_events(2, 600, 4, 2)
     kinds = {e.kind for e in plan_events(3, 60, 4, 2)}
-    assert kinds == {"kill_store", "wipe_store", "stop_etcd", "kill_proxy"}
+    assert kinds == {"kill_store", "wipe_store", "corrupt_store", "kill_launcher", "fill_disk", "stop_etcd",
+                     "kill_proxy"}
+    assert {e.target for e in plan_events(3, 600, 4, 2) if e.kind == "fill_disk"} == {"store-1"}
+    assert "fill_disk" not in {e.kind for e in plan_events(3, 60, 4, 2, disk_store=None)}
     kills = [e for e in first if e.kind.endswith("_store")]
     assert all(x.at_s + x.down_s < y.at_s for x, y in itertools.pairwise(kills))
     assert all(0 < e.at_s < 600 for e in first) and all(e.target.startswith("store-") for e in kills)
