@@ -65,6 +65,9 @@ __all__ = ["ChaosOptions", "ChaosPlan", "add_parser", "run", "run_chaos"]
 
 log = logging.getLogger("metricsd.chaos")
 
+# A proxy's channel to a store that was down retries with back-off up to this (proxy/members.py).
+PROXY_RECONNECT_S = dict(RECONNECT_OPTIONS)["grpc.max_reconnect_backoff_ms"] / 1000
+
 
 @dataclass(frozen=True)
 class ChaosPlan(ClusterPlan):
@@ -234,19 +237,23 @@ class Chaos:
         """Seconds until the store answers SERVING and the map has it active with slots (a store
         whose slots moved away while it was down is level only once it has caught up new ones)."""
         t0 = time.monotonic()
-        counted = False
+        back_at: float | None = None
         while time.monotonic() - t0 < timeout_s:
             status = await self.health(self.store_address(name))
-            if status >= 0 and not counted:
-                counted = True
-                self.stores_down -= 1
+            if status >= 0 and back_at is None:
+                back_at = time.monotonic()
             if status == pb.HealthResponse.SERVING and await self.member_active(name):
                 took = time.monotonic() - t0
                 if await self.health(self.store_address(name)) == pb.HealthResponse.SERVING:
+                    # The proxies' channels to it may still be in their reconnect back-off (at most
+                    # PROXY_RECONNECT_S after it answers): to them it is down until then, so it counts
+                    # as down for the reads' quorum and the next fault waits.
+                    assert back_at is not None
+                    await asyncio.sleep(max(0.0, back_at + PROXY_RECONNECT_S - time.monotonic()))
+                    self.stores_down -= 1
                     return took
             await asyncio.sleep(0.2)
-        if not counted:
-            self.stores_down -= 1
+        self.stores_down -= 1
         proc = self.cluster.procs.get(name)
         exited = f" (it exited with code {proc.returncode})" if proc is not None and proc.poll() is not None else ""
         raise RuntimeError(f"{name} not level within {timeout_s:.0f} s{exited}; see "

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,8 +64,6 @@ def damage_store_files(data_dir: Path, rng: random.Random) -> list[str]:
 
 def wipe_dir(path: Path) -> None:
     """Remove everything under ``path`` but ``path`` itself (it may be a mount point)."""
-    import shutil
-
     if not path.exists():
         return
     for child in path.iterdir():
