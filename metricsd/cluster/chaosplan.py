@@ -54,7 +54,7 @@ def plan_events(seed: int, duration_s: float, stores: int, proxies: int, *, max_
     of 0.5 .. ``max_store_down_s``, some longer than a member lease so that slots move), one etcd
     outage at 40% (``etcd_down_s``, at most a tenth of the run), one proxy kill at 65% of the run;
     ``disk_store``'s disk full at 20% (``disk_full_s``, at most a tenth of the run; none without a
-    disk store) and a store's launcher killed at 85%; one more of each per further 5 minutes. The
+    disk store) and a store's launcher killed at 30%; one more of each per further 5 minutes. The
     middle store kill (and every fifth after it) wipes the store's data; the second (and every
     fifth after it) corrupts its files. Sorted by time."""
     rng = random.Random(seed)
@@ -80,7 +80,7 @@ def plan_events(seed: int, duration_s: float, stores: int, proxies: int, *, max_
         if disk_store is not None:
             events.append(Event(round(block * (k + 0.2), 1), "fill_disk", disk_store,
                                 round(min(disk_full_s, duration_s / 10), 1)))
-        events.append(Event(round(block * (k + 0.85), 1), "kill_launcher", f"store-{rng.randint(1, stores)}",
+        events.append(Event(round(block * (k + 0.3), 1), "kill_launcher", f"store-{rng.randint(1, stores)}",
                             round(rng.uniform(1.0, 4.0), 1)))
     return sorted(events, key=lambda e: e.at_s)
 
