@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from metricsd.consumers.quantity import QuantityError, format_cpu, parse_quantity
@@ -43,19 +44,26 @@ def _unit(value: float, resource: str) -> tuple[float, str]:
     return (value, "cores") if resource == "cpu" else (value / _GIB, "GiB")
 
 
+def _fixed2(value: float) -> str:
+    """A non-negative amount with two decimals, rounded as JavaScript's toFixed(2) rounds (the exact
+    binary value, halves up), so the dashboard's copy of these words (static/words.js) prints the
+    same digits."""
+    return str(Decimal(value).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
 def amount_words(value: float, resource: str, reclaimable_word: bool = True) -> str:
     """One resource's reclaimable amount: '54.53 cores reclaimable' or 'under-requested by 48.42 GiB'.
 
     Negative means the pods' weekly peaks need more than they request: nothing can be taken back,
-    and the requests should rise by that much. An amount that rounds to zero is not negative.
+    and the requests should rise by that much. An amount that prints as 0.00 is not negative.
 
     >>> amount_words(-48.42 * 2**30, "memory")
     'under-requested by 48.42 GiB'
     """
     amount, unit = _unit(value, resource)
-    if round(amount, 2) < 0:
-        return f"under-requested by {-amount:.2f} {unit}"
-    return f"{amount if amount > 0 else 0.0:.2f} {unit}" + (" reclaimable" if reclaimable_word else "")
+    if amount < 0 and _fixed2(-amount) != "0.00":
+        return f"under-requested by {_fixed2(-amount)} {unit}"
+    return f"{_fixed2(amount if amount > 0 else 0.0)} {unit}" + (" reclaimable" if reclaimable_word else "")
 
 
 def reclaimable_words(cluster: Mapping[str, float | None]) -> str:

@@ -56,10 +56,15 @@ def test_the_advisors_line_names_an_under_request_instead_of_a_negative_amount(c
 
 
 @given(st.floats(min_value=-1e15, max_value=1e15, allow_nan=False), st.sampled_from(["cpu", "memory"]))
-def test_an_amount_is_under_requested_exactly_when_it_rounds_below_zero(value: float, resource: str) -> None:
+def test_an_amount_is_under_requested_only_when_below_zero_and_never_shows_a_minus(value: float,
+                                                                                   resource: str) -> None:
     words = amount_words(value, resource)
     shown = value if resource == "cpu" else value / GIB
-    assert words.startswith("under-requested by ") == (round(shown, 2) < 0)
+    if words.startswith("under-requested by "):
+        assert shown < 0 and float(words.split()[2]) == pytest.approx(-shown, abs=0.005 + 1e-9 * -shown)
+    else:
+        assert shown > -0.005 - 1e-12 and words.endswith(" reclaimable")
+        assert float(words.split()[0]) == pytest.approx(max(shown, 0.0), abs=0.005 + 1e-9 * abs(shown))
     assert "-" not in words.replace("under-requested", "")
 
 
