@@ -107,10 +107,11 @@ def screenshot_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     return tmp_path_factory.mktemp(name)
 
 
-def save(page: Any, directory: Path, name: str) -> Path:
-    """A full-page screenshot in ``directory``, copied to $METRICSD_SCREENSHOTS when it is set."""
+def save(page: Any, directory: Path, name: str, clip: dict[str, float] | None = None) -> Path:
+    """A full-page screenshot (or the ``clip`` of it) in ``directory``, copied to
+    $METRICSD_SCREENSHOTS when it is set."""
     path = directory / name
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=True, clip=clip)
     keep = os.environ.get(KEEP_ENV)
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
@@ -178,6 +179,20 @@ def open_page(page: Any, base: str, range_s: int = 900) -> None:
     page.wait_for_function("() => document.body.dataset.loaded !== ''", timeout=60_000)
 
 
+def _wait_loaded(page: Any, loaded: str, problems: list[str], timeout_ms: int = 90_000) -> None:
+    """Wait for <body data-loaded> to say ``loaded``; on a timeout, say what the page showed."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(f"() => document.body.dataset.loaded === '{loaded}'", timeout=timeout_ms)
+    except PlaywrightTimeout:
+        states = page.evaluate(
+            "() => [...document.querySelectorAll('figure.chart')].map(f => `${f.id}: ${f.dataset.state}`)")
+        shown = page.evaluate("document.body.dataset.loaded")
+        raise AssertionError(f"the page never showed {loaded!r}: data-loaded={shown!r}, status "
+                             f"{page.inner_text('#status')!r}, charts {states}, problems {problems}") from None
+
+
 def workload_view(page: Any, namespace: str, workload: str, problems: list[str]) -> View:
     """Pick a namespace and workload as a user would and wait until everything is drawn."""
     page.click("#tab-workload")
@@ -185,13 +200,13 @@ def workload_view(page: Any, namespace: str, workload: str, problems: list[str])
     page.wait_for_function(
         f"() => [...document.querySelectorAll('#workload option')].some(o => o.value === '{workload}')")
     page.select_option("#workload", workload)
-    page.wait_for_function(f"() => document.body.dataset.loaded === '{namespace}/{workload}'", timeout=60_000)
+    _wait_loaded(page, f"{namespace}/{workload}", problems)
     return _read(page, WORKLOAD_CHARTS, problems)
 
 
 def cluster_view(page: Any, problems: list[str]) -> View:
     page.click("#tab-cluster")
-    page.wait_for_function("() => document.body.dataset.loaded === 'cluster'", timeout=60_000)
+    _wait_loaded(page, "cluster", problems)
     return _read(page, CLUSTER_CHARTS, problems)
 
 

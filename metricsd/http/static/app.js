@@ -100,9 +100,12 @@ function fill(select, values, wanted) {
   if (wanted && values.includes(wanted)) select.value = wanted;
 }
 
+// The namespace's workloads; the one asked for, else the one selected now if the namespace has it
+// (a user may pick one before the list comes back), else the first.
 async function loadWorkloads(wanted) {
   const ns = $("namespace").value;
-  fill($("workload"), ns ? await labelValues("workload", `{namespace=${quote(ns)},workload!=""}`) : [], wanted);
+  const values = ns ? await labelValues("workload", `{namespace=${quote(ns)},workload!=""}`) : [];
+  fill($("workload"), values, wanted || $("workload").value);
 }
 
 function schedule() {

@@ -44,27 +44,43 @@ export function yRange(u, min, max) {
   return [lo < 0 ? lo * 1.1 : lo, hi];
 }
 
-// Number labels drawn above a marker series' points, e.g. "1", "2" for the scaling actions
-// listed under the chart.
+// A y range from some of the series only: points that lie outside it (a reading far off the line)
+// are cut rather than squashing the lines to the bottom.
+function rangeOf(series) {
+  const values = series.flatMap((s) => s.values.filter((v) => v != null));
+  return (u, min, max) => yRange(u, values.length ? Math.min(...values) : min, values.length ? Math.max(...values) : max);
+}
+
+// Number labels drawn by a marker series' points, e.g. "1", "2" for the scaling actions listed
+// under the chart: above the point, else below it when that would overlap a label already drawn,
+// else left out (the list still has it).
 function markerLabels(series) {
   return (u) => {
     const ctx = u.ctx;
     const ratio = uPlot.pxRatio || 1;
+    const size = 11 * ratio;
+    const drawn = [];
+    const free = (box) => drawn.every((b) => box.x1 < b.x0 || box.x0 > b.x1 || box.y1 < b.y0 || box.y0 > b.y1);
     ctx.save();
-    ctx.font = `600 ${11 * ratio}px system-ui, sans-serif`;
+    ctx.font = `600 ${size}px system-ui, sans-serif`;
     ctx.textAlign = "center";
-    ctx.textBaseline = "bottom";
+    ctx.textBaseline = "middle";
     series.forEach((s, k) => {
-      if (!s.labels) return;
-      const si = k + 1;
-      if (!u.series[si].show) return;
+      if (!s.labels || !u.series[k + 1].show) return;
       ctx.fillStyle = s.color;
       s.values.forEach((v, i) => {
         const label = s.labels[i];
         if (v == null || !label) return;
         const x = u.valToPos(u.data[0][i], "x", true);
         const y = u.valToPos(v, "y", true);
-        ctx.fillText(label, x, y - 7 * ratio);
+        const half = ctx.measureText(label).width / 2 + 2 * ratio;
+        for (const cy of [y - size, y + size]) {
+          const box = { x0: x - half, x1: x + half, y0: cy - size / 2, y1: cy + size / 2 };
+          if (!free(box)) continue;
+          ctx.fillText(label, x, cy);
+          drawn.push(box);
+          break;
+        }
       });
     });
     ctx.restore();
@@ -73,7 +89,8 @@ function markerLabels(series) {
 
 // series: [{label, values, color, fmt?, dash?, width?, bars?, pointsOnly?, withPoints?, stepped?,
 //           labels? (text above each point), value? (legend text for index i)}]
-// opts: {fmt, incrs?, hours?, xLabel?, note?, emptyNote?, bands? ([[upper label, lower label]]), bandFill?}
+// opts: {fmt, incrs?, hours?, xLabel?, note?, emptyNote?, bands? ([[upper label, lower label]]), bandFill?,
+//        rangeFrom? (labels of the series the y range is taken from; default all)}
 export function draw(id, x, series, opts) {
   forget(id);
   const counts = {};
@@ -93,7 +110,10 @@ export function draw(id, x, series, opts) {
   const u = new uPlot({
     width: Math.max(300, el.clientWidth), height: HEIGHT,
     cursor: opts.hours ? {} : { sync: { key: "time" } },
-    scales: { x: opts.hours ? { time: false, range: [-0.5, 23.5] } : { time: true }, y: { range: yRange } },
+    scales: {
+      x: opts.hours ? { time: false, range: [-0.5, 23.5] } : { time: true },
+      y: { range: opts.rangeFrom ? rangeOf(series.filter((s) => opts.rangeFrom.includes(s.label))) : yRange },
+    },
     axes: [
       opts.hours ? { label: opts.xLabel, values: (u, vs) => vs.map((v) => `${v}h`), incrs: [1, 2, 3, 6] } : {},
       { size: 64, values: (u, vs) => vs.map(fmt), incrs: opts.incrs },

@@ -7,7 +7,7 @@ import { getJSON, latest, onGrid, promInstant, promRange, promRangeBy, rawSample
 import { amountWords, bytes, cores, count, percent, statusLine } from "./words.js";
 
 const $ = (id) => document.getElementById(id);
-const ACTIONS_LISTED = 10;
+const ACTIONS_LISTED = 30;
 
 // ---- CPU, memory and utilisation ------------------------------------------------------------
 
@@ -64,10 +64,12 @@ export async function loadUtilisation(sel, grid, fresh) {
   if (target != null) {
     series.push({ label: "HPA target", values: target, color: COLOR.target, dash: [6, 4], stepped: true });
     series.push({ label: "HPA's reading", values: onGrid(grid, readings.map((r) => [r.t, r.v])),
-      color: COLOR.hpa, pointsOnly: true, pointSize: 5 });
+      color: COLOR.hpa, pointsOnly: true, pointSize: grid.rangeS > 3600 ? 3 : 5 });
     note = "";
   }
-  draw("chart-utilisation", grid.x, series, { fmt: percent, note });
+  // The readings are instants the line averages over; one far off it (4 pods at 550% before the
+  // first scale-up) would squash the line, so the range follows the line and the target.
+  draw("chart-utilisation", grid.x, series, { fmt: percent, note, rangeFrom: ["utilisation", "HPA target"] });
 }
 
 // ---- replicas and scaling actions -----------------------------------------------------------
