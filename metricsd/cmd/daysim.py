@@ -25,6 +25,7 @@ from metricsd.consumers.hpa.controller import HPAController, HPAControllerSettin
 from metricsd.consumers.hpa.observe import ObserveSettings
 from metricsd.consumers.hpa.parse import load_hpa_yaml
 from metricsd.consumers.hpa.spec import ControllerSettings, HPASpec
+from metricsd.consumers.publish import DecisionPublisher
 from metricsd.model import Labels, series_id, stale_marker
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import labels_to_pb
@@ -162,8 +163,13 @@ def _calibrate(cfg: SimConfig, start_ms: int, cols: np.ndarray) -> float:
     return float(used.sum() / ((ts[-1] - ts[0]) / 1000.0))
 
 
-async def run_day(settings: DaySettings | None = None) -> DayResult:
-    """Run the HPA over the simulated period; returns the replica curve, one row per sync."""
+async def run_day(settings: DaySettings | None = None, api: StoreAPI | None = None,
+                  publish: bool = False) -> DayResult:
+    """Run the HPA over the simulated period; returns the replica curve, one row per sync.
+
+    `api` is the store written to (a new one by default); with `publish` each sync's decisions are
+    also written back as series (consumers/recording.py), as `metricsd up` does, so a dashboard
+    over `api` draws the day (tests/http/test_dashboard_browser_day.py)."""
     s = settings or DaySettings()
     spec: HPASpec = load_hpa_yaml(s.spec_yaml)[0]
     cfg = SimConfig(pods=s.load_pods + s.other_pods, workloads=6, nodes=4, namespaces=3, seed=s.seed,
@@ -176,8 +182,9 @@ async def run_day(settings: DaySettings | None = None) -> DayResult:
     other_cols = np.array([i for i in range(len(wl)) if wl[i] != "big"], dtype=np.int64)
     scale = s.peak_load_cores / _calibrate(cfg, s.start_ms, big_cols)
 
-    api = StoreAPI(Store())
+    api = api if api is not None else StoreAPI(Store())
     backend = LocalBackend(api)
+    publisher = DecisionPublisher(backend) if publish else None
     clock = ManualClock(s.start_ms)
     ref = WorkloadRef(spec.namespace, spec.scale_target_ref.kind, spec.scale_target_ref.name,
                       spec.scale_target_ref.api_version)
@@ -202,7 +209,10 @@ async def run_day(settings: DaySettings | None = None) -> DayResult:
         while next_sync < ts:
             if not math.isnan(load):
                 clock.set(next_sync)
-                entry = (await controller.sync_once())[0]
+                entries = await controller.sync_once()
+                if publisher is not None:
+                    await publisher.publish("hpa", entries)
+                entry = entries[0]
                 res = entry["result"]
                 result.times_ms.append(next_sync)
                 result.load_cores.append(load)
