@@ -49,7 +49,7 @@ Sample = tuple[Labels, float]
 
 _VPA_BOUNDS = (("target", "target"), ("lowerBound", "lower"), ("upperBound", "upper"),
                ("uncappedTarget", "uncapped"))
-# A store refuses label values over 1,024 bytes; words about long metric names are cut well before.
+# A store refuses label values over 1,024 bytes; words about long names are cut well before (bytes).
 _WHY_MAX = 400
 _PHASES = ("Online", "OnlineToOffline", "Offline", "OfflineToOnline")
 
@@ -108,7 +108,7 @@ def hpa_series(entry: Mapping[str, Any]) -> list[Sample]:
     out.add("hpa_max_replicas", result.get("maxReplicas"))
     decision = {"reason": str(entry.get("rule", "")), "action": str(result.get("action", "none"))}
     if entry.get("why"):
-        decision["why"] = str(entry["why"])[:_WHY_MAX]
+        decision["why"] = str(entry["why"]).encode()[:_WHY_MAX].decode("utf-8", "ignore")
     if result.get("schedule"):
         decision["schedule"] = str(result["schedule"])
     out.add("hpa_decision", result.get("desiredReplicas"), **decision)

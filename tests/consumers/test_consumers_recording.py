@@ -68,13 +68,14 @@ def test_an_hpa_decision_becomes_replica_and_target_series_keyed_by_its_workload
 
 
 def test_the_decision_series_names_the_schedule_and_keeps_its_words_within_a_label_values_limit() -> None:
-    entry = {**HPA_ENTRY, "rule": "BelowMinReplicas", "why": "x" * 5000,
-             "result": {**HPA_ENTRY["result"], "schedule": "evening-peak"}}
-    (labels,) = [lab for lab, _ in hpa_series(entry) if dict(lab)["__name__"] == "metricsd_hpa_decision"]
-    d = dict(labels)
-    assert (d["reason"], d["schedule"], d["action"]) == ("BelowMinReplicas", "evening-peak", "dry-run")
-    assert 0 < len(d["why"]) <= 400
-    validate_labels(labels)
+    for why in ("x" * 5000, "€" * 5000):  # cut by bytes, on a character's boundary
+        entry = {**HPA_ENTRY, "rule": "BelowMinReplicas", "why": why,
+                 "result": {**HPA_ENTRY["result"], "schedule": "evening-peak"}}
+        (labels,) = [lab for lab, _ in hpa_series(entry) if dict(lab)["__name__"] == "metricsd_hpa_decision"]
+        d = dict(labels)
+        assert (d["reason"], d["schedule"], d["action"]) == ("BelowMinReplicas", "evening-peak", "dry-run")
+        assert 0 < len(d["why"].encode()) <= 400 and set(d["why"]) == {why[0]}
+        validate_labels(labels)
 
 
 def test_an_hpa_without_pods_publishes_only_what_it_knows() -> None:
