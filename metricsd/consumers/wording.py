@@ -153,8 +153,8 @@ def hpa_why(reason: str, ctx: HPAContext) -> str:
         else f"above the maximum of {ctx.max_replicas}",
         "TooManyReplicas": f"{more}, but {above_max}",
         "TooFewReplicas": f"{fewer}, but {below_min}",
-        "ScaleUpLimit": f"{more}; adding them as fast as the scale-up policy allows",
-        "ScaleDownLimit": f"{fewer}; removing them as fast as the scale-down policy allows",
+        "ScaleUpLimit": f"{more}; adding replicas as fast as the scale-up policy allows",
+        "ScaleDownLimit": f"{fewer}; removing replicas as fast as the scale-down policy allows",
         "MaxStepLimit": f"{ctx.driver or 'the metrics ask for a bigger change'}; one action may change the count by "
                         "at most the step limit",
         "ScaleUpStabilized": f"{more}, but the scale-up stabilisation window keeps the lowest recent recommendation",

@@ -86,10 +86,10 @@ PLAIN = HPAContext(3, 9, 3, 9, None, "CPU utilisation above its 70% target")
     pytest.param("TooFewReplicas", EVENING,
                  "CPU utilisation below its 50% target, but schedule evening-peak raises the minimum from 10 to 36",
                  id="the metrics want fewer than a scheduled minimum"),
-    pytest.param("ScaleUpLimit", PLAIN, "CPU utilisation above its 70% target; adding them as fast as the scale-up "
-                 "policy allows", id="scale-up policy"),
-    pytest.param("ScaleDownLimit", HPAContext(3, 9), "the metrics ask for fewer replicas; removing them as fast as "
-                 "the scale-down policy allows", id="scale-down policy without a driver"),
+    pytest.param("ScaleUpLimit", PLAIN, "CPU utilisation above its 70% target; adding replicas as fast as the "
+                 "scale-up policy allows", id="scale-up policy"),
+    pytest.param("ScaleDownLimit", HPAContext(3, 9), "the metrics ask for fewer replicas; removing replicas as fast "
+                 "as the scale-down policy allows", id="scale-down policy without a driver"),
     pytest.param("ScaleDownStabilized", EVENING, "CPU utilisation below its 50% target, but the scale-down "
                  "stabilisation window keeps the highest recent recommendation", id="stabilised"),
     pytest.param("MaxStepLimit", PLAIN, "CPU utilisation above its 70% target; one action may change the count by "
