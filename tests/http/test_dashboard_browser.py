@@ -103,8 +103,10 @@ def test_a_workload_with_an_hpa_shows_its_replicas_next_to_its_utilisation(metri
         pixels = {c: view.pixels(page, c, USAGE) for c in ("chart-cpu", "chart-memory", "chart-utilisation",
                                                            "chart-replicas")}
         rows = int(page.get_attribute("#pods", "data-rows") or 0)
+        asked = (page.get_attribute("body", "data-auth"), page.is_visible("#auth"), page.is_visible("#token-forget"))
         save(page, shots, "workload-hpa.png")
     assert problems == []
+    assert asked == ("", False, False)  # a server without tokens: no token asked for, none held
     c = view.charts
     for chart_id in ("chart-cpu", "chart-memory", "chart-utilisation", "chart-replicas"):
         assert c[chart_id].state == "ready" and not c[chart_id].hidden, (chart_id, c[chart_id])

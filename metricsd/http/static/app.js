@@ -8,11 +8,15 @@
 // - cluster: the nodes the colocation plan lends and returns over the day, the cluster's
 //   capacity, requested, used and reclaimable cores and memory, and its usage by hour of day.
 //
+// On a server with tokens the first 401 or 403 brings up a form for a bearer token (auth.js), and
+// the page starts again with it.
+//
 // <body data-loaded> is set once everything of a view is drawn ("namespace/workload" for the
 // workload view, "cluster" for the cluster view), and each chart's <figure> reports its state
 // (charts.js), so a browser test (tests/http/test_dashboard_browser.py) can tell a drawn chart from
 // an empty one.
 
+import { askForToken, asking, isAuthError, wireTokenForm } from "./auth.js";
 import { resizeAll, setFigure } from "./charts.js";
 import { loadCapacity, loadHours, loadNodes, summariseCluster } from "./cluster.js";
 import { labelValues, quote, timeGrid } from "./data.js";
@@ -24,6 +28,14 @@ const state = { seq: 0, timer: null, view: "workload" };
 const $ = (id) => document.getElementById(id);
 
 function setStatus(text) { $("status").textContent = text; }
+
+// A failure to load: a refused token brings up the token form (which says why), anything else
+// goes to the status.
+function failed(e) {
+  if (!isAuthError(e)) { setStatus(`error: ${e.message}`); return; }
+  askForToken(e);
+  setStatus(`waiting for a token (HTTP ${e.status})`);
+}
 
 // Runs the loaders of one view; a loader that fails marks its charts as failed and the others go on.
 async function settle(fresh, jobs) {
@@ -72,6 +84,7 @@ async function loadCluster(fresh, grid) {
 }
 
 async function load() {
+  if (asking()) return;
   const seq = ++state.seq;
   const fresh = () => seq === state.seq;
   const view = state.view;
@@ -90,8 +103,13 @@ async function load() {
   const results = await (view === "cluster" ? loadCluster(fresh, grid) : loadWorkload(fresh, grid));
   if (!fresh() || results === null) return;
   resizeAll();
-  const failed = results.filter((r) => r.status === "rejected");
-  setStatus(failed.length ? `error: ${failed[0].reason.message}` : `updated ${new Date().toLocaleTimeString()}`);
+  const rejected = results.filter((r) => r.status === "rejected").map((r) => r.reason);
+  if (rejected.length) {
+    failed(rejected.find(isAuthError) || rejected[0]);
+    if (asking()) return;
+  } else {
+    setStatus(`updated ${new Date().toLocaleTimeString()}`);
+  }
   document.body.dataset.loaded = view === "cluster" ? "cluster" : `${$("namespace").value}/${$("workload").value}`;
 }
 
@@ -118,27 +136,34 @@ function show(view) {
   load();
 }
 
-async function init() {
+// The namespaces and workloads, then the view: when the page opens, and again with a new token.
+async function start() {
+  const hash = new URLSearchParams(location.hash.slice(1));
+  try {
+    fill($("namespace"), await labelValues("namespace", '{workload!=""}'), $("namespace").value || hash.get("namespace"));
+    await loadWorkloads($("workload").value || hash.get("workload"));
+  } catch (e) {
+    failed(e);
+    return;
+  }
+  load();
+}
+
+function init() {
   const hash = new URLSearchParams(location.hash.slice(1));
   if (hash.get("range")) $("range").value = hash.get("range");
   state.view = VIEWS.includes(hash.get("view")) ? hash.get("view") : "workload";
-  try {
-    fill($("namespace"), await labelValues("namespace", '{workload!=""}'), hash.get("namespace"));
-    await loadWorkloads(hash.get("workload"));
-  } catch (e) {
-    setStatus(`error: ${e.message}`);
-    return;
-  }
   $("namespace").addEventListener("change", () => {
-    loadWorkloads().then(() => show("workload"), (e) => setStatus(`error: ${e.message}`));
+    loadWorkloads().then(() => show("workload"), failed);
   });
   $("workload").addEventListener("change", () => show("workload"));
   $("range").addEventListener("change", load);
   $("auto").addEventListener("change", schedule);
   for (const v of VIEWS) $(`tab-${v}`).addEventListener("click", () => show(v));
+  wireTokenForm(start);
   new ResizeObserver(resizeAll).observe(document.querySelector("main"));
   schedule();
-  load();
+  start();
 }
 
 init();

@@ -5,16 +5,50 @@
 // and on a cluster's proxy, where the consumers run in processes of their own.
 
 const STEPS = [10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+const TOKEN_KEY = "metricsd.token";
 export const clock = { skewMs: 0 };
+
+// The bearer token a server with tokens needs (auth.js asks for it), kept in sessionStorage: this
+// tab only, gone when it closes, never in a URL. Where storage is refused, it lasts for this page.
+let tokenInMemory = "";
+export const token = {
+  get() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch { return tokenInMemory; }
+  },
+  set(value) {
+    tokenInMemory = value;
+    try { sessionStorage.setItem(TOKEN_KEY, value); } catch { /* kept in memory */ }
+  },
+  forget() {
+    tokenInMemory = "";
+    try { sessionStorage.removeItem(TOKEN_KEY); } catch { /* nothing kept */ }
+  },
+};
+
+// The server's token check said no: 401 (no token, or one it does not know) or 403 (a token
+// without the role). `sent` says whether this request carried a token.
+export class AuthError extends Error {
+  constructor(status, message, sent) {
+    super(message);
+    this.name = "AuthError";
+    this.status = status;
+    this.sent = sent;
+  }
+}
 
 export async function getJSON(path, params = {}) {
   const url = new URL(path, document.baseURI);
   for (const [k, v] of Object.entries(params)) url.searchParams.append(k, String(v));
-  const resp = await fetch(url, { headers: { Accept: "application/json" } });
+  const headers = { Accept: "application/json" };
+  const bearer = token.get();
+  if (bearer) headers.Authorization = `Bearer ${bearer}`;
+  const resp = await fetch(url, { headers });
   const date = resp.headers.get("Date");
   if (date) clock.skewMs = Date.parse(date) - Date.now(); // draw on the server's clock
-  const body = await resp.json();
-  if (!resp.ok || body.status === "error") throw new Error(body.error || `${resp.status} ${resp.statusText}`);
+  const body = await resp.json().catch(() => null); // a proxy in front may answer in HTML
+  const message = body?.error || `${resp.status} ${resp.statusText}`;
+  if (resp.status === 401 || resp.status === 403) throw new AuthError(resp.status, message, Boolean(bearer));
+  if (!resp.ok || !body || body.status === "error") throw new Error(message);
   return body;
 }
 
