@@ -5,14 +5,22 @@ view is reached as a user reaches it (the tabs, the namespace and workload lists
 until the page says it is drawn (<body data-loaded>), read back (every chart's state, points per
 series, the pixels its canvas holds) and photographed: the screenshots go to a directory under
 pytest's tmp dir and, when METRICSD_SCREENSHOTS names a directory, are copied there to keep.
+
+On a server with TLS and tokens, the tests read its API with `Auth` (its CA and a token), and
+Chromium trusts the server's own certificate by its public key (`trust`), nothing else; the page
+asks for the token as it asks a user (`enter_token`).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import re
 import shutil
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -70,14 +78,24 @@ def browser_missing() -> str | None:
     return None
 
 
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as r:
+@dataclass(frozen=True)
+class Auth:
+    """How to reach a server with TLS and tokens: trust ``ca``, send ``token``."""
+
+    ca: Path
+    token: str
+
+
+def get_json(url: str, auth: Auth | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {auth.token}"} if auth else {}
+    context = ssl.create_default_context(cafile=str(auth.ca)) if auth else None
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10, context=context) as r:
         return json.load(r)
 
 
-def instant(base: str, query: str) -> list[dict[str, Any]]:
+def instant(base: str, query: str, auth: Auth | None = None) -> list[dict[str, Any]]:
     """An instant PromQL query's result list."""
-    return list(get_json(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}")["data"]["result"])
+    return list(get_json(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}", auth)["data"]["result"])
 
 
 def wait_for(what: str, probe: Callable[[], bool], alive: Callable[[], str | None], timeout_s: float = 90.0) -> None:
@@ -96,11 +114,11 @@ def wait_for(what: str, probe: Callable[[], bool], alive: Callable[[], str | Non
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
-def published(base: str, metric: str, age_s: int = 12) -> bool:
+def published(base: str, metric: str, age_s: int = 12, auth: Auth | None = None) -> bool:
     """Whether ``metric`` has had samples for ``age_s`` seconds: the page's 15-minute grid has 10 s
     steps and ends on a whole step, so a sample from the last seconds is not drawn yet, and a few
     steps of decisions make a line one can see in the screenshot."""
-    return bool(instant(base, f"{metric} offset {age_s}s"))
+    return bool(instant(base, f"{metric} offset {age_s}s", auth))
 
 
 def screenshot_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
@@ -141,16 +159,30 @@ class View:
         return dict(page.evaluate(_COUNT_PIXELS, [chart_id, list(rgb)]))
 
 
+def spki_sha256(cert: Path) -> str:
+    """base64 of the SHA-256 of a certificate's public key, as Chromium's
+    --ignore-certificate-errors-spki-list takes it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    key = x509.load_pem_x509_certificate(cert.read_bytes()).public_key()
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
 @contextmanager
-def chromium_page(problems: list[str]) -> Iterator[Any]:
+def chromium_page(problems: list[str], trust: Path | None = None) -> Iterator[Any]:
     """A 1400x1000 page in headless Chromium that records page errors, console errors and failed
-    requests into ``problems``."""
+    requests into ``problems``. ``trust``: a server certificate (a throw-away CA's) that Chromium
+    accepts by its public key; any other certificate error still fails."""
     from playwright.sync_api import sync_playwright
 
+    args = CHROMIUM_ARGS + ([f"--ignore-certificate-errors-spki-list={spki_sha256(trust)}"] if trust else [])
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=args)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            # (a context of its own, so that a test may open a second tab in it: page.context.new_page())
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
             page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
             page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
@@ -171,9 +203,34 @@ def _read(page: Any, ids: tuple[str, ...], problems: list[str]) -> View:
     return View(charts, page.inner_text("#summary"), list(problems))
 
 
-def open_page(page: Any, base: str, range_s: int = 900) -> None:
-    """The page as a user opens it; then the shortest range, where minutes of decisions are visible."""
+# What Chromium logs for each API call a server refuses before the page has a token.
+REFUSED = re.compile(r"^console error: Failed to load resource: the server responded with a status of 40[13]\b")
+
+
+def wait_for_token_form(page: Any, auth: str) -> str:
+    """Wait until the page asks for a token with <body data-auth> ``auth``; its message."""
+    page.wait_for_function(f"() => document.body.dataset.auth === '{auth}'", timeout=60_000)
+    assert page.is_visible("#auth") and page.is_hidden("#content")
+    return str(page.inner_text("#auth-message"))
+
+
+def enter_token(page: Any, token: str, problems: list[str]) -> None:
+    """Type a token into the page's form and send it, as a user does; the refusals the page met
+    while it had no good token (Chromium logs each as a console error) are checked and dropped."""
+    assert all(REFUSED.match(p) for p in problems), problems
+    problems.clear()
+    page.fill("#token", token)
+    page.click("#auth-form button[type=submit]")
+
+
+def open_page(page: Any, base: str, range_s: int = 900, token: str | None = None,
+              problems: list[str] | None = None) -> None:
+    """The page as a user opens it (with ``token``: asked for one, entering it); then the shortest
+    range, where minutes of decisions are visible."""
     page.goto(base + "/")
+    if token is not None:
+        wait_for_token_form(page, "needed")
+        enter_token(page, token, problems if problems is not None else [])
     page.wait_for_function("() => document.body.dataset.loaded !== ''", timeout=60_000)
     page.select_option("#range", str(range_s))
     page.wait_for_function("() => document.body.dataset.loaded !== ''", timeout=60_000)
