@@ -32,6 +32,7 @@ from metricsd.consumers.hpa.controller import HPAController, HPAControllerSettin
 from metricsd.consumers.hpa.observe import ObserveSettings
 from metricsd.consumers.hpa.parse import load_hpa_yaml
 from metricsd.consumers.hpa.spec import ControllerSettings, HPASpec
+from metricsd.consumers.publish import DecisionPublisher
 from metricsd.model import Labels, series_id, stale_marker
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import labels_to_pb
@@ -222,10 +223,15 @@ def _calibrate(cfg: SimConfig, start_ms: int, cols: np.ndarray) -> float:
     return float(used.sum() / ((ts[-1] - ts[0]) / 1000.0))
 
 
-async def run_day(settings: DaySettings | None = None) -> DayResult:
-    """Run the HPA of `settings.spec_yaml` over the simulated period; one row per sync."""
+async def run_day(settings: DaySettings | None = None, api: StoreAPI | None = None,
+                  publish: bool = False) -> DayResult:
+    """Run the HPA of `settings.spec_yaml` over the simulated period; one row per sync.
+
+    `api` is the store written to (a new one by default); with `publish` each sync's decisions are
+    also written back as series (consumers/recording.py), as `metricsd up` does, so a dashboard
+    over `api` draws the day (tests/http/test_dashboard_browser_day.py)."""
     s = settings or DaySettings()
-    return (await run_days(s, [s.spec_yaml]))[0]
+    return (await run_days(s, [s.spec_yaml], api, publish))[0]
 
 
 def _record(result: DayResult, entry: dict[str, Any], at_ms: int, load: float, replicas: int, ready: int,
@@ -249,7 +255,8 @@ def _record(result: DayResult, entry: dict[str, Any], at_ms: int, load: float, r
     result.prediction_reason.append(prediction.get("reason"))
 
 
-async def run_days(settings: DaySettings, spec_yamls: list[str]) -> list[DayResult]:
+async def run_days(settings: DaySettings, spec_yamls: list[str], api: StoreAPI | None = None,
+                   publish: bool = False) -> list[DayResult]:
     """Run one HPA per spec, side by side on the same load, each on its own copy of the frontend."""
     s = settings
     specs: list[HPASpec] = [load_hpa_yaml(y)[0] for y in spec_yamls]
@@ -265,8 +272,9 @@ async def run_days(settings: DaySettings, spec_yamls: list[str]) -> list[DayResu
     other_cols = np.array([i for i in range(len(wl)) if wl[i] != "big"], dtype=np.int64)
     scale = s.peak_load_cores / _calibrate(cfg, s.start_ms, big_cols)
 
-    api = StoreAPI(Store())
+    api = api if api is not None else StoreAPI(Store())
     backend = LocalBackend(api)
+    publisher = DecisionPublisher(backend) if publish else None
     clock = ManualClock(s.start_ms)
     refs = [WorkloadRef(sp.namespace, sp.scale_target_ref.kind, sp.scale_target_ref.name,
                         sp.scale_target_ref.api_version) for sp in specs]
@@ -296,6 +304,8 @@ async def run_days(settings: DaySettings, spec_yamls: list[str]) -> list[DayResu
                 clock.set(next_sync)
                 ready = [f.ready(next_sync) for f in frontends]
                 entries = await controller.sync_once()
+                if publisher is not None:
+                    await publisher.publish("hpa", entries)
                 for i, entry in enumerate(entries):
                     replicas = cluster.replicas[refs[i]]
                     frontends[i].resize(replicas, next_sync)

@@ -49,6 +49,8 @@ Sample = tuple[Labels, float]
 
 _VPA_BOUNDS = (("target", "target"), ("lowerBound", "lower"), ("upperBound", "upper"),
                ("uncappedTarget", "uncapped"))
+# A store refuses label values over 1,024 bytes; words about long names are cut well before (bytes).
+_WHY_MAX = 400
 _PHASES = ("Online", "OnlineToOffline", "Offline", "OfflineToOnline")
 
 
@@ -88,6 +90,11 @@ def _target_name(target: object) -> str:
 def hpa_series(entry: Mapping[str, Any]) -> list[Sample]:
     """One HPA decision: replicas now, wanted and allowed, the alert, and each metric against its target.
 
+    `metricsd_hpa_decision{reason, action, why, schedule}` is the desired count again, labelled with
+    the rule that set it (`why`: in words, wording.py) and what was done (`action`: none, dry-run,
+    scaled, failed), so a dashboard can mark each scaling action with its reason. The words carry
+    no per-sync numbers, so the labels take a few values per HPA, not one per sync.
+
     `metricsd_hpa_target_utilization_ratio{resource}` is a Utilization target over 100, the same
     unit as sum(usage) / sum(requests), so a dashboard draws the two on one axis. A predictive HPA
     adds its forecast: `hpa_predicted_replicas` (the floor the forecast asks for; absent while it
@@ -104,6 +111,12 @@ def hpa_series(entry: Mapping[str, Any]) -> list[Sample]:
     out.add("hpa_desired_replicas", result.get("desiredReplicas"))
     out.add("hpa_min_replicas", result.get("minReplicas"))
     out.add("hpa_max_replicas", result.get("maxReplicas"))
+    decision = {"reason": str(entry.get("rule", "")), "action": str(result.get("action", "none"))}
+    if entry.get("why"):
+        decision["why"] = str(entry["why"]).encode()[:_WHY_MAX].decode("utf-8", "ignore")
+    if result.get("schedule"):
+        decision["schedule"] = str(result["schedule"])
+    out.add("hpa_decision", result.get("desiredReplicas"), **decision)
     if "alert" in result:
         out.add("hpa_at_max_alert", bool(result["alert"]))
         out.add("hpa_used_history", bool(result.get("usedHistory")))

@@ -19,6 +19,7 @@ from metricsd.consumers.hpa.algorithm import Decision, HPAInput, HPAState, Predi
 from metricsd.consumers.hpa.observe import HPAObserver, ObserveSettings
 from metricsd.consumers.hpa.replicas import MetricObservation, PodInfo
 from metricsd.consumers.hpa.spec import ControllerSettings, HPASpec
+from metricsd.consumers.wording import hpa_entry_why
 from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["HPAController", "HPAControllerSettings"]
@@ -178,13 +179,15 @@ class HPAController:
             })
             if prediction is not None:
                 result["prediction"] = _prediction(prediction)
-        return {
+        entry = {
             "time": iso_time(now_ms), "timeMs": now_ms, "consumer": "hpa",
             "hpa": f"{t.spec.namespace}/{t.spec.name}", "target": f"{t.ref.kind}/{t.ref.name}",
             "inputs": {"currentReplicas": decision.current_replicas if decision else None, "pods": len(t.pods),
                        "metrics": rows},
             "rule": rule, "message": message, "result": result,
         }
+        entry["why"] = hpa_entry_why(entry, t.spec.min_replicas, t.spec.max_replicas)  # the rule in words
+        return entry
 
     def _record(self, t: _Target, now_ms: int, entry: dict[str, Any]) -> dict[str, Any]:
         if entry["result"]["errors"]:
@@ -207,7 +210,8 @@ class HPAController:
                 "minReplicas": t.spec.min_replicas, "maxReplicas": t.spec.max_replicas,
                 "currentReplicas": last.get("inputs", {}).get("currentReplicas"),
                 "desiredReplicas": result.get("desiredReplicas"), "schedule": result.get("schedule"),
-                "rule": last.get("rule"), "message": last.get("message"), "lastSync": last.get("time"),
+                "rule": last.get("rule"), "message": last.get("message"), "why": last.get("why"),
+                "lastSync": last.get("time"),
                 "alerting": t.alerting, "alertsTotal": t.alerts_total, "syncs": t.syncs, "scales": t.scales,
                 "errors": t.errors,
             })
