@@ -34,6 +34,7 @@ from metricsd.rpc.wire import (
     slot_filter_from_pb,
 )
 from metricsd.selector import InvalidSelector
+from metricsd.store.admission import admit_columns, answer
 from metricsd.store.engine import Store, WriteResult
 from metricsd.store.limits import SeriesLimitExceeded
 from metricsd.store.query import run_aggregate
@@ -60,7 +61,9 @@ class StoreAPI:
     def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         """Raises BadRequest (malformed, or past a per-request or label limit) or LimitExceeded (past a
         series limit); either way nothing is stored and the batch's samples are counted in
-        ``store.refused`` under the reason (Stats.rejected)."""
+        ``store.refused`` under the reason (Stats.rejected). Samples too far ahead of the store's
+        clock or older than it keeps are taken out first (store/admission.py): the response counts
+        them (rejected_too_far_ahead, rejected_too_old) and says why (refused)."""
         refusal = check_write_request(request, self.store.settings.request_limits)
         if refusal is not None:
             self.store.refused[refusal.reason] += len(request.timestamps)
@@ -83,17 +86,20 @@ class StoreAPI:
         return self._write_checked(batch)
 
     def _write_checked(self, batch: WriteColumns) -> pb.WriteResponse:
+        kept, refused = admit_columns(self.store, batch, self.clock.now_ms())  # too far ahead, too old
+        if refused is not None and not len(kept.ids):
+            return answer(pb.WriteResponse(), refused, self.store)
         try:
-            res = self._write(batch)
+            res = self._write(kept)
         except InvalidSeries as e:
             self.store.refused[e.reason] += len(batch.timestamps)
             raise BadRequest(str(e)) from e
         except SeriesLimitExceeded as e:  # counted by the store
             raise LimitExceeded(str(e)) from e
-        return pb.WriteResponse(
+        return answer(pb.WriteResponse(
             samples_written=res.written, unknown_ids=res.unknown_ids, rejected_too_old=res.too_old,
             rejected_duplicate=res.duplicate,
-        )
+        ), refused, self.store)
 
     def _write(self, batch: WriteColumns) -> WriteResult:
         """Validate and apply a live write, one vectorized append (DurableStoreAPI logs it in between)."""

@@ -11,9 +11,11 @@ and acknowledged; a batch that fails validation is neither logged nor applied. R
 are logged too (a GC record), so replay rebuilds exactly the state the store had.
 
 Restart: load the newest snapshot that reads back whole (a damaged one is moved aside with a
-warning and the next older one is tried), then replay the WAL after it. Two snapshots are kept
-by default and WAL segments are deleted only once the older of them covers them, so losing the
-newest snapshot costs a longer replay, not data.
+warning naming the file and the byte, and the next older one is tried), then replay the WAL after
+it. Two snapshots are kept by default and WAL segments are deleted only once the older of them
+covers them, so losing the newest snapshot costs a longer replay, not data. Whatever could not be
+read is reported (RecoveryReport.lost, recovery.losses); a cluster store that lost something
+catches up from its peers before it serves reads (metricsd/cmd/store.py).
 
 Run a durable store process:  metricsd store --data-dir D --grpc-port P (metricsd/cmd/store.py)
 """
@@ -35,7 +37,7 @@ from metricsd.rpc.backend import Unavailable
 from metricsd.rpc.columns import WriteColumns
 from metricsd.store.api import StoreAPI, gc_loop
 from metricsd.store.engine import Store, ValidWrite, WriteResult
-from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, replay_wal
+from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, losses, replay_wal
 from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import capture, list_snapshots, write_snapshot
 from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
@@ -217,6 +219,7 @@ class Durability:
             "last_snapshot_bytes": self.last_snapshot_bytes, "last_snapshot_seconds": self.last_snapshot_s,
             "recovery_snapshot_load_seconds": self.recovery.snapshot_load_s,
             "recovery_wal_replay_seconds": self.recovery.wal_replay_s,
+            "recovery_losses": len(self.recovery.lost),
         }
 
 
@@ -271,11 +274,16 @@ def open_store(data_dir: Path, settings: StoreSettings | None = None, fsync: Fsy
         wal = WriteAheadLog(data_dir / "wal", policy, dset.segment_bytes)
         loaded = load_snapshot(snap_dir, settings, clock, dset.progress_every_s, report)
         store, start = loaded if loaded is not None else (Store(settings), None)
+        segments = wal.segments()
         if loaded is None and report.snapshots_skipped:
-            segs = wal.segments()
             log.error("no snapshot could be read; replaying the whole WAL (from segment %s): data covered only by "
-                      "the unreadable snapshots is lost here", segs[0] if segs else "none")
+                      "the unreadable snapshots is lost here", segments[0] if segments else "none")
         replay_wal(store, wal, start, clock, dset.progress_every_s, report)
+        report.lost = losses(start, segments, wal.stats.damage, report.replay_dropped_series)
+        if report.lost:
+            log.error("recovery of %s may have lost acknowledged data: %s. In a cluster this store copies what it "
+                      "lacks from its peers before it serves reads again; alone, it serves what it kept",
+                      data_dir, "; ".join(report.lost))
         wal.open_for_append(start.segment if start is not None else 1)
     except BaseException:
         os.close(lock_fd)
