@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import NoReturn
 
 import cramjam
 import numpy as np
@@ -41,16 +42,16 @@ from metricsd.http import remote_write_v2
 from metricsd.http.params import ApiError
 from metricsd.http.remote_series import Verdict, resolve
 from metricsd.http.remote_write_answer import SamplesRefused, refused_answer, refused_response
-from metricsd.http.remote_write_scan import Scanned, scan, scan_messages, varints
+from metricsd.http.remote_write_scan import Scanned, TooLarge, bound_entries, scan, scan_messages
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.model import Labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
-from metricsd.rpc.limits import check_counts
+from metricsd.rpc.columns import ColumnarBackend, WriteColumns
+from metricsd.rpc.limits import Refusal, RequestLimits, check_counts
 from metricsd.rpc.refusals import SenderRefusals
-from metricsd.rpc.wire import labels_to_pb, length_delimited
 
 __all__ = ["DEFAULT_SERIES_CACHE", "PreparedWrite", "RemoteWriteReceiver", "SeriesCache", "decode_body",
            "prepare_write"]
@@ -99,13 +100,16 @@ def _protobuf_error(e: DecodeError) -> ApiError:
     return ApiError("bad_data", f"protobuf: cannot decode prometheus.WriteRequest: {e}")
 
 
-def decode_body(body: bytes, max_decompressed_bytes: int) -> Scanned:
+def decode_body(body: bytes, max_decompressed_bytes: int, limits: RequestLimits | None = None) -> Scanned:
     """Snappy block, then protobuf, to the series entries of the request (labels still as bytes).
-    Raises ApiError (400, or 413 when it would decompress too big)."""
+    Raises ApiError (400, or 413 when it would decompress too big), or TooLarge (past ``limits``
+    or a series of too many labels, found before the body is decoded further)."""
     raw = _decompress(body, max_decompressed_bytes)
+    if limits is not None:
+        bound_entries(raw, 1, limits.max_series)
     try:
-        found = scan(raw)
-        return found if found is not None else scan_messages(prom.WriteRequest.FromString(raw))
+        found = scan(raw, limits)
+        return found if found is not None else scan_messages(prom.WriteRequest.FromString(raw), limits)
     except DecodeError as e:
         raise _protobuf_error(e) from None
 
@@ -188,33 +192,31 @@ class SeriesRefused(ApiError):
 
 @dataclass
 class PreparedWrite:
-    """A columnar WriteRequest for a remote-write body, and what the handshake needs after it."""
+    """A remote-write body as a columnar batch, and what the handshake needs after it."""
 
-    request: pb.WriteRequest | None  # None: nothing to write (no series, or every one dropped)
+    batch: WriteColumns | None  # None: nothing to write (no series, or every one dropped)
     learnt: list[tuple[bytes, int]]  # series resolved now: cache them once the write succeeds
     keys: list[bytes]  # every written entry's label bytes and id, to find labels the backend asks for
     ids: list[int]
     dropped: dict[int, int] = field(default_factory=dict)  # relabel rule index -> samples it dropped
 
-    def with_labels(self, unknown: Iterable[int], settings: HttpSettings) -> pb.WriteRequest:
-        """The request again, with the labels of ``unknown`` ids added (the backend forgot them)."""
-        assert self.request is not None
+    def with_labels(self, unknown: Iterable[int], settings: HttpSettings) -> WriteColumns:
+        """The batch again, with the labels of ``unknown`` ids added (the backend forgot them)."""
+        assert self.batch is not None
         key_of = dict(zip(self.ids, self.keys, strict=True))
-        sent = {s.id for s in self.request.series}
-        retry = pb.WriteRequest()
-        retry.CopyFrom(self.request)
+        labels = dict(self.batch.labels)
         for sid in dict.fromkeys(unknown):
-            if sid in key_of and sid not in sent:
-                retry.series.add(id=sid).labels.extend(labels_to_pb(_labels_of(key_of[sid], settings)))
-        return retry
+            if sid in key_of and sid not in labels:
+                labels[sid] = _labels_of(key_of[sid], settings)
+        return self.batch.with_labels(labels)
 
 
 def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) -> PreparedWrite:
-    """metricsd's WriteRequest for a remote-write request: known series by id only, new ones with
-    their labels (after the relabel rules and fallbacks of remote_series.py), series a rule drops
-    left out. Samples of a series repeated across entries are merged and sorted, and a repeated
-    timestamp keeps its first value. Raises SeriesRefused (400) naming the series no rule or
-    fallback gives namespace/pod, or ApiError for a duplicate label name."""
+    """metricsd's columnar batch for a remote-write request: known series by id only, new ones
+    with their labels (after the relabel rules and fallbacks of remote_series.py), series a rule
+    drops left out. Samples of a series repeated across entries are merged and sorted, and a
+    repeated timestamp keeps its first value. Raises SeriesRefused (400) naming the series no rule
+    or fallback gives namespace/pod, or ApiError for a duplicate label name."""
     if not scanned.keys:
         return PreparedWrite(None, [], [], [])
     found = cache.lookup(scanned.keys)
@@ -251,19 +253,10 @@ def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) 
         if not ids:
             return PreparedWrite(None, learnt, [], [], dropped)
     uids, counts, stamps, values = _columns(np.array(ids, dtype=np.uint64), len(set(ids)) == len(ids), scanned)
-    stamp_bytes = scanned.stamp_varints  # the sender's varints serve when the samples pass unchanged
-    if stamp_bytes is None or stamps is not scanned.timestamps:
-        stamp_bytes = varints(stamps.view(np.uint64))
-    wire = [  # WriteRequest fields 1-4 of proto/metricsd.proto, packed, straight from NumPy
-        length_delimited(1, uids.astype("<u8").tobytes()),
-        length_delimited(2, varints(counts.astype(np.uint64))),
-        length_delimited(3, stamp_bytes),
-        length_delimited(4, values.astype("<f8").tobytes()),
-    ]
-    request = pb.WriteRequest.FromString(b"".join(wire))
-    for sid, labels in new_labels.items():
-        request.series.add(id=sid).labels.extend(labels_to_pb(labels))
-    return PreparedWrite(request, learnt, scanned.keys, ids, dropped)
+    # The sender's timestamp varints serve when the samples pass unchanged.
+    stamp_bytes = scanned.stamp_varints if stamps is scanned.timestamps else None
+    batch = WriteColumns(uids, counts, stamps, values, new_labels, stamp_bytes)
+    return PreparedWrite(batch, learnt, scanned.keys, ids, dropped)
 
 
 def _columns(ids: np.ndarray, each_once: bool, scanned: Scanned
@@ -304,6 +297,7 @@ class RemoteWriteReceiver:
         self.cache = SeriesCache(series_cache)
         self.label_resends = 0  # writes resent with labels after the backend reported unknown ids
         self.senders = SenderRefusals("remote write")  # samples not stored, per sender
+        self._columnar: tuple[MetricsBackend, bool] | None = None
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/api/v1/write", self.write)
@@ -342,13 +336,24 @@ class RemoteWriteReceiver:
         """Store a remote write 1.0 body (snappy block), all or nothing; returns the samples
         written. Raises ApiError or BadRequest (4xx, nothing stored) and whatever the backend
         raises (Unavailable)."""
-        scanned = decode_body(body, self.settings.max_decompressed_bytes)
+        try:
+            scanned = decode_body(body, self.settings.max_decompressed_bytes, self.settings.request_limits)
+        except TooLarge as e:
+            self._refuse(e.refusal, 0)
         self._check_counts(len(scanned.keys), len(scanned.timestamps))
         return await self._store(scanned)
 
     async def ingest_v2(self, body: bytes) -> int:
         """ingest() for a remote write 2.0 body (io.prometheus.write.v2.Request)."""
         raw = _decompress(body, self.settings.max_decompressed_bytes)
+        max_series = self.settings.request_limits.max_series
+        try:
+            bound_entries(raw, remote_write_v2.SERIES_FIELD, max_series)
+            bound_entries(raw, remote_write_v2.SYMBOLS_FIELD, max_series * remote_write_v2.SYMBOLS_PER_SERIES,
+                          f"symbols ({remote_write_v2.SYMBOLS_PER_SERIES} for each series a request may hold)",
+                          "request_symbols", spare=1)
+        except TooLarge as e:
+            self._refuse(e.refusal, 0)
         try:
             req = remote_write_v2.parse(raw)
             self._check_counts(*remote_write_v2.counts(req))
@@ -363,8 +368,22 @@ class RemoteWriteReceiver:
         """Before a label is parsed: a request of a million series costs nothing to refuse."""
         refusal = check_counts(series, samples, self.settings.request_limits)
         if refusal is not None:
-            self.metrics.samples_rejected.labels(reason=refusal.reason).inc(samples)
-            raise ApiError("bad_data", refusal.message)
+            self._refuse(refusal, samples)
+
+    def _refuse(self, refusal: Refusal, samples: int) -> NoReturn:
+        self.metrics.samples_rejected.labels(reason=refusal.reason).inc(samples)
+        raise ApiError("bad_data", refusal.message)
+
+    async def _write(self, batch: WriteColumns) -> pb.WriteResponse:
+        """The batch to the backend: as columns when it takes them (a store in this process, a
+        proxy), else as a message."""
+        backend = self.backend
+        columnar = self._columnar
+        if columnar is None or columnar[0] is not backend:  # a runtime Protocol check is slow: once
+            columnar = self._columnar = (backend, isinstance(backend, ColumnarBackend))
+        if columnar[1]:
+            return await backend.write_columns(batch)  # type: ignore[attr-defined]
+        return await backend.write(batch.to_request())
 
     async def _store(self, scanned: Scanned) -> int:
         n = len(scanned.timestamps)
@@ -372,13 +391,13 @@ class RemoteWriteReceiver:
             prepared = prepare_write(scanned, self.cache, self.settings)
             for rule, k in prepared.dropped.items():
                 self.metrics.relabel_dropped.labels(rule=str(rule)).inc(k)
-            if prepared.request is None:
+            if prepared.batch is None:
                 self.cache.add(prepared.learnt)
                 return 0
-            resp = await self.backend.write(prepared.request)
+            resp = await self._write(prepared.batch)
             if resp.unknown_ids:  # the backend forgot series we cached: send their labels once
                 self.label_resends += 1
-                resp = await self.backend.write(prepared.with_labels(resp.unknown_ids, self.settings))
+                resp = await self._write(prepared.with_labels(resp.unknown_ids, self.settings))
         except SeriesRefused as e:
             for refused_by in e.rules:
                 self.metrics.series_refused.labels(rule=refused_by).inc()

@@ -10,9 +10,12 @@ request (proto/prometheus_remote.proto, protobuf wire format):
     Sample        = [ 0x09 <8-byte little-endian double> ] [ 0x10 <varint int64> ]   (proto3 leaves
                     a 0 value or timestamp out)
 
-The top level is split by protobuf (a ``repeated bytes`` view of field 1); the label and sample
-fields of all series are then walked in lock step with NumPy: one step per label, and one check of
-every sample at its series' stride when a series' samples have one length (the usual case).
+The top level is split by protobuf (a ``repeated bytes`` view of field 1); the label fields of all
+series are then walked in lock step with NumPy, one step per label. In the usual body every sample
+field has one size (a value and a timestamp of one varint width): the series' sample runs, laid
+end to end, are one table read through strided views, a few whole-array steps in all
+(:func:`_uniform_samples`). Otherwise the sample fields are walked too: one check of every sample
+at its series' stride when a series' samples have one length, field by field when not.
 Anything else (another field order, exemplars or histograms, a sample of uneven length in a long
 series, a malformed field) makes :func:`scan` return None and the caller takes the message path,
 :func:`scan_messages`, which gives the same result for every body protobuf accepts.
@@ -27,8 +30,15 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from metricsd.proto import prometheus_remote_pb2 as prom
+from metricsd.rpc.columns import varints
+from metricsd.rpc.limits import Refusal, RequestLimits, check_counts
 
-__all__ = ["Scanned", "labels_key", "scan", "scan_messages", "varints"]
+__all__ = ["MAX_LABELS_PER_SERIES", "SPLIT_SPARE", "Scanned", "TooLarge", "bound_entries", "count_fields", "labels_key",
+           "scan", "scan_messages", "varints"]
+
+MAX_LABELS_PER_SERIES = 256
+"""Label fields a series may carry in a remote-write body, before any relabel rule (a store keeps at
+most 32 after them, model.Limits): past it the body is refused, before its labels are read."""
 
 _PAD = bytes(16)  # lets a gather read a whole varint or double past the last byte
 _MAX_SAMPLE_STEPS = 256  # samples of uneven length a series may have on the fast path
@@ -44,9 +54,87 @@ class Scanned:
     counts: np.ndarray  # int64, per entry
     timestamps: np.ndarray  # int64
     values: np.ndarray  # float64
-    # The timestamps' varints as sent, back to back, when all came in the usual form: a request
-    # passed on unchanged reuses them instead of encoding the timestamps again.
-    stamp_varints: bytes | None = None
+    # The timestamps' varints as sent, every one of the same width, when all came in the usual
+    # form (bytes, back to back, or an (n, width) uint8 view of them): a request passed on
+    # unchanged reuses them instead of encoding the timestamps again.
+    stamp_varints: bytes | np.ndarray | None = None
+
+
+class TooLarge(ValueError):
+    """A body past a stated bound: too many series or samples (``refusal`` from rpc/limits.py), or a
+    series with more than MAX_LABELS_PER_SERIES labels. Raised before the body is decoded further."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+def _labels_refusal(series: int) -> TooLarge:
+    return TooLarge(Refusal("labels_per_series", f"timeseries {series} has more than {MAX_LABELS_PER_SERIES} labels "
+                                                 "(the most a remote-write series may carry)"))
+
+
+def count_fields(raw: bytes, field: int, limit: int) -> int:
+    """How many top-level fields numbered ``field`` the message ``raw`` holds, counting no further
+    than ``limit + 1``: a walk of the field headers alone, one Python step per field. Stops early
+    (the count so far) at anything malformed; the parse that follows raises for it."""
+    tag = field << 3 | 2
+    n = p = 0
+    end = len(raw) - 1
+    while p < end:
+        if raw[p] == tag and raw[p + 1] < 0x80:  # the usual field: its key and length one byte each
+            p += 2 + raw[p + 1]
+        else:
+            key, p = _varint_at(raw, p)
+            wire = key & 7
+            if wire == 0:
+                p = _varint_at(raw, p)[1]
+            elif wire == 2:
+                size, p = _varint_at(raw, p)
+                p += size
+            elif wire in (1, 5):
+                p += 8 if wire == 1 else 4
+            else:
+                return n
+            if key != tag:
+                continue
+        n += 1
+        if n > limit:
+            break
+    return n
+
+
+def _varint_at(raw: bytes, p: int) -> tuple[int, int]:
+    """The varint at ``p`` and the position after it (at most ten bytes read)."""
+    value = shift = 0
+    for q in range(p, min(p + 10, len(raw))):
+        b = raw[q]
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, q + 1
+    return value, len(raw)
+
+
+SPLIT_SPARE = 16
+"""How many times the limit a body may hold of a field's key byte and still be split by protobuf
+before its fields are counted (see bound_entries)."""
+
+
+def bound_entries(raw: bytes, field: int, limit: int, what: str = "series", reason: str = "request_series",
+                  spare: int = SPLIT_SPARE) -> None:
+    """Raises TooLarge when ``raw`` holds more than ``limit`` fields numbered ``field`` (a
+    remote-write body's series; 0: no limit) and splitting it could cost much: protobuf takes
+    about 32 bytes a field, and a body of tiny fields (two bytes each: 64 M in 128 MiB) gigabytes.
+    Each such field begins with its key byte, so a body holding that byte no more than ``spare``
+    times the limit is let through with one ``bytes.count`` (split, it costs a few tens of MB at
+    most, and its fields are counted exactly after); only one holding it more is walked, up to
+    ``limit + 1`` fields (12 ms per 100,000). A body of no more than ``2 * spare * limit`` bytes
+    cannot hold more than ``spare * limit`` fields (two bytes each at least) and is not looked at."""
+    if not limit or len(raw) <= 2 * spare * limit or raw.count(bytes([field << 3 | 2])) <= spare * limit:
+        return
+    if count_fields(raw, field, limit) > limit:
+        raise TooLarge(Refusal(reason, f"write request has more than {limit} {what}, the limit per request; split it"))
 
 
 def _top_level_type() -> type[Message]:
@@ -72,20 +160,33 @@ def labels_key(labels: object) -> bytes:
     return prom.TimeSeries(labels=labels).SerializeToString()  # type: ignore[arg-type]
 
 
-def scan_messages(req: prom.WriteRequest) -> Scanned:
-    """The message path: a Python loop per series and per sample, for any body protobuf accepts."""
-    keys = [labels_key(ts.labels) for ts in req.timeseries]
+def scan_messages(req: prom.WriteRequest, limits: RequestLimits | None = None) -> Scanned:
+    """The message path: a Python loop per series and per sample, for any body protobuf accepts.
+    Raises TooLarge for a series of too many labels, and for samples past ``limits`` before one is
+    read."""
+    for i, ts in enumerate(req.timeseries):
+        if len(ts.labels) > MAX_LABELS_PER_SERIES:
+            raise _labels_refusal(i)
     counts = np.array([len(ts.samples) for ts in req.timeseries], dtype=np.int64)
+    refusal = check_counts(0, int(counts.sum()), limits) if limits is not None else None
+    if refusal is not None:
+        raise TooLarge(refusal)
+    keys = [labels_key(ts.labels) for ts in req.timeseries]
     ts_list = [s.timestamp for ts in req.timeseries for s in ts.samples]
     v_list = [s.value for ts in req.timeseries for s in ts.samples]
     return Scanned(keys, counts, np.array(ts_list, dtype=np.int64), np.array(v_list, dtype=np.float64))
 
 
-def scan(raw: bytes) -> Scanned | None:
+def scan(raw: bytes, limits: RequestLimits | None = None) -> Scanned | None:
     """The fast path over a decompressed body, or None when it is not in the usual shape (see the
-    module docstring). Raises google.protobuf.message.DecodeError when the top level is corrupt."""
+    module docstring). Raises google.protobuf.message.DecodeError when the top level is corrupt,
+    TooLarge for more series than ``limits`` allow (counted before one is looked at) or a series of
+    more than MAX_LABELS_PER_SERIES labels."""
     series = _SeriesBytes.FromString(raw).timeseries  # type: ignore[attr-defined]
     n = len(series)
+    refusal = check_counts(n, 0, limits) if limits is not None else None
+    if refusal is not None:
+        raise TooLarge(refusal)
     if n == 0:
         return Scanned([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64))
     joined = b"".join([*series, _PAD])
@@ -97,26 +198,69 @@ def scan(raw: bytes) -> Scanned | None:
     label_end = _walk_labels(buf, starts, ends)
     if label_end is None:
         return None
+    begin, end = label_end.tolist(), ends.tolist()
+    keys = [joined[s:e] for s, e in zip(starts.tolist(), begin, strict=True)]
+    uniform = _uniform_samples(joined, buf, label_end, ends, begin, end)
+    if uniform is not None:
+        return Scanned(keys, *uniform)
     found = _walk_samples(buf, label_end, ends)
     if found is None:
         return None
     counts, payload, size = found
     decoded = _decode_samples(buf, payload, size)
-    if decoded is None:
+    return None if decoded is None else Scanned(keys, counts, *decoded)
+
+
+def _uniform_samples(joined: bytes, buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray, begin: list[int],
+                     end: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The usual body in one go: every sample field of every series is ``e`` bytes,
+    0x12 (e-2) 0x09 <double> 0x10 <varint of w = e-12 bytes, w <= 8>. The series' sample runs,
+    cut out and laid end to end, are then an (n, e) table read through strided views: one check of
+    every field's fixed bytes and continuation bits, the w digits gathered into 56 bits by three
+    shift-and-mask steps. Counts, timestamps, values and the digits (the timestamps' varints as a
+    (n, w) view); None when the body is in any other shape."""
+    size = ends - label_end
+    has = size > 0
+    if not bool(has.any()):
         return None
-    keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
-    return Scanned(keys, counts, *decoded)
+    first = label_end[has]
+    e = 2 + int(buf[first[0] + 1])
+    w = e - 12
+    if not 1 <= w <= 8 or bool((size % e).any()) or bool((buf[first] != 0x12).any()):
+        return None
+    table = np.frombuffer(b"".join([joined[b:f] for b, f in zip(begin, end, strict=True)]), dtype=np.uint8)
+    n = len(table) // e
+    head = np.ndarray((n,), "<u4", table, 0, (e,)) & np.uint32(0xFFFFFF)
+    if bool((head != np.uint32(0x09 << 16 | (e - 2) << 8 | 0x12)).any()):
+        return None
+    if bool((np.ndarray((n,), "u1", table, 11, (e,)) != 0x10).any()):
+        return None
+    # The varint's w bytes, the record's last, as the top of a little-endian word.
+    x = np.ndarray((n,), "<u8", table, e - 8, (e,)) >> np.uint64(64 - 8 * w)
+    if bool(((x & np.uint64(int.from_bytes(b"\x80" * w, "little")))
+             != np.uint64(int.from_bytes(b"\x80" * (w - 1), "little"))).any()):
+        return None  # a continuation bit out of place: not one varint of exactly w bytes
+    x &= np.uint64(0x7F7F7F7F7F7F7F7F)
+    x = (x & np.uint64(0x007F007F007F007F)) | ((x & np.uint64(0x7F007F007F007F00)) >> np.uint64(1))
+    x = (x & np.uint64(0x00003FFF00003FFF)) | ((x & np.uint64(0x3FFF00003FFF0000)) >> np.uint64(2))
+    x = (x & np.uint64(0x000000000FFFFFFF)) | ((x & np.uint64(0x0FFFFFFF00000000)) >> np.uint64(4))
+    values = np.array(np.ndarray((n,), "<f8", table, 3, (e,)), dtype=np.float64)
+    digits = np.ndarray((n, w), np.uint8, table, 12, (e, 1))
+    return size // e, x.view(np.int64), values, digits
 
 
 def _walk_labels(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
-    """Where each series' leading run of label fields (tag 0x0a) ends; None if one overruns."""
+    """Where each series' leading run of label fields (tag 0x0a) ends; None if one overruns.
+    Raises TooLarge for a series of more than MAX_LABELS_PER_SERIES labels (a step per label)."""
     pos = starts.copy()
     last = len(buf) - 3  # a corrupt length may point past the end: read there as padding
-    while True:
+    for step in range(MAX_LABELS_PER_SERIES + 1):
         at = np.minimum(pos, last)
         walking = (buf[at] == 0x0A) & (pos < ends)
         if not bool(walking.any()):
             break
+        if step == MAX_LABELS_PER_SERIES:
+            raise _labels_refusal(int(np.flatnonzero(walking)[0]))
         n1 = buf[at + 1].astype(np.int64)
         long = (n1 >= 0x80) & walking
         if bool(long.any()):  # a label of 128 bytes or more: a two-byte length
@@ -248,25 +392,3 @@ def _decode_any(buf: np.ndarray, at: np.ndarray, size: np.ndarray) -> tuple[np.n
             return None  # a continuation bit out of place: not one varint of exactly this size
         stamps |= np.where(inside, digit & 0x7F, 0).astype(np.uint64) << np.uint64(7 * k)
     return stamps.view(np.int64), values
-
-
-def varints(u: np.ndarray) -> bytes:
-    """Protobuf's packed varint encoding of ``u`` (uint64; an int64 array goes through ``.view``,
-    so a negative value takes ten bytes, as protobuf's int64 does)."""
-    u = np.ascontiguousarray(u, dtype=np.uint64)
-    if not u.size:
-        return b""
-    lo, hi = int(u.min()), int(u.max())
-    w = max(1, (hi.bit_length() + 6) // 7)
-    digits = np.empty((u.size, w), dtype=np.uint8)
-    for k in range(w):
-        digits[:, k] = (u >> np.uint64(7 * k)) & np.uint64(0x7F)
-    if max(1, (lo.bit_length() + 6) // 7) == w:  # every value has the same size (the usual case)
-        digits[:, : w - 1] |= 0x80
-        return digits.tobytes()
-    size = np.ones(u.size, dtype=np.int64)
-    for k in range(1, w):
-        size += u >= np.uint64(1 << (7 * k))
-    col = np.arange(w)
-    digits[col[None, :] < (size - 1)[:, None]] |= 0x80
-    return digits[col[None, :] < size[:, None]].tobytes()

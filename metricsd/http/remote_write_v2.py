@@ -28,13 +28,22 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from metricsd.http.remote_write_scan import Scanned
+from metricsd.http.remote_write_scan import MAX_LABELS_PER_SERIES, Scanned
 from metricsd.proto import prometheus_remote_v2_pb2 as v2
 
-__all__ = ["CONTENT_TYPE", "PROTO", "ScannedV2", "counts", "entries", "parse"]
+__all__ = ["CONTENT_TYPE", "PROTO", "SERIES_FIELD", "SYMBOLS_FIELD", "SYMBOLS_PER_SERIES", "ScannedV2", "counts",
+           "entries", "parse"]
 
 PROTO = "io.prometheus.write.v2.Request"
 CONTENT_TYPE = f"application/x-protobuf;proto={PROTO}"
+SYMBOLS_FIELD = 4  # Request.symbols
+SERIES_FIELD = 5  # Request.timeseries
+
+
+SYMBOLS_PER_SERIES = 16
+"""Distinct strings a request may hold for each series it may hold (RequestLimits.max_series):
+names repeat across series, so a series brings a few new ones (its pod, its container). The bound
+keeps a body of millions of tiny symbols from being split at all (remote_write_scan.bound_entries)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,9 @@ def entries(req: v2.Request, created_zero: bool = False) -> ScannedV2:
     histograms = exemplars = zeros = 0
     for i, ts in enumerate(req.timeseries):
         refs = ts.labels_refs
+        if len(refs) > 2 * MAX_LABELS_PER_SERIES:
+            raise DecodeError(f"timeseries {i} has more than {MAX_LABELS_PER_SERIES} labels (the most a remote-write "
+                              "series may carry)")
         if len(refs) % 2:
             raise DecodeError(f"timeseries {i}: odd number of labels_refs ({len(refs)}): they come in name, value "
                               "pairs")

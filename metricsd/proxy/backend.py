@@ -32,6 +32,7 @@ from metricsd.proxy.settings import ProxySettings
 from metricsd.proxy.view import ClusterView
 from metricsd.proxy.writes import WritePath
 from metricsd.rpc.backend import MetricsBackend, Unavailable
+from metricsd.rpc.columns import WriteColumns
 from metricsd.security.settings import ClientSecurity
 
 __all__ = ["ProxyBackend"]
@@ -73,6 +74,9 @@ class ProxyBackend:
 
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         return await self.writes.write(request)
+
+    async def write_columns(self, batch: WriteColumns) -> pb.WriteResponse:
+        return await self.writes.write_columns(batch)
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         return await self.reads.read(request)

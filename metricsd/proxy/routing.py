@@ -11,29 +11,21 @@ batch, with labels for the series it has not acknowledged yet (:class:`KnownIds`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from metricsd.maths.slots import pod_hash
-from metricsd.model import InvalidSeries, pod_key, series_id
+from metricsd.model import Labels, pod_key, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest
-from metricsd.rpc.wire import labels_from_pb, length_delimited
+from metricsd.rpc.columns import WriteColumns, labels_entry
 
-__all__ = ["Batch", "KnownIds", "SeriesRouter", "labels_field"]
+__all__ = ["Batch", "KnownIds", "SeriesRouter"]
 
-_SERIES_FIELD = 5  # WriteRequest.series, proto/metricsd.proto
 BATCH_CACHE_BYTES = 32 * 2**20  # SeriesRouter's batches: ~2,000 batches of 1,000 series
 BATCHES_PER_MEMBER = 65_536  # KnownIds' complete batches per member (hashes, ~5 MiB)
-
-
-def labels_field(s: pb.SeriesLabels) -> bytes:
-    """One ``WriteRequest.series`` entry as wire bytes, so sub-requests add labels with one
-    MergeFromString instead of building messages per series."""
-    body = s.SerializeToString()
-    return length_delimited(_SERIES_FIELD, body)
 
 
 class SeriesRouter:
@@ -59,23 +51,19 @@ class SeriesRouter:
     def __len__(self) -> int:
         return len(self._routes)
 
-    def learn(self, series: Iterable[pb.SeriesLabels]) -> dict[int, tuple[int, bytes]]:
-        """Remember the route of each series and return this batch's entries (so a batch larger
-        than the cache still routes). Raises BadRequest when an id does not match its labels (it
-        would be routed by another pod's hash) or the labels are malformed."""
+    def learn(self, labels: Mapping[int, Labels]) -> dict[int, tuple[int, bytes]]:
+        """Remember the route of each labelled series and return this batch's entries (so a batch
+        larger than the cache still routes). Raises BadRequest when an id does not match its labels
+        (it would be routed by another pod's hash)."""
         local: dict[int, tuple[int, bytes]] = {}
-        for s in series:
-            entry = self._routes.get(s.id)
+        for sid, lab in labels.items():
+            entry = self._routes.get(sid)
             if entry is None:
-                try:
-                    labels = labels_from_pb(s.labels)
-                except InvalidSeries as e:
-                    raise BadRequest(str(e)) from e
-                if series_id(labels) != s.id:
-                    raise BadRequest(f"series {dict(labels)}: id {s.id:#x} does not match its labels")
-                entry = (pod_hash(pod_key(labels)), labels_field(s))
-                self._add(s.id, entry)
-            local[s.id] = entry
+                if series_id(lab) != sid:
+                    raise BadRequest(f"series {dict(lab)}: id {sid:#x} does not match its labels")
+                entry = (pod_hash(pod_key(lab)), labels_entry(sid, lab))
+                self._add(sid, entry)
+            local[sid] = entry
         return local
 
     def _add(self, sid: int, entry: tuple[int, bytes]) -> None:
@@ -151,10 +139,14 @@ class KnownIds:
         # labels; the member answers unknown_ids and the sender resends them (writes.py).
         self._complete: dict[str, set[int]] = {}
 
-    def missing(self, member: str, ids: list[int], key: bytes | None = None) -> list[int]:
+    def missing(self, member: str, ids: Sequence[int] | np.ndarray, key: bytes | None = None) -> list[int]:
+        """The ids among ``ids`` the member has not acknowledged with labels. ``key`` names the
+        batch (its ids' bytes): a batch seen complete before answers without a look at its ids."""
         complete = self._complete.get(member)
         if key is not None and complete is not None and hash(key) in complete:
             return []
+        if isinstance(ids, np.ndarray):
+            ids = ids.tolist()
         known = self._known.get(member)
         if not known:
             return list(ids)
@@ -188,94 +180,69 @@ class KnownIds:
 
 @dataclass
 class Batch:
-    """A client's WriteRequest as arrays, with each series' slot under one shard map."""
+    """A client's write batch in columns, with each series' slot under one shard map."""
 
-    request: pb.WriteRequest
+    columns: WriteColumns
     router: SeriesRouter
     local: dict[int, tuple[int, bytes]]  # the batch's own labels, from SeriesRouter.learn
-    ids: np.ndarray  # uint64, per series
-    counts: np.ndarray  # int64, per series
     slots: np.ndarray  # int64, per series
     key: bytes = b""  # ids.tobytes(): the batch's identity for SeriesRouter and KnownIds
     num_slots: int = 0
-    _id_list: list[int] | None = None
-    _columns: tuple[np.ndarray, np.ndarray] | None = None
-    _parts: dict[tuple[int, ...], tuple[bytes, list[int]]] = field(default_factory=dict)
+    _parts: dict[tuple[int, ...], tuple[bytes, np.ndarray]] = field(default_factory=dict)
     _slot_set: list[int] | None = None
 
     @classmethod
-    def of(cls, request: pb.WriteRequest, router: SeriesRouter, local: dict[int, tuple[int, bytes]],
-           hashes: np.ndarray, num_slots: int, ids: np.ndarray | None = None) -> Batch:
+    def of(cls, columns: WriteColumns, router: SeriesRouter, local: dict[int, tuple[int, bytes]],
+           hashes: np.ndarray, num_slots: int) -> Batch:
         """Raises BadRequest when the columns do not add up (the split needs them to)."""
-        if ids is None:
-            ids = np.array(request.ids, dtype=np.uint64)
-        counts = np.array(request.counts, dtype=np.int64)
+        ids, counts = columns.ids, columns.counts
         if len(ids) != len(counts):
             raise BadRequest(f"batch has {len(ids)} series ids but {len(counts)} counts")
-        if len(request.timestamps) != len(request.values):
-            raise BadRequest(f"batch has {len(request.timestamps)} timestamps but {len(request.values)} values")
-        if int(counts.sum()) != len(request.timestamps):
-            raise BadRequest(f"counts add up to {int(counts.sum())} but the batch has {len(request.timestamps)} "
+        if len(columns.timestamps) != len(columns.values):
+            raise BadRequest(f"batch has {len(columns.timestamps)} timestamps but {len(columns.values)} values")
+        if int(counts.sum()) != len(columns.timestamps) or bool((counts < 0).any()):
+            raise BadRequest(f"counts add up to {int(counts.sum())} but the batch has {len(columns.timestamps)} "
                              "samples")
         slots = (hashes % np.uint64(num_slots)).astype(np.int64)
-        return cls(request, router, local, ids, counts, slots, ids.tobytes(), num_slots)
-
-    def sub_key(self, slots: Sequence[int]) -> bytes:
-        """Names the ids of ``sub_request(slots)``: the batch's ids, the slot count and the slots."""
-        return self.key + np.array([self.num_slots, *slots], dtype=np.int64).tobytes()
+        return cls(columns, router, local, slots, ids.tobytes(), num_slots)
 
     @property
-    def id_list(self) -> list[int]:
-        """``ids`` as Python ints, made once for every member's sub-request."""
-        if self._id_list is None:
-            self._id_list = self.ids.tolist()
-        return self._id_list
+    def ids(self) -> np.ndarray:
+        return self.columns.ids
 
-    def labels_of(self, ids: Iterable[int]) -> bytes:
-        """The ``series`` entries of ``ids`` as wire bytes: add them with MergeFromString."""
-        return self.router.labels_of(ids, self.local)
+    def sub_key(self, slots: Sequence[int]) -> bytes:
+        """Names the ids of ``part_bytes(slots)``: the batch's ids, the slot count and the slots."""
+        return self.key + np.array([self.num_slots, *slots], dtype=np.int64).tobytes()
+
+    def labels_of(self, ids: Iterable[int] | np.ndarray) -> bytes:
+        """The ``series`` entries of ``ids`` as wire bytes: appended to a part, they merge into it."""
+        return self.router.labels_of(ids.tolist() if isinstance(ids, np.ndarray) else ids, self.local)
 
     @property
     def samples(self) -> int:
-        return len(self.request.timestamps)
+        return self.columns.samples
 
     def slot_set(self) -> list[int]:
         if self._slot_set is None:
             self._slot_set = np.unique(self.slots).tolist()
         return self._slot_set
 
-    def part_bytes(self, slots: Sequence[int]) -> tuple[bytes, list[int]]:
-        """``sub_request(slots)`` serialized, and its ids: made once for every member given the same
-        slots (at RF = members, every member). Append ``labels_of(ids)`` to add labels."""
+    def part_bytes(self, slots: Sequence[int]) -> tuple[bytes, np.ndarray]:
+        """The series of ``slots`` as WriteRequest bytes without labels, and their ids: encoded from
+        the columns once for every member given the same slots (at RF = members, every member;
+        the whole batch then keeps the sender's timestamp bytes). Append ``labels_of(ids)`` to add
+        labels."""
         key = tuple(slots)
         got = self._parts.get(key)
         if got is None:
-            if not len(self.request.series) and len(key) == len(self.slot_set()):
-                got = (self.request.SerializeToString(), self.id_list)  # the whole batch: no copy
-            else:
-                sub, ids = self.sub_request(slots)
-                got = (sub.SerializeToString(), ids)
-            self._parts[key] = got
+            part = self.columns
+            if len(key) != len(self.slot_set()):
+                part = part.select(np.isin(self.slots, np.asarray(slots, dtype=np.int64)))
+            got = self._parts[key] = (part.wire(labelled=()), part.ids)
         return got
 
-    def sub_request(self, slots: Sequence[int]) -> tuple[pb.WriteRequest, list[int]]:
-        """The series of ``slots`` without labels, and their ids. Add labels with
+    def sub_request(self, slots: Sequence[int]) -> tuple[pb.WriteRequest, np.ndarray]:
+        """part_bytes(slots) as a message (a hint to hand off). Add labels with
         ``MergeFromString(batch.labels_of(ids))``."""
-        mask = np.isin(self.slots, np.asarray(slots, dtype=np.int64))
-        sub = pb.WriteRequest()
-        if bool(mask.all()):  # fast path: the member replicates every slot of the batch
-            sub.CopyFrom(self.request)  # one copy in C rather than four extends
-            if len(sub.series):
-                sub.ClearField("series")
-            return sub, self.id_list
-        ids = self.ids[mask]
-        sample_mask = np.repeat(mask, self.counts)
-        if self._columns is None:  # once per batch, not once per member
-            self._columns = (np.array(self.request.timestamps, dtype=np.int64),
-                             np.array(self.request.values, dtype=np.float64))
-        timestamps, values = self._columns
-        sub.ids.extend(ids.tolist())
-        sub.counts.extend(self.counts[mask].tolist())
-        sub.timestamps.extend(timestamps[sample_mask].tolist())
-        sub.values.extend(values[sample_mask].tolist())
-        return sub, ids.tolist()
+        raw, ids = self.part_bytes(slots)
+        return pb.WriteRequest.FromString(raw), ids

@@ -20,6 +20,7 @@ import numpy as np
 
 from metricsd.clock import Clock
 from metricsd.cluster.shardmap import ShardMap
+from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.acks import acks_for
 from metricsd.proxy.coalesce import WriteCoalescer
@@ -31,7 +32,8 @@ from metricsd.proxy.routing import Batch, SeriesRouter
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
 from metricsd.rpc.client import StreamingBackend, write_each
-from metricsd.rpc.limits import check_write_request
+from metricsd.rpc.columns import WriteColumns
+from metricsd.rpc.limits import check_counts, check_write_request
 
 __all__ = ["WritePath"]
 
@@ -51,45 +53,59 @@ class WritePath:
         self._plan_cache: tuple[tuple[int, int, frozenset[str]], list[ReplicaPlan]] | None = None
 
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
-        """Raises BadRequest (malformed batch, or past the per-request limits), LimitExceeded (a store's
-        series limits refused its part: not handed off, as a retry would be refused too; the other
-        stores' parts may be stored) or Unavailable (no W acks for some slot, naming them)."""
+        """write_columns() of a client's message (an agent's gRPC Write)."""
         refusal = check_write_request(request, self.view.settings.request_limits)
         if refusal is not None:
             self.counters[f"write_rejected_{refusal.reason}"] += 1
             raise BadRequest(refusal.message)
-        local = self.router.learn(request.series) if request.series else {}
-        ids = np.array(request.ids, dtype=np.uint64)
-        key = ids.tobytes()
-        hashes, unknown = self.router.resolve(ids, local, key)
+        try:
+            columns = WriteColumns.of_request(request)
+        except InvalidSeries as e:
+            raise BadRequest(str(e)) from e
+        return await self._write(columns)
+
+    async def write_columns(self, columns: WriteColumns) -> pb.WriteResponse:
+        """Raises BadRequest (malformed batch, or past the per-request limits), LimitExceeded (a store's
+        series limits refused its part: not handed off, as a retry would be refused too; the other
+        stores' parts may be stored) or Unavailable (no W acks for some slot, naming them)."""
+        refusal = check_counts(max(len(columns.ids), len(columns.counts), len(columns.labels)),
+                               max(len(columns.timestamps), len(columns.values)), self.view.settings.request_limits)
+        if refusal is not None:
+            self.counters[f"write_rejected_{refusal.reason}"] += 1
+            raise BadRequest(refusal.message)
+        return await self._write(columns)
+
+    async def _write(self, columns: WriteColumns) -> pb.WriteResponse:
+        local = self.router.learn(columns.labels) if columns.labels else {}
+        hashes, unknown = self.router.resolve(columns.ids, local, columns.ids.tobytes())
         if unknown:
             self.counters["write_unknown_ids"] += len(unknown)
             return pb.WriteResponse(unknown_ids=unknown)
         shard_map = self.view.current_map()
         self.counters["writes"] += 1
         try:
-            resp, stale = await self._write_once(shard_map, request, local, hashes, ids)
+            resp, stale = await self._write_once(shard_map, columns, local, hashes)
         except QuorumFailure as e:
             if not e.stale:
                 self.counters["write_unavailable"] += 1
                 raise
             self.counters["stale_map_retries"] += 1
-            resp, _ = await self._write_once(await self.view.refresh(), request, local, hashes, ids)
+            resp, _ = await self._write_once(await self.view.refresh(), columns, local, hashes)
             return resp
         if stale:  # acknowledged, but a replica said the map moved: write to the new owners too
             self.counters["stale_map_retries"] += 1
             new_map = await self.view.refresh()
             if new_map.version != shard_map.version:
                 try:
-                    await self._write_once(new_map, request, local, hashes, ids)
+                    await self._write_once(new_map, columns, local, hashes)
                 except Unavailable as e:
                     log.warning("write already acknowledged on map v%d; resend on v%d failed: %s",
                                 shard_map.version, new_map.version, e)
         return resp
 
-    async def _write_once(self, shard_map: ShardMap, request: pb.WriteRequest, local: dict[int, tuple[int, bytes]],
-                          hashes: np.ndarray, ids: np.ndarray) -> tuple[pb.WriteResponse, bool]:
-        batch = Batch.of(request, self.router, local, hashes, shard_map.num_slots, ids)
+    async def _write_once(self, shard_map: ShardMap, columns: WriteColumns, local: dict[int, tuple[int, bytes]],
+                          hashes: np.ndarray) -> tuple[pb.WriteResponse, bool]:
+        batch = Batch.of(columns, self.router, local, hashes, shard_map.num_slots)
         all_plans = self._plans(shard_map)
         plans = [all_plans[slot] for slot in batch.slot_set()]
         tracker = acks_for(plans)
@@ -167,7 +183,7 @@ class WritePath:
         if resp.unknown_ids:  # the member forgot these series (a restart): resend with labels
             self.view.known.discard(member, resp.unknown_ids)
             part += batch.labels_of(resp.unknown_ids)
-            labelled = missing + list(resp.unknown_ids)
+            labelled = [*missing, *resp.unknown_ids]
             resp = await self.coalescer.write(member, shard_map, part)
             if resp.unknown_ids:
                 raise Unavailable(f"{member} reports {len(resp.unknown_ids)} series unknown even with their labels")

@@ -14,9 +14,10 @@ import numpy as np
 from metricsd.durations import format_duration_ms
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.admission import Refusal, refused_sentence, split_refused
+from metricsd.rpc.columns import WriteColumns
 from metricsd.store.engine import Store
 
-__all__ = ["admit", "answer"]
+__all__ = ["admit", "admit_columns", "answer"]
 
 _NO_TS = int(np.iinfo(np.int64).min)
 
@@ -26,13 +27,34 @@ def admit(store: Store, request: pb.WriteRequest, now_ms: int, timestamps: np.nd
     """``request`` without the samples the store refuses outright, and what they were (``request``
     itself and None when nothing is refused). ``timestamps``: its timestamps as int64, if at hand."""
     s = store.settings
-    keeps_ms = max(s.retention_ms, s.rollup_retention_ms)
-    min_ts = None if store.max_ts == _NO_TS else int(store.max_ts) - keeps_ms
-    kept, refusal = split_refused(request, now_ms, s.max_future_ms, min_ts, "the store's clock", s.limits, timestamps)
+    kept, refusal = split_refused(request, now_ms, s.max_future_ms, _min_ts(store), "the store's clock", s.limits,
+                                  timestamps)
     if refusal is not None:
         store.refused["too_far_ahead"] += refusal.too_far_ahead
         store.refused["too_old"] += refusal.too_old
     return kept, refusal
+
+
+def admit_columns(store: Store, batch: WriteColumns, now_ms: int) -> tuple[WriteColumns, Refusal | None]:
+    """admit() of a columnar batch (remote write, a store's write entry). With nothing to refuse,
+    the usual case, it costs a min and a max over the timestamps and returns ``batch`` itself;
+    otherwise the batch goes through admit() as a message (a sender's clock ahead, data older than
+    the store keeps: rare, and the answer is a 400 anyway)."""
+    ts = batch.timestamps
+    if not len(ts):
+        return batch, None
+    future_ms = store.settings.max_future_ms
+    min_ts = _min_ts(store)
+    if (future_ms is None or int(ts.max()) <= now_ms + future_ms) and (min_ts is None or int(ts.min()) >= min_ts):
+        return batch, None
+    kept, refusal = admit(store, batch.to_request(), now_ms, ts)
+    return (batch, None) if refusal is None else (WriteColumns.of_request(kept), refusal)
+
+
+def _min_ts(store: Store) -> int | None:
+    """The oldest timestamp the store keeps (its newest sample minus its retention), if it holds any."""
+    s = store.settings
+    return None if store.max_ts == _NO_TS else int(store.max_ts) - max(s.retention_ms, s.rollup_retention_ms)
 
 
 def answer(resp: pb.WriteResponse, refusal: Refusal | None, store: Store) -> pb.WriteResponse:

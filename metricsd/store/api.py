@@ -23,22 +23,21 @@ from metricsd.memory import release_free_memory
 from metricsd.model import InvalidSeries
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded
-from metricsd.rpc.limits import check_write_request
+from metricsd.rpc.columns import WriteColumns
+from metricsd.rpc.limits import check_counts, check_write_request
 from metricsd.rpc.servicer import MetricsServicer
 from metricsd.rpc.wire import (
     aggregate_result_to_pb,
     aggregate_spec_from_pb,
-    labels_from_pb,
     labels_to_pb,
     matchers_from_pb,
     slot_filter_from_pb,
 )
 from metricsd.selector import InvalidSelector
-from metricsd.store.admission import admit, answer
+from metricsd.store.admission import admit_columns, answer
 from metricsd.store.engine import Store, WriteResult
 from metricsd.store.limits import SeriesLimitExceeded
 from metricsd.store.query import run_aggregate
-from metricsd.store.recovery import Arrays, request_arrays
 
 __all__ = ["LocalBackend", "StoreAPI", "StoreServicer", "gc_loop"]
 
@@ -69,14 +68,31 @@ class StoreAPI:
         if refusal is not None:
             self.store.refused[refusal.reason] += len(request.timestamps)
             raise BadRequest(refusal.message)
-        arrays = request_arrays(request)
-        kept, refused = admit(self.store, request, self.clock.now_ms(), arrays[2])  # too far ahead, too old
-        if refused is not None and not kept.ids:
-            return answer(pb.WriteResponse(), refused, self.store)
         try:
-            res = self._write(kept, arrays if refused is None else None)
+            batch = WriteColumns.of_request(request)
         except InvalidSeries as e:
             self.store.refused[e.reason] += len(request.timestamps)
+            raise BadRequest(str(e)) from e
+        return self._write_checked(batch)
+
+    def write_columns(self, batch: WriteColumns) -> pb.WriteResponse:
+        """write() of a batch already in columns (remote write in this process): no message is
+        built or read. Same answers, errors and counters."""
+        refusal = check_counts(max(len(batch.ids), len(batch.counts), len(batch.labels)),
+                               max(len(batch.timestamps), len(batch.values)), self.store.settings.request_limits)
+        if refusal is not None:
+            self.store.refused[refusal.reason] += len(batch.timestamps)
+            raise BadRequest(refusal.message)
+        return self._write_checked(batch)
+
+    def _write_checked(self, batch: WriteColumns) -> pb.WriteResponse:
+        kept, refused = admit_columns(self.store, batch, self.clock.now_ms())  # too far ahead, too old
+        if refused is not None and not len(kept.ids):
+            return answer(pb.WriteResponse(), refused, self.store)
+        try:
+            res = self._write(kept)
+        except InvalidSeries as e:
+            self.store.refused[e.reason] += len(batch.timestamps)
             raise BadRequest(str(e)) from e
         except SeriesLimitExceeded as e:  # counted by the store
             raise LimitExceeded(str(e)) from e
@@ -85,11 +101,10 @@ class StoreAPI:
             rejected_duplicate=res.duplicate,
         ), refused, self.store)
 
-    def _write(self, request: pb.WriteRequest, arrays: Arrays | None = None) -> WriteResult:
-        """Validate and apply a live write (DurableStoreAPI logs it in between); ``arrays``: the
-        request's columns, if converted already."""
-        new = {s.id: labels_from_pb(s.labels) for s in request.series}
-        return self.store.write(*(arrays or request_arrays(request)), new, now_s=self.clock.monotonic())
+    def _write(self, batch: WriteColumns) -> WriteResult:
+        """Validate and apply a live write, one vectorized append (DurableStoreAPI logs it in between)."""
+        return self.store.write(batch.ids, batch.counts, batch.timestamps, batch.values, batch.labels,
+                                now_s=self.clock.monotonic())
 
     def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         try:
@@ -178,6 +193,9 @@ class LocalBackend:
 
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         return self.api.write(request)
+
+    async def write_columns(self, batch: WriteColumns) -> pb.WriteResponse:
+        return self.api.write_columns(batch)
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         return self.api.read(request)

@@ -34,18 +34,10 @@ from metricsd.clock import Clock, SystemClock
 from metricsd.defaults import SNAPSHOT_INTERVAL_S
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import Unavailable
-from metricsd.rpc.wire import labels_from_pb
+from metricsd.rpc.columns import WriteColumns
 from metricsd.store.api import StoreAPI, gc_loop
 from metricsd.store.engine import Store, ValidWrite, WriteResult
-from metricsd.store.recovery import (
-    CATCH_UP_WINDOW_MS,
-    Arrays,
-    RecoveryReport,
-    load_snapshot,
-    losses,
-    replay_wal,
-    request_arrays,
-)
+from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, losses, replay_wal
 from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import capture, list_snapshots, write_snapshot
 from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
@@ -107,35 +99,32 @@ class Durability:
 
     # --- the write path --------------------------------------------------------------------
 
-    def write(self, request: pb.WriteRequest, catch_up: bool = False, arrays: Arrays | None = None) -> WriteResult:
+    def write(self, request: pb.WriteRequest, catch_up: bool = False) -> WriteResult:
+        """write_columns() of a message. Raises InvalidSeries also for a duplicate label name."""
+        return self.write_columns(WriteColumns.of_request(request), catch_up)
+
+    def write_columns(self, batch: WriteColumns, catch_up: bool = False) -> WriteResult:
         """Validate, log, apply. Raises InvalidSeries (nothing logged or stored) or WalError
         (nothing stored; the caller must not acknowledge).
 
         ``catch_up``: samples copied from a peer (metricsd/replica/catchup_client.py), applied
         without the out-of-order window and logged as CATCH_UP so that replay does the same."""
-        new = {s.id: labels_from_pb(s.labels) for s in request.series}
         window = CATCH_UP_WINDOW_MS if catch_up else None
         now_s = None if catch_up else self.clock.monotonic()  # series limits: live writes only
-        batch = self.store.validate(*(arrays or request_arrays(request)), new, ooo_window_ms=window, now_s=now_s)
-        if isinstance(batch, WriteResult):
-            return batch  # unknown ids: nothing stored, so nothing to log
-        self.wal.append(RecordType.CATCH_UP if catch_up else RecordType.WRITE, self._record(request, batch))
-        return self.store.apply(batch)
+        valid = self.store.validate(batch.ids, batch.counts, batch.timestamps, batch.values, batch.labels,
+                                    ooo_window_ms=window, now_s=now_s)
+        if isinstance(valid, WriteResult):
+            return valid  # unknown ids: nothing stored, so nothing to log
+        self.wal.append(RecordType.CATCH_UP if catch_up else RecordType.WRITE, self._record(batch, valid))
+        return self.store.apply(valid)
 
     @staticmethod
-    def _record(request: pb.WriteRequest, batch: ValidWrite) -> bytes:
-        """The request as received, minus labels of series the store already knows (replay needs
-        only those of series new to the store, and meets them in the same order)."""
-        if not request.series:
-            return request.SerializeToString()
-        needed = {int(i) for i in batch.ids[batch.rows < 0].tolist()}
-        if len(needed) == len(request.series):
-            return request.SerializeToString()
-        rec = pb.WriteRequest()
-        rec.CopyFrom(request)
-        del rec.series[:]
-        rec.series.extend(s for s in request.series if s.id in needed)
-        return rec.SerializeToString()
+    def _record(batch: WriteColumns, valid: ValidWrite) -> bytes:
+        """The batch as a WriteRequest, with the labels of series new to the store only (replay
+        needs only those, and meets them in the same order)."""
+        if not batch.labels:
+            return batch.wire()
+        return batch.wire(labelled=dict.fromkeys(int(i) for i in valid.ids[valid.rows < 0].tolist()))
 
     def gc(self) -> int:
         """Run retention, logged first so replay drops exactly what this pass dropped."""
@@ -241,9 +230,9 @@ class DurableStoreAPI(StoreAPI):
         super().__init__(durability.store, member, durability.clock)
         self.durability = durability
 
-    def _write(self, request: pb.WriteRequest, arrays: Arrays | None = None) -> WriteResult:
+    def _write(self, batch: WriteColumns) -> WriteResult:
         try:
-            return self.durability.write(request, arrays=arrays)
+            return self.durability.write_columns(batch)
         except WalError as e:
             raise Unavailable(str(e)) from e
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import struct
+from pathlib import Path
+from unittest import mock
 
 import cramjam
 import numpy as np
@@ -14,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from metricsd.http import remote_write_scan
 from metricsd.http.params import ApiError
 from metricsd.http.remote_write import RemoteWriteReceiver, SeriesCache, decode_body, prepare_write
 from metricsd.http.remote_write_scan import scan, scan_messages, varints
@@ -211,6 +214,70 @@ def test_scan_matches_the_message_path(series: list[Series]) -> None:
     assert _bits(fast.values) == _bits(slow.values)
 
 
+_widths = st.integers(1, 10)  # bytes of the timestamps' varints; 9 and 10 are past the one-table path
+
+
+def _stamp_of_width(w: int, i: int) -> int:
+    """A timestamp whose varint takes exactly ``w`` bytes (10: a negative one)."""
+    return -1 - i if w == 10 else (1 << (7 * (w - 1))) + i
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.dictionaries(_names, _values, max_size=6), st.integers(0, 70)), min_size=1, max_size=12),
+       _widths, st.sampled_from(["none", "zero value", "other width", "zero stamp"]), st.data())
+def test_a_body_of_one_sample_size_is_read_as_one_table_and_anything_else_as_before(
+        shape: list[tuple[dict[str, str], int]], width: int, odd: str, data: st.DataObject) -> None:
+    """Every sample of one size (the usual body) takes the one-table path; one sample of another
+    shape anywhere (a 0 value or timestamp that protobuf leaves out, a timestamp of another width)
+    sends the body down the step-by-step path. Either way the result equals protobuf's."""
+    series: list[Series] = [(labels, [(_stamp_of_width(width, k), 0.5 + k) for k in range(n)]) for labels, n in shape]
+    with_samples = [i for i, (_, samples) in enumerate(series) if samples]
+    if odd != "none" and with_samples:
+        i = data.draw(st.sampled_from(with_samples))
+        k = data.draw(st.integers(0, len(series[i][1]) - 1))
+        t, v = series[i][1][k]
+        series[i][1][k] = {"zero value": (t, 0.0), "zero stamp": (0, v),
+                           "other width": (_stamp_of_width(width % 8 + 1, k), v)}[odd]
+    raw = _request(series).SerializeToString()
+    slow = scan_messages(prom.WriteRequest.FromString(raw))
+    with mock.patch.object(remote_write_scan, "_walk_samples", return_value=None):  # the one-table path only
+        uniform = scan(raw)
+    samples = [x for _, ss in series for x in ss]
+    widths = {len(_varint(t)) if t > 0 else 10 for t, _ in samples}
+    one_size = bool(samples) and len(widths) == 1 and widths <= set(range(1, 9)) and all(t and v for t, v in samples)
+    assert (uniform is not None) == one_size
+    for fast in (scan(raw), uniform):
+        if fast is None:
+            continue
+        assert fast.keys == slow.keys
+        assert fast.counts.tolist() == slow.counts.tolist()
+        assert fast.timestamps.tolist() == slow.timestamps.tolist()
+        assert _bits(fast.values) == _bits(slow.values)
+        given = fast.stamp_varints
+        if given is not None:
+            as_bytes = given.tobytes() if isinstance(given, np.ndarray) else given
+            assert as_bytes == varints(fast.timestamps.view(np.uint64))
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    return bytes([tag]) + _varint(len(payload)) + payload
+
+
+def test_a_sample_of_the_usual_size_holding_two_timestamp_fields_is_read_as_protobuf_reads_it() -> None:
+    """[0x09 double][0x10 1-byte varint][0x10 4-byte varint] is as long as a value and a 6-byte
+    timestamp: only the continuation bits tell it apart. protobuf keeps the last timestamp."""
+    t = 1_700_000_000_000
+    usual = prom.Sample(value=1.5, timestamp=t).SerializeToString()
+    odd = b"\x09" + struct.pack("<d", 2.5) + b"\x10\x05" + b"\x10" + _varint(1 << 21)
+    assert len(odd) == len(usual) == 16
+    labels = b"".join(_field(0x0A, prom.Label(name=k, value=v).SerializeToString()) for k, v in _pod("a").items())
+    raw = _field(0x0A, labels + _field(0x12, usual) + _field(0x12, odd) + _field(0x12, usual))
+    slow = scan_messages(prom.WriteRequest.FromString(raw))
+    assert slow.timestamps.tolist() == [t, 1 << 21, t]
+    fast = scan(raw)
+    assert fast is None or (fast.timestamps.tolist(), fast.values.tolist()) == ([t, 1 << 21, t], [1.5, 2.5, 1.5])
+
+
 def test_the_usual_shapes_take_the_fast_path_with_uneven_samples() -> None:
     stamps = [1_700_000_000_000 + 10_000 * i for i in range(300)]
     even = [(_pod("a"), [(t, 1.5) for t in stamps])]
@@ -258,7 +325,8 @@ def test_prepare_write_merges_sorts_and_keeps_the_first_value(series: list[Serie
     for _ in range(warm):  # cold, then warm: the same columns whether or not labels are sent
         prepared = prepare_write(decode_body(_body(series), 1 << 20), cache, hs)
         assert prepared is not None
-        req = prepared.request
+        assert prepared.batch is not None
+        req = prepared.batch.to_request()  # through the wire form: the sender's timestamp bytes reused
         starts = np.cumsum(req.counts) - np.array(req.counts)
         got = {sid: list(zip(req.timestamps[s : s + c], _bits(np.array(req.values[s : s + c])), strict=True))
                for sid, s, c in zip(req.ids, starts.tolist(), req.counts, strict=True)}
@@ -320,3 +388,30 @@ def test_nan_and_stale_markers_survive_the_fast_path() -> None:
     assert fast is not None
     assert _bits(fast.values)[1] == 0x7FF0000000000002
     assert math.isnan(fast.values[0]) and math.copysign(1.0, fast.values[2]) == -1.0
+
+
+async def test_remote_write_into_a_durable_store_replays_from_its_wal_to_the_same_samples(tmp_path: Path) -> None:
+    """The WAL record of a remote-write batch is built from its columns, with the sender's own
+    timestamp bytes: a store reopened from the WAL alone holds exactly what was acknowledged."""
+    from metricsd.store.durable import DurabilitySettings, open_store
+    from metricsd.store.wal import FsyncPolicy
+
+    dset = DurabilitySettings(fsync=FsyncPolicy.NEVER)
+    store, durability = open_store(tmp_path, durability=dset)
+    rw = RemoteWriteReceiver(LocalBackend(durability.api()), HttpSettings(access_log=False),
+                             SelfMetrics(CollectorRegistry()))
+    t0 = 1_700_000_000_000
+    for block in range(3):  # new series, then known ones by id, then one more series
+        series = [(_pod(p), [(t0 + 10_000 * (3 * block + k), block + k / 4) for k in range(3)]) for p in "abc"]
+        if block == 2:
+            series.append((_pod("d"), [(t0, 0.5), (t0 + 7, 1.5)]))  # timestamps of another varint width too
+        await rw.ingest(_body(series))
+    want = _stored(store)
+    assert len(want) == 4 and len(want[make_labels(None, _pod("a"))]) == 9
+    durability.close(snapshot=False)
+    again, d2 = open_store(tmp_path, durability=dset)
+    try:
+        assert d2.recovery.wal_records == 3
+        assert _stored(again) == want
+    finally:
+        d2.close(snapshot=False)

@@ -23,7 +23,8 @@ from metricsd.proxy.quorum import QuorumSettings
 from metricsd.proxy.routing import Batch, KnownIds, SeriesRouter
 from metricsd.proxy.settings import HandoffSettings, HealthSettings, ProxySettings
 from metricsd.rpc.backend import BadRequest, Unavailable
-from metricsd.rpc.wire import labels_to_pb
+from metricsd.rpc.columns import WriteColumns, varints
+from metricsd.rpc.wire import labels_from_pb
 
 
 def _hint(n: int) -> pb.WriteRequest:
@@ -117,16 +118,15 @@ def test_a_failed_member_is_skipped_with_backoff_then_probed_once() -> None:
 def test_the_route_cache_checks_ids_and_stays_bounded() -> None:
     router = SeriesRouter(capacity=8)
     labels = [make_labels("m", {"namespace": "ns", "pod": f"p{i}"}) for i in range(20)]
-    entries = [pb.SeriesLabels(id=series_id(lab), labels=labels_to_pb(lab)) for lab in labels]
-    local = router.learn(entries)
+    local = router.learn({series_id(lab): lab for lab in labels})
     assert len(router) <= 8 and router.evicted >= 12
-    ids = [e.id for e in entries]
+    ids = [series_id(lab) for lab in labels]
     hashes, unknown = router.resolve(ids, local)  # the batch's own labels route it whole
     assert unknown == [] and len(hashes) == 20
     _, unknown = router.resolve(ids, {})
     assert 12 <= len(unknown) < 20
     with pytest.raises(BadRequest, match="does not match its labels"):
-        router.learn([pb.SeriesLabels(id=ids[0] ^ 1, labels=labels_to_pb(labels[0]))])
+        router.learn({ids[0] ^ 1: labels[0]})
 
 
 async def test_retries_back_off_on_unavailable_but_not_on_bad_requests_or_moved_slots() -> None:
@@ -167,15 +167,15 @@ def test_quorum_sizes_come_from_the_map_and_bad_combinations_are_refused() -> No
 def test_a_cached_batch_routes_like_its_ids_and_is_forgotten_when_routes_are_evicted() -> None:
     router = SeriesRouter(capacity=16)
     labels = [make_labels("m", {"namespace": "ns", "pod": f"p{i}"}) for i in range(24)]
-    entries = [pb.SeriesLabels(id=series_id(lab), labels=labels_to_pb(lab)) for lab in labels]
-    router.learn(entries[:10])
-    ids = np.array([e.id for e in entries[:10]], dtype=np.uint64)
+    entries = [(series_id(lab), lab) for lab in labels]
+    router.learn(dict(entries[:10]))
+    ids = np.array([sid for sid, _ in entries[:10]], dtype=np.uint64)
     want, unknown = router.resolve(ids.tolist(), {})
     assert unknown == []
     for _ in range(2):  # the first call fills the batch cache, the second answers from it
         got, unknown = router.resolve(ids, {}, ids.tobytes())
         assert unknown == [] and got.tolist() == want.tolist()
-    router.learn(entries[10:])  # past capacity: routes evicted, and with them the cached batches
+    router.learn(dict(entries[10:]))  # past capacity: routes evicted, and with them the cached batches
     assert router.evicted > 0
     _, unknown = router.resolve(ids, {}, ids.tobytes())
     assert unknown, "a cached batch still routed ids the router had evicted"
@@ -184,7 +184,7 @@ def test_a_cached_batch_routes_like_its_ids_and_is_forgotten_when_routes_are_evi
 def test_the_batch_cache_stays_within_its_byte_budget() -> None:
     router = SeriesRouter(capacity=1000, batch_cache_bytes=1_000)
     labels = [make_labels("m", {"namespace": "ns", "pod": f"p{i}"}) for i in range(200)]
-    router.learn([pb.SeriesLabels(id=series_id(lab), labels=labels_to_pb(lab)) for lab in labels])
+    router.learn({series_id(lab): lab for lab in labels})
     all_ids = np.array([series_id(lab) for lab in labels], dtype=np.uint64)
     for i in range(0, 200, 10):
         batch = all_ids[i : i + 10]
@@ -208,37 +208,42 @@ def test_known_ids_remember_complete_batches_until_a_member_forgets() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(1, 3), min_size=1, max_size=12), st.integers(1, 6), st.booleans(), st.data())
-def test_a_batch_part_in_bytes_is_its_sub_request_and_labels_appended_as_bytes_merge(
-        counts: list[int], num_slots: int, with_labels: bool, data: st.DataObject) -> None:
-    """part_bytes(slots) parses to sub_request(slots), whether it is the whole batch (serialized as
-    received, no copy) or a slice; the same slots give the same bytes object (encoded once for
-    every member); labels_of(ids) appended to it give the part with its labels."""
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=12), st.integers(1, 6), st.booleans(), st.booleans(),
+       st.data())
+def test_a_batch_part_in_bytes_is_its_series_and_labels_appended_as_bytes_merge(
+        counts: list[int], num_slots: int, with_labels: bool, sender_stamps: bool, data: st.DataObject) -> None:
+    """part_bytes(slots) parses to exactly the series of those slots, with their samples, whether it
+    is the whole batch or a slice, with the timestamps the sender encoded or encoded afresh; the
+    same slots give the same bytes object (encoded once for every member); labels_of(ids)
+    appended to it give the part with its labels."""
     router = SeriesRouter(capacity=1000)
     labels = [make_labels("m", {"namespace": "ns", "pod": f"p{i}"}) for i in range(len(counts))]
-    req = pb.WriteRequest(ids=[series_id(lab) for lab in labels], counts=counts)
-    for i, n in enumerate(counts):
-        req.timestamps.extend(range(1, n + 1))
-        req.values.extend([0.5 * i] * n)
-    if with_labels:
-        for lab in labels:
-            req.series.add(id=series_id(lab)).labels.extend(labels_to_pb(lab))
-    local = router.learn(req.series) if with_labels else {}
+    ids = np.array([series_id(lab) for lab in labels], dtype=np.uint64)
+    stamps = np.concatenate([1_700_000_000_000 + np.arange(n) for n in counts]).astype(np.int64)
+    values = np.concatenate([np.full(n, 0.5 * i) for i, n in enumerate(counts)])
+    by_id = {series_id(lab): lab for lab in labels}
+    columns = WriteColumns(ids, np.array(counts, dtype=np.int64), stamps, values, by_id if with_labels else {},
+                           varints(stamps.view(np.uint64)) if sender_stamps else None)
+    local = router.learn(columns.labels) if with_labels else {}
     if not with_labels:
-        router.learn([pb.SeriesLabels(id=series_id(lab), labels=labels_to_pb(lab)) for lab in labels])
-    ids = np.array(req.ids, dtype=np.uint64)
+        router.learn(by_id)
     hashes, unknown = router.resolve(ids, local)
     assert unknown == []
-    batch = Batch.of(req, router, local, hashes, num_slots, ids)
+    batch = Batch.of(columns, router, local, hashes, num_slots)
     every = batch.slot_set()
     slots = sorted(data.draw(st.sets(st.sampled_from(every), min_size=1)))
     raw, part_ids = batch.part_bytes(slots)
-    sub, sub_ids = batch.sub_request(slots)
-    assert pb.WriteRequest.FromString(raw) == sub and part_ids == sub_ids
+    sub = pb.WriteRequest.FromString(raw)
+    keep = np.isin(batch.slots, slots)
+    assert list(sub.ids) == ids[keep].tolist() == part_ids.tolist() and not sub.series
+    assert list(sub.counts) == np.array(counts)[keep].tolist()
+    per_sample = np.repeat(keep, counts)
+    assert list(sub.timestamps) == stamps[per_sample].tolist() and list(sub.values) == values[per_sample].tolist()
     assert batch.part_bytes(list(slots))[0] is raw
     merged = pb.WriteRequest.FromString(raw + batch.labels_of(part_ids))
-    sub.MergeFromString(batch.labels_of(sub_ids))
-    assert merged == sub and len(merged.series) == len(part_ids)
+    assert {s.id: labels_from_pb(s.labels) for s in merged.series} == {i: by_id[i] for i in part_ids.tolist()}
+    hint, hint_ids = batch.sub_request(slots)
+    assert hint == sub and hint_ids is part_ids
 
 
 class _PlanView:
