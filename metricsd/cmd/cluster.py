@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metricsd.cluster.etcd_server import EtcdServer
+from metricsd.cmd.onwardflags import add_onward_arguments, onward_argv, parquet_location
 from metricsd.cmd.parentdeath import parent_env
 from metricsd.cmd.queryflags import add_remote_write_arguments, remote_write_argv
 from metricsd.cmd.status import add_status_arguments, run_status
@@ -82,6 +83,8 @@ class ClusterPlan:
     lease_ttl: int = LEASE_TTL_S
     security_dir: str = ""  # TLS and tokens from LocalSecurity there; "" runs plaintext without tokens
     proxy_args: tuple[str, ...] = ()  # more flags for every proxy (the remote-write ones)
+    first_proxy_args: tuple[str, ...] = ()  # more flags for proxy-1 only (--parquet-dir: one writer)
+    proxy_data_dir: str = ""  # each proxy gets --data-dir <this>/proxy-i (its onward buffer)
 
     def __post_init__(self) -> None:
         if not 1 <= self.proxies <= MAX_PROXIES:
@@ -142,7 +145,9 @@ class ClusterPlan:
         return [ProcessSpec(f"proxy-{i}", "proxy",
                             ("--host", self.host, "--grpc-port", str(self.proxy_grpc_port(i)),
                              "--http-port", str(self.proxy_http_port(i)), "--w", str(self.w), "--r", str(self.r),
-                             *self._cluster_args(), *self._secure(True, "proxy"), *self.proxy_args),
+                             *self._cluster_args(), *self._secure(True, "proxy"), *self.proxy_args,
+                             *(("--data-dir", f"{self.proxy_data_dir}/proxy-{i}") if self.proxy_data_dir else ()),
+                             *(self.first_proxy_args if i == 1 else ())),
                             self.proxy_grpc_port(i))
                 for i in range(1, self.proxies + 1)]
 
@@ -266,6 +271,8 @@ def up(plan: ClusterPlan, data_dir: Path | None, log_level: str, secure: bool = 
         data_dir = Path(tmp.name)
     if secure:
         plan = dataclasses.replace(plan, security_dir=str(data_dir / "security"))
+    if plan.proxy_args or plan.first_proxy_args:
+        plan = dataclasses.replace(plan, proxy_data_dir=str(data_dir))
     cluster = LocalCluster(plan, data_dir, log_level)
     try:
         signal.signal(signal.SIGTERM, _interrupt)  # while starting; the loop below installs its own
@@ -310,6 +317,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="no TLS and no tokens (by default a throw-away CA and a token per role are made in "
                         "<data-dir>/security and every process uses them)")
     add_remote_write_arguments(u)
+    add_onward_arguments(u)
     s = sub.add_parser("status", help="members, slots per member, map version, leader and health")
     add_status_arguments(s)
 
@@ -324,11 +332,12 @@ def run(args: argparse.Namespace) -> int:
     if args.cluster_command == "status":
         return run_status(args)
     try:
-        proxy_args = remote_write_argv(args)
+        proxy_args = remote_write_argv(args) + onward_argv(args)
+        first = ("--parquet-dir", parquet_location(args.parquet_dir)) if args.parquet_dir else ()
         plan = ClusterPlan(base_port=args.base_port, stores=args.stores, proxies=args.proxies,
                            config_servers=args.config_servers, slots=args.slots, rf=args.rf, w=args.w, r=args.r,
                            simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
-                           cluster=args.cluster, proxy_args=proxy_args)
+                           cluster=args.cluster, proxy_args=proxy_args, first_proxy_args=first)
     except ValueError as e:
         print(f"metricsd cluster up: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,168 @@
+"""Where samples leave for the remote-write targets: at the write a client was acknowledged for.
+
+:class:`OnwardBackend` wraps the backend a process serves (``metricsd up``: its store;
+``metricsd proxy``: the quorum fan-out) and, after a write succeeds, puts its samples in the
+onward buffer before the client gets the answer. The placement is what makes each sample go
+onward once (README: Sending data onward, "The guarantee"):
+
+- every client write passes through exactly one proxy (or the one ``metricsd up``), and is
+  queued there once, after W replicas stored it. Replication below the proxy (the replicas'
+  copies, hinted hand-off, read repair, catch-up, anti-entropy) never passes through here, so RF
+  copies are never RF sends;
+- a write that failed (no quorum) is not queued; the client's retry is the first to be;
+- a client's retry of a write that was acknowledged (the answer lost) is queued again only for
+  samples newer than what its series already queued: none (watermark.py). A late sample older
+  than its series' newest queued one is left out too, and counted;
+- the buffer is on disk and each target's cursor is saved, so a stopped receiver or a restarted
+  process loses nothing; a restart resends at most the round a target was sending.
+
+Clients that send series by id alone (agents, the remote-write receiver) are asked for their
+labels (``unknown_ids``, the handshake of metricsd/rpc/client.py) when this process has not seen
+them, before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from metricsd.clock import Clock
+from metricsd.model import Labels
+from metricsd.onward import records
+from metricsd.onward.buffer import BufferSettings, OnwardBuffer
+from metricsd.onward.metrics import OnwardMetrics
+from metricsd.onward.records import Columns
+from metricsd.onward.sender import Sender, Sleep
+from metricsd.onward.target import TargetConfig
+from metricsd.onward.watermark import Watermark
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import MetricsBackend
+from metricsd.rpc.wire import labels_from_pb
+
+__all__ = ["Onward", "OnwardBackend"]
+
+log = logging.getLogger("metricsd.onward")
+
+
+class Onward:
+    """The buffer, the watermark, the known series and one Sender per target. ``start()`` runs
+    the senders; ``close()`` stops them (their cursors saved) and closes the buffer."""
+
+    def __init__(self, directory: Path, targets: list[TargetConfig], registry: CollectorRegistry, clock: Clock, *,
+                 settings: BufferSettings | None = None, sleep: Sleep = asyncio.sleep,
+                 rand: Callable[[], float] | None = None) -> None:
+        self.metrics = OnwardMetrics(registry)
+        self.clock = clock
+        self.buffer = OnwardBuffer(directory, settings, clock=clock, on_drop=self._dropped)
+        self.labels: dict[int, Labels] = {}
+        self.watermark = Watermark()
+        self._restore()
+        kw = {"sleep": sleep} | ({"rand": rand} if rand is not None else {})
+        self.senders = [Sender(t, self.buffer, self.metrics, clock, **kw) for t in targets]  # type: ignore[arg-type]
+        self._tasks: list[asyncio.Task[None]] = []
+        self.metrics.buffer_bytes.set_function(self.buffer.disk_bytes)
+
+    def _dropped(self, target: str, samples: int) -> None:
+        self.metrics.dropped.labels(target, "buffer_full").inc(samples)
+
+    def _restore(self) -> None:
+        """Labels and watermarks of what the buffer holds, read back after a restart."""
+        n = 0
+        for rec in self.buffer.records_from(0):
+            try:
+                payload = self.buffer.payload(rec)
+                if rec.kind == records.SERIES:
+                    self.labels.update(records.decode_series(payload))
+                else:
+                    self.watermark.restore(records.decode_samples(payload))
+                    n += rec.samples
+            except (OSError, ValueError) as e:
+                log.warning("onward buffer: record %d unreadable: %s", rec.seq, e)
+        self.watermark.add(np.array(list(self.labels), dtype=np.uint64))
+        if n:
+            log.info("onward buffer: %d samples of %d series read back from %s", n, len(self.labels),
+                     self.buffer.directory)
+
+    def start(self) -> None:
+        for s in self.senders:
+            self._tasks.append(asyncio.get_running_loop().create_task(s.run(), name=f"onward-{s.target.name}"))
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        self.buffer.close()
+
+    def unknown(self, request: pb.WriteRequest) -> list[int]:
+        """Ids of the request this process has no labels for (and that carry none)."""
+        ids = np.array(request.ids, dtype=np.uint64)
+        missing = ids[~self.watermark.known(ids)]
+        if not len(missing):
+            return []
+        labelled = {s.id for s in request.series}
+        return [int(i) for i in dict.fromkeys(missing.tolist()) if i not in labelled]
+
+    def queue(self, request: pb.WriteRequest) -> int:
+        """Put the samples of an acknowledged write in the buffer (after the watermark); returns
+        how many went in."""
+        if request.series:
+            new = {s.id: labels_from_pb(s.labels) for s in request.series if s.id not in self.labels}
+            if new:
+                self.labels.update(new)
+                self.watermark.add(np.fromiter(new, np.uint64, len(new)))
+        cols = Columns(np.array(request.ids, dtype=np.uint64), np.array(request.counts, dtype=np.int64),
+                       np.array(request.timestamps, dtype=np.int64), np.array(request.values, dtype=np.float64))
+        got = self.watermark.take(cols)
+        if got.duplicate:
+            self.metrics.skipped.labels("duplicate").inc(got.duplicate)
+        if got.out_of_order:
+            self.metrics.skipped.labels("out_of_order").inc(got.out_of_order)
+        if got.columns.samples:
+            self.buffer.append(got.columns, self.labels.__getitem__)
+            self.metrics.queued.inc(got.columns.samples)
+        return got.columns.samples
+
+
+class OnwardBackend:
+    """A MetricsBackend that queues every acknowledged write onward; everything else is the
+    inner backend's."""
+
+    def __init__(self, inner: MetricsBackend, onward: Onward) -> None:
+        self.inner = inner
+        self.onward = onward
+
+    async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
+        unknown = self.onward.unknown(request)
+        if unknown:
+            return pb.WriteResponse(unknown_ids=unknown)
+        resp = await self.inner.write(request)
+        if not resp.unknown_ids:
+            self.onward.queue(request)
+        return resp
+
+    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        return await self.inner.read(request)
+
+    async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        return await self.inner.aggregate(request)
+
+    async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
+        return await self.inner.rollups(request)
+
+    async def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
+        return await self.inner.list_series(request)
+
+    async def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
+        return await self.inner.label_values(request)
+
+    async def health(self) -> pb.HealthResponse:
+        return await self.inner.health()
+
+    async def stats(self) -> pb.StatsResponse:
+        return await self.inner.stats()

@@ -1,0 +1,245 @@
+"""The pure parts of sending onward, each against a plain oracle: the request encoders (decoded by
+the generated protobuf classes and by metricsd's own receiver), the watermark, the shard split,
+the buffer's records, and the targets' config."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metricsd.clock import ManualClock
+from metricsd.http.remote_write_scan import scan
+from metricsd.onward import records
+from metricsd.onward.buffer import BufferSettings, OnwardBuffer
+from metricsd.onward.encode import encode_v1, encode_v2, label_bytes_v1
+from metricsd.onward.records import Columns
+from metricsd.onward.sender import _chunks
+from metricsd.onward.shards import split
+from metricsd.onward.target import TargetError, parse_targets
+from metricsd.onward.watermark import Watermark
+from metricsd.proto import prometheus_remote_pb2 as prom
+from metricsd.proto import prometheus_remote_v2_pb2 as v2
+
+
+@st.composite
+def columns(draw: st.DrawFn, max_series: int = 6) -> Columns:
+    n = draw(st.integers(1, max_series))
+    ids = draw(st.lists(st.integers(1, 2**64 - 1), min_size=n, max_size=n, unique=True))
+    counts = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+    ts, vals = [], []
+    for c in counts:
+        start = draw(st.integers(-(2**40), 2**45))
+        steps = draw(st.lists(st.integers(1, 10**6), min_size=c, max_size=c))
+        ts += list(np.cumsum([start, *steps])[1:]) if c else []
+        vals += draw(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=c, max_size=c))
+    return Columns(np.array(ids, np.uint64), np.array(counts, np.int64), np.array(ts, np.int64),
+                   np.array(vals, np.float64))
+
+
+def _labels(i: int) -> tuple[tuple[str, str], ...]:
+    return (("__name__", f"m{i % 3}"), ("namespace", "ns"), ("pod", f"pod-{i}"), ("zz", "é" * (i % 200)))
+
+
+def _same(a: float, b: float) -> bool:
+    return np.float64(a).tobytes() == np.float64(b).tobytes() or (math.isnan(a) and math.isnan(b))
+
+
+@given(columns())
+def test_a_v1_request_decodes_to_the_columns_it_was_made_from(cols: Columns) -> None:
+    labels = [_labels(int(i)) for i in cols.ids]
+    raw = encode_v1([label_bytes_v1(lab) for lab in labels], cols.counts, cols.timestamps, cols.values)
+    req = prom.WriteRequest.FromString(raw)
+    assert len(req.timeseries) == len(cols.ids)
+    at = 0
+    for ts, lab, n in zip(req.timeseries, labels, cols.counts.tolist(), strict=True):
+        assert tuple((x.name, x.value) for x in ts.labels) == lab
+        assert [s.timestamp for s in ts.samples] == cols.timestamps[at:at + n].tolist()
+        assert all(_same(s.value, v) for s, v in zip(ts.samples, cols.values[at:at + n].tolist(), strict=True))
+        at += n
+    found = scan(raw)  # metricsd's own receiver reads the same bytes with its NumPy scanner
+    if found is not None:
+        assert found.counts.tolist() == cols.counts.tolist()
+        assert found.timestamps.tolist() == cols.timestamps.tolist()
+        assert found.values.tobytes() == cols.values.tobytes()
+
+
+@given(columns())
+def test_a_v2_request_refers_to_its_labels_through_the_symbols_table(cols: Columns) -> None:
+    labels = [_labels(int(i)) for i in cols.ids]
+    req = v2.Request.FromString(encode_v2(labels, cols.counts, cols.timestamps, cols.values))
+    assert req.symbols[0] == ""
+    at = 0
+    for ts, lab, n in zip(req.timeseries, labels, cols.counts.tolist(), strict=True):
+        refs = list(ts.labels_refs)
+        assert tuple(zip([req.symbols[r] for r in refs[::2]], [req.symbols[r] for r in refs[1::2]],
+                         strict=True)) == lab
+        assert [s.timestamp for s in ts.samples] == cols.timestamps[at:at + n].tolist()
+        at += n
+
+
+def _naive_take(state: dict[int, int], cols: Columns) -> tuple[list[tuple[int, int, float]], int, int]:
+    out, dup, ooo = [], 0, 0
+    at = 0
+    newest_after = dict(state)
+    for sid, n in zip(cols.ids.tolist(), cols.counts.tolist(), strict=True):
+        mark = state.get(sid)
+        for t, v in zip(cols.timestamps[at:at + n].tolist(), cols.values[at:at + n].tolist(), strict=True):
+            if mark is None or t > mark:
+                out.append((sid, t, v))
+            elif t == mark:
+                dup += 1
+            else:
+                ooo += 1
+            newest_after[sid] = max(newest_after.get(sid, t), t)
+        at += n
+    state.clear()
+    state.update(newest_after)
+    return out, dup, ooo
+
+
+@settings(max_examples=60)
+@given(st.lists(columns(max_series=4), min_size=1, max_size=5))
+def test_the_watermark_lets_through_what_a_dict_of_newest_timestamps_would(batches: list[Columns]) -> None:
+    wm, oracle = Watermark(), {}
+    for cols in batches:
+        wm.add(cols.ids)
+        got = wm.take(cols)
+        want, dup, ooo = _naive_take(oracle, cols)
+        at = 0
+        flat = []
+        for sid, n in zip(got.columns.ids.tolist(), got.columns.counts.tolist(), strict=True):
+            flat += [(sid, t, v) for t, v in zip(got.columns.timestamps[at:at + n].tolist(),
+                                                  got.columns.values[at:at + n].tolist(), strict=True)]
+            at += n
+        assert [(s, t) for s, t, _ in flat] == [(s, t) for s, t, _ in want]
+        assert (got.duplicate, got.out_of_order) == (dup, ooo)
+
+
+def test_a_retried_batch_goes_onward_once() -> None:
+    wm = Watermark()
+    cols = Columns(np.array([7, 9], np.uint64), np.array([2, 1], np.int64), np.array([10, 20, 10], np.int64),
+                   np.array([1.0, 2.0, 3.0]))
+    wm.add(cols.ids)
+    assert wm.take(cols).columns.samples == 3
+    again = wm.take(cols)
+    assert again.columns.samples == 0 and again.duplicate == 2 and again.out_of_order == 1
+
+
+@given(columns(), st.integers(1, 5))
+def test_shards_keep_every_sample_of_a_series_together_and_in_order(cols: Columns, shards: int) -> None:
+    parts = split(cols, shards)
+    per_series: dict[int, list[int]] = {}
+    for s, part in enumerate(parts):
+        assert len(set(part.ids.tolist())) == len(part.ids)  # each series once per shard part
+        at = 0
+        for sid, n in zip(part.ids.tolist(), part.counts.tolist(), strict=True):
+            assert sid % shards == s
+            per_series[sid] = part.timestamps[at:at + n].tolist()
+            at += n
+    at = 0
+    for sid, n in zip(cols.ids.tolist(), cols.counts.tolist(), strict=True):
+        if n:
+            assert per_series[sid] == cols.timestamps[at:at + n].tolist()
+        at += n
+    assert sum(p.samples for p in parts) == cols.samples
+
+
+@given(columns(), st.integers(1, 7))
+def test_chunks_cut_a_request_at_whole_series(cols: Columns, limit: int) -> None:
+    chunks = _chunks(cols, limit)
+    assert np.concatenate([c.timestamps for c in chunks]).tolist() == cols.timestamps.tolist()
+    assert np.concatenate([c.ids for c in chunks]).tolist() == cols.ids.tolist()
+    assert all(c.samples <= limit or len(c.ids) == 1 for c in chunks)
+
+
+@given(columns())
+def test_a_samples_record_round_trips_and_damage_is_its_own_error(cols: Columns) -> None:
+    payload = records.encode_samples(cols)
+    back = records.decode_samples(payload)
+    assert back.ids.tolist() == cols.ids.tolist() and back.values.tobytes() == cols.values.tobytes()
+    for bad in (payload[:-3], payload[:1] + b"\xff" * 9, b"\x02", b"\x01" + payload[1:]):
+        with pytest.raises(records.CorruptPayload):
+            records.decode_samples(bad)
+
+
+def _cols(sid: int, t0: int, n: int) -> Columns:
+    return Columns(np.array([sid], np.uint64), np.array([n], np.int64), np.arange(t0, t0 + n, dtype=np.int64),
+                   np.ones(n))
+
+
+def test_the_buffer_is_read_back_after_a_restart_from_each_targets_cursor(tmp_path: Path) -> None:
+    clock = ManualClock(1_000)
+    buf = OnwardBuffer(tmp_path, BufferSettings(max_bytes=1 << 20, segment_bytes=4096), clock=clock)
+    assert buf.register("a") == 0 and buf.register("b") == 0
+    seqs = [buf.append(_cols(i % 3 + 1, 100 * i, 50), lambda i: _labels(i)) for i in range(40)]
+    buf.commit("a", seqs[9])
+    assert buf.pending("a") == 30 * 50 and buf.pending("b") == 40 * 50
+    buf.close()
+    again = OnwardBuffer(tmp_path, BufferSettings(max_bytes=1 << 20, segment_bytes=4096), clock=clock)
+    assert again.register("a") == seqs[9] and again.pending("a") == 30 * 50
+    recs = list(again.records_from(seqs[9] + 1, head=True))
+    # A reader resuming mid-segment first gets the labels that segment holds.
+    assert recs[0].kind == records.SERIES and recs[0].seq < seqs[9] + 1
+    got = [records.decode_samples(again.payload(r)).timestamps[0] for r in recs if r.kind == records.SAMPLES]
+    assert got == [100 * i for i in range(10, 40)]
+    again.close()
+
+
+def test_past_its_bound_the_buffer_drops_the_oldest_segment_and_says_how_many_samples(tmp_path: Path) -> None:
+    dropped: list[tuple[str, int]] = []
+    buf = OnwardBuffer(tmp_path, BufferSettings(max_bytes=8192, segment_bytes=4096), clock=ManualClock(),
+                       on_drop=lambda name, n: dropped.append((name, n)))
+    buf.register("slow")
+    for i in range(200):
+        buf.append(_cols(1, 100 * i, 50), lambda i: _labels(i))
+    assert buf.disk_bytes() <= 8192 + 4096
+    assert dropped and all(name == "slow" for name, _ in dropped)
+    assert sum(n for _, n in dropped) + buf.pending("slow") == 200 * 50  # every sample: sent, pending or counted
+    buf.close()
+
+
+def test_a_segment_every_target_has_sent_is_deleted(tmp_path: Path) -> None:
+    buf = OnwardBuffer(tmp_path, BufferSettings(max_bytes=1 << 20, segment_bytes=4096), clock=ManualClock())
+    buf.register("a")
+    for i in range(100):
+        buf.append(_cols(1, 100 * i, 50), lambda i: _labels(i))
+    before = len(list(tmp_path.glob("*.spool")))
+    buf.commit("a", buf.last_seq)
+    assert before > 2 and len(list(tmp_path.glob("*.spool"))) == 1
+    buf.close()
+
+
+def test_target_config_takes_prometheus_remote_write_entries(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("s3cret\n")
+    text = f"""
+remote_write:
+  - url: https://vm.example:8428/api/v1/write
+    name: vm
+    protocol: "1.0"
+    bearer_token_file: {tmp_path / 'token'}
+    write_relabel_configs: [{{action: drop, source_labels: [namespace], regex: kube-system}}]
+    queue_config: {{shards: 2, max_samples_per_send: 500, min_backoff: 50ms, max_backoff: 2s}}
+"""
+    (t,) = parse_targets([], text)
+    assert (t.name, t.protocol, t.shards, t.max_samples_per_send, t.min_backoff_s, t.max_backoff_s) == (
+        "vm", "1.0", 2, 500, 0.05, 2.0)
+    assert t.authorization() == "Bearer s3cret" and t.relabel[0].action == "drop"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("- url: ftp://x/", "not an http(s) URL"),
+    ("- {url: 'http://x/', shards: 2}", "unknown field 'shards'"),
+    ("- {url: 'http://x/', protocol: '3.0'}", "protocol '3.0'"),
+    ("- {url: 'http://x/', bearer_token_file: /nonexistent}", "not a readable file"),
+    ("- {url: 'http://x/', name: a}\n- {url: 'http://y/', name: a}", "two targets named 'a'"),
+    ("- {url: 'http://x/', write_relabel_configs: [{action: nope}]}", "unknown relabel action"),
+])
+def test_a_bad_target_is_refused_naming_the_field(text: str, message: str) -> None:
+    with pytest.raises(TargetError, match=re.escape(message)):
+        parse_targets([], text)
