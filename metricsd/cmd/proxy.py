@@ -9,6 +9,7 @@ API, remote write, native JSON, /metrics) on ``--http-port``. Run several; clien
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -34,6 +35,7 @@ from metricsd.cmd.security import (
     require_secure_or_loopback,
     server_from_args,
 )
+from metricsd.onward.hourly import HourlyParquet
 from metricsd.onward.tee import OnwardBackend
 from metricsd.proxy.coalesce import CoalesceSettings
 from metricsd.proxy.settings import ProxySettings
@@ -113,6 +115,7 @@ async def serve(args: argparse.Namespace) -> None:
     if onward is not None:  # every write passes through one proxy: each sample goes onward once
         backend = OnwardBackend(proxy, onward)
         onward.start()
+    parquet = asyncio.create_task(HourlyParquet(proxy, args.parquet_dir, clock).run()) if args.parquet_dir else None
     try:
         async with serve_front(args, backend, security, clock, registry) as where:
             print(f"metricsd proxy serving {where} (etcd {args.etcd}, cluster {args.cluster}, W {args.w}, R {args.r})",
@@ -120,6 +123,8 @@ async def serve(args: argparse.Namespace) -> None:
             await stop.wait()
             log.info("proxy stopping")
     finally:
+        if parquet is not None:
+            parquet.cancel()
         if onward is not None:
             await onward.close()
         if onward_tmp is not None:

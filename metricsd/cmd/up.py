@@ -28,6 +28,7 @@ from metricsd.cmd.store import add_limit_arguments, store_settings
 from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
 from metricsd.http.server import serve_http, stop_http
 from metricsd.http.settings import HttpSettings
+from metricsd.onward.hourly import HourlyParquet
 from metricsd.onward.tee import OnwardBackend
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
@@ -139,6 +140,9 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         onward.start()
     server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port, opts.security)
     tasks = [asyncio.create_task(run_durability(durability) if durability is not None else gc_loop(store.gc))]
+    parquet = getattr(opts.onward_args, "parquet_dir", None)
+    if parquet:
+        tasks.append(asyncio.create_task(HourlyParquet(backend, parquet, clock).run()))
     addr = f"{opts.host}:{port}"
     log.info("store serving gRPC on %s", addr)
     consumers: ConsumerSet | None = None

@@ -35,14 +35,14 @@ from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.wire import labels_from_pb, labels_to_pb, matchers_to_pb
 from metricsd.selector import Matcher, MatchOp
 
-__all__ = ["EXPORT_SERIES_PER_READ", "ExportAPI"]
+__all__ = ["EXPORT_SERIES_PER_READ", "ExportAPI", "re_escape", "read_batches"]
 
 EXPORT_SERIES_PER_READ = 200
 IMPORT_SAMPLES_PER_WRITE = 200_000
 _RE_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 
-def _re_escape(value: str) -> str:
+def re_escape(value: str) -> str:
     """A literal for an RE2 alternation (Python's re.escape escapes more than RE2 knows)."""
     return _RE_SPECIAL.sub(r"\\\1", value)
 
@@ -104,7 +104,7 @@ class ExportAPI:
         for sel, groups in batches:
             for ns, pods in groups:
                 narrowed = [*sel, Matcher(MatchOp.EQ, "namespace", ns),
-                            Matcher(MatchOp.RE, "pod", "|".join(_re_escape(p) for p in pods))]
+                            Matcher(MatchOp.RE, "pod", "|".join(re_escape(p) for p in pods))]
                 got = await self.backend.read(pb.ReadRequest(matchers=matchers_to_pb(narrowed), start_ms=start,
                                                              end_ms=end))
                 chunk = []
