@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import pstats
 import os
+import pstats
 import subprocess
 import sys
 import tempfile
@@ -25,16 +25,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client import CollectorRegistry
 
-from metricsd.agent.batches import write_requests  # noqa: E402
-from metricsd.agent.simulate import SimConfig, Simulator  # noqa: E402
-from metricsd.clock import SystemClock  # noqa: E402
-from metricsd.onward.hourly import HOUR_MS, hour_files  # noqa: E402
-from metricsd.onward.tee import Onward  # noqa: E402
-from metricsd.onward.target import TargetConfig  # noqa: E402
-from metricsd.store.api import LocalBackend, StoreAPI  # noqa: E402
-from metricsd.store.engine import Store  # noqa: E402
+from metricsd.agent.batches import write_requests
+from metricsd.agent.simulate import SimConfig, Simulator
+from metricsd.clock import SystemClock
+from metricsd.onward.hourly import HOUR_MS, hour_files
+from metricsd.onward.target import TargetConfig
+from metricsd.onward.tee import Onward
+from metricsd.store.api import LocalBackend, StoreAPI
+from metricsd.store.engine import Store
 
 INTERVAL_MS = 10_000
 
