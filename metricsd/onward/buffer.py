@@ -6,6 +6,9 @@ metricsd/onward/FORMAT.md). Records carry a sequence number; each target keeps a
 highest seq it has sent (or given up on), in ``targets/<name>/consumed``, written atomically when
 it moves. A restarted process reads the segments back and each target resumes after its cursor.
 
+Every segment holds the labels of every series it refers to, in a series record before the first
+samples record that refers to it (the appender passes them), so a segment is readable on its own.
+
 Bounded: past ``max_bytes`` the oldest segment is deleted even if a target has not sent it; the
 samples that target loses are counted (``on_drop``) and its cursor moves past them. A segment
 every cursor has passed is deleted at once. The segment being appended to is never deleted.
@@ -20,13 +23,12 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from metricsd.agent import spool
 from metricsd.clock import Clock
-from metricsd.model import Labels
 from metricsd.onward import records
 from metricsd.onward.records import Columns
 
@@ -70,7 +72,6 @@ class _Segment:
     size: int
     first: int = 0  # index into OnwardBuffer._index of its first record
     records: int = 0
-    series: set[int] = field(default_factory=set)  # series whose labels it holds
 
 
 class OnwardBuffer:
@@ -175,14 +176,21 @@ class OnwardBuffer:
 
     # --- appending ----------------------------------------------------------------------------
 
-    def append(self, cols: Columns, labels_of: Callable[[int], Labels]) -> int:
-        """Log one batch (with the labels of its series this segment does not hold yet); returns
-        its seq. A process crash after this returns loses nothing (the bytes are in the OS)."""
+    def next_segment(self) -> int:
+        """The number of the segment the next ``append`` goes into."""
+        seg = self._segments[-1] if self._segments else None
+        if seg is not None and self._writer is not None and seg.size < self.settings.segment_bytes:
+            return seg.number
+        return seg.number + 1 if seg is not None else 1
+
+    def append(self, cols: Columns, series: Sequence[bytes] = ()) -> int:
+        """Log one batch; returns its seq. ``series``: the serialized SeriesLabels
+        (records.series_entry) of every series of ``cols`` that segment ``next_segment()`` has not
+        been given yet, which are logged first (the caller keeps track: tee.py). A process crash
+        after this returns loses nothing (the bytes are in the OS)."""
         seg = self._segment()
-        new = [int(i) for i in dict.fromkeys(cols.ids.tolist()) if i not in seg.series]
-        if new:
-            self._write(seg, records.encode_series([(i, labels_of(i)) for i in new]), 0)
-            seg.series.update(new)
+        if series:
+            self._write(seg, records.encode_series(series), 0)
         seq = self._write(seg, records.encode_samples(cols), cols.samples)
         self._enforce_bound()
         self._appended.set()
@@ -265,6 +273,28 @@ class OnwardBuffer:
         """Raises OSError or ValueError when its file changed under us."""
         path = self.directory / spool.segment_name(rec.segment)
         return spool.read_record_at(path, rec.offset, rec.size).payload
+
+    def payloads(self, recs: Sequence[Record]) -> Iterator[tuple[Record, bytes | Exception]]:
+        """Each record's payload, or the OSError or ValueError of reading it (its file deleted or
+        changed under us). Records that follow each other in one segment are read with one read."""
+        i = 0
+        while i < len(recs):
+            j = i + 1
+            while j < len(recs) and recs[j].segment == recs[i].segment and \
+                    recs[j].offset == recs[j - 1].offset + recs[j - 1].size:
+                j += 1
+            run = recs[i:j]
+            path = self.directory / spool.segment_name(run[0].segment)
+            try:
+                got = spool.read_records_at(path, run[0].offset, [r.size for r in run])
+                yield from ((r, g.payload) for r, g in zip(run, got, strict=True))
+            except (OSError, ValueError):
+                for r in run:  # find which: the others are still there
+                    try:
+                        yield r, self.payload(r)
+                    except (OSError, ValueError) as e:
+                        yield r, e
+            i = j
 
     async def wait_beyond(self, seq: int) -> None:
         """Return once a record after ``seq`` exists."""

@@ -17,6 +17,7 @@ trust, never anything else.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import lz4.block
@@ -25,14 +26,16 @@ from google.protobuf.message import DecodeError
 
 from metricsd.model import Labels
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.wire import labels_from_pb, labels_to_pb
+from metricsd.rpc.wire import labels_from_pb, labels_to_pb, length_delimited
 
-__all__ = ["SAMPLES", "SERIES", "Columns", "CorruptPayload", "decode_samples", "decode_series", "encode_samples",
-           "encode_series", "kind_of"]
+__all__ = ["SAMPLES", "SERIES", "Columns", "CorruptPayload", "decode_samples", "decode_series", "decode_series_entries",
+           "decode_series_ids", "encode_samples",
+           "encode_series", "kind_of", "series_entry"]
 
 SERIES = 1
 SAMPLES = 2
 _COUNTS = struct.Struct("<II")  # FORMAT.md: entries, samples
+_SERIES_FIELD = 5  # WriteRequest.series
 _MAX_SAMPLES = 1 << 26  # a count above this in one record is damage, not a batch
 
 
@@ -65,21 +68,44 @@ def kind_of(payload: bytes) -> int:
     return payload[0]
 
 
-def encode_series(series: list[tuple[int, Labels]]) -> bytes:
-    req = pb.WriteRequest()
-    for sid, labels in series:
-        req.series.add(id=sid).labels.extend(labels_to_pb(labels))
-    return bytes([SERIES]) + req.SerializeToString()
+def series_entry(sid: int, labels: Labels) -> bytes:
+    """One series as a serialized SeriesLabels (what ``encode_series`` takes)."""
+    return pb.SeriesLabels(id=sid, labels=labels_to_pb(labels)).SerializeToString()
 
 
-def decode_series(payload: bytes) -> list[tuple[int, Labels]]:
+def encode_series(entries: Iterable[bytes]) -> bytes:
+    """A series payload of serialized SeriesLabels: a client's own (the tee keeps them as they
+    came, so a series' labels are never decoded to be logged) or ``series_entry``'s."""
+    return bytes([SERIES]) + b"".join(length_delimited(_SERIES_FIELD, e) for e in entries)
+
+
+def _series_of(payload: bytes) -> Sequence[pb.SeriesLabels]:
     if kind_of(payload) != SERIES:
         raise CorruptPayload(f"not a series payload (kind {payload[0]})")
     try:
-        req = pb.WriteRequest.FromString(payload[1:])
-        return [(s.id, labels_from_pb(s.labels)) for s in req.series]
+        return pb.WriteRequest.FromString(payload[1:]).series
     except (DecodeError, ValueError) as e:
         raise CorruptPayload(f"series payload: {e}") from None
+
+
+def decode_series(payload: bytes) -> list[tuple[int, Labels]]:
+    try:
+        return [(s.id, labels_from_pb(s.labels)) for s in _series_of(payload)]
+    except ValueError as e:  # InvalidSeries: a duplicate label name
+        raise CorruptPayload(f"series payload: {e}") from None
+
+
+def decode_series_entries(payload: bytes) -> list[tuple[int, bytes]]:
+    """The series of a payload as (id, serialized SeriesLabels), labels not decoded."""
+    return [(s.id, s.SerializeToString()) for s in _series_of(payload)]
+
+
+def decode_series_ids(payload: bytes) -> tuple[np.ndarray, Callable[[int], Labels]]:
+    """The ids of a series payload, and the labels of its i-th series on demand: a reader that
+    knows most of the series decodes only the labels of the others."""
+    series = _series_of(payload)
+    ids = np.fromiter((s.id for s in series), np.uint64, len(series))
+    return ids, lambda i: labels_from_pb(series[i].labels)
 
 
 def encode_samples(cols: Columns) -> bytes:

@@ -33,6 +33,7 @@ from metricsd.onward import encode, records
 from metricsd.onward.buffer import OnwardBuffer, Record
 from metricsd.onward.metrics import OnwardMetrics
 from metricsd.onward.records import Columns
+from metricsd.onward.series import SeriesTable
 from metricsd.onward.shards import concat, split
 from metricsd.onward.target import TargetConfig
 
@@ -58,8 +59,9 @@ class Sender:
         self.backoff = BackoffPolicy(base_s=target.min_backoff_s, max_s=target.max_backoff_s, jitter=0.5)
         self.cursor = buffer.register(target.name)
         self.version = {"1.0": 1, "2.0": 2}.get(target.protocol, 0)
-        self._labels: dict[int, Labels | None] = {}  # after write_relabel_configs; None: dropped
-        self._v1: dict[int, bytes] = {}
+        self.series = SeriesTable(self._relabel)  # after write_relabel_configs, encoded once
+        self._segment = 0  # the newest segment read from
+        self._bounded_at = 0  # the segment self.series was last bounded for
         self._session: aiohttp.ClientSession | None = None
         name = target.name
         metrics.pending.labels(name).set_function(lambda: buffer.pending(name))
@@ -96,41 +98,52 @@ class Sender:
 
     def _read_round(self, head: bool) -> tuple[Columns, int | None]:
         """The samples of the next records (up to shards x max_samples_per_send, at least one
-        record) with relabel drops removed, and the seq of the last record taken."""
+        record) with relabel drops removed, and the seq of the last record taken. In the columns
+        returned, ``ids`` holds each series' slot in self.series (looked up once, as the record
+        is read), which is what ``body`` takes."""
         t = self.target
+        if self._segment > self._bounded_at:  # between rounds: no slot of a round in flight moves
+            self.series.forget_before(self._segment - 1)
+            self._bounded_at = self._segment
         limit = t.shards * t.max_samples_per_send
         self.cursor = max(self.cursor, self.buffer.cursor(t.name))  # the bound may have moved it
-        parts: list[Columns] = []
+        chosen: list[Record] = []
         taken = 0
         last: int | None = None
         for rec in self.buffer.records_from(self.cursor + 1, head=head):
-            if rec.kind == records.SAMPLES and rec.seq > self.cursor and parts and taken + rec.samples > limit:
+            if rec.kind == records.SAMPLES and rec.seq > self.cursor and taken and taken + rec.samples > limit:
                 break
-            try:
-                payload = self.buffer.payload(rec)
-                self._take(rec, payload, parts)
-            except (OSError, ValueError) as e:  # the bound deleted it under us, or damage
-                log.warning("onward %s: cannot read buffered record %d: %s", t.name, rec.seq, e)
+            chosen.append(rec)
             if rec.seq > self.cursor:
                 last = rec.seq
                 taken += rec.samples
+        parts: list[Columns] = []
+        for rec, payload in self.buffer.payloads(chosen):  # consecutive records: one read
+            try:
+                if isinstance(payload, Exception):
+                    raise payload
+                self._take(rec, payload, parts)
+            except (OSError, ValueError) as e:  # the bound deleted it under us, or damage
+                log.warning("onward %s: cannot read buffered record %d: %s", t.name, rec.seq, e)
         return concat(parts), last
 
     def _take(self, rec: Record, payload: bytes, parts: list[Columns]) -> None:
+        self._segment = max(self._segment, rec.segment)
         if rec.kind == records.SERIES:
-            for sid, labels in records.decode_series(payload):
-                if sid not in self._labels:
-                    self._labels[sid] = self._relabel(labels)
+            ids, labels_at = records.decode_series_ids(payload)
+            self.series.learn(ids, labels_at, rec.segment)
             return
         if rec.seq <= self.cursor:
             return
         cols = records.decode_samples(payload)
-        keep = np.fromiter((self._labels.get(i) is not None for i in cols.ids.tolist()), bool, len(cols.ids))
+        slots = self.series.slots(cols.ids)
+        keep = self.series.sendable(slots)
         if not keep.all():
             per_sample = np.repeat(keep, cols.counts)
             self.metrics.dropped.labels(self.target.name, "relabel").inc(int((~per_sample).sum()))
-            cols = Columns(cols.ids[keep], cols.counts[keep], cols.timestamps[per_sample], cols.values[per_sample])
-        parts.append(cols)
+            slots, cols = slots[keep], Columns(cols.ids[keep], cols.counts[keep], cols.timestamps[per_sample],
+                                               cols.values[per_sample])
+        parts.append(Columns(slots.astype(np.uint64), cols.counts, cols.timestamps, cols.values))
 
     def _relabel(self, labels: Labels) -> Labels | None:
         if not self.target.relabel:
@@ -153,19 +166,15 @@ class Sender:
         return h
 
     def body(self, cols: Columns, version: int) -> bytes:
-        """The snappy-compressed request for ``cols`` (each series once)."""
-        ids = cols.ids.tolist()
+        """The snappy-compressed request for ``cols`` (by slot, as _read_round returns them; each
+        series once): a few NumPy and Arrow calls and one snappy call."""
+        slots = cols.ids.astype(np.int64)
         if version == 2:
-            labels = [self._labels[i] for i in ids]
-            return encode.snappy(encode.encode_v2(labels, cols.counts, cols.timestamps, cols.values))  # type: ignore[arg-type]
-        v1 = self._v1
-        heads = []
-        for i in ids:
-            b = v1.get(i)
-            if b is None:
-                b = v1[i] = encode.label_bytes_v1(self._labels[i])  # type: ignore[arg-type]
-            heads.append(b)
-        return encode.snappy(encode.encode_v1(heads, cols.counts, cols.timestamps, cols.values))
+            symbols, refs, ref_counts = self.series.v2(slots)
+            raw = encode.encode_v2(symbols, refs, ref_counts, cols.counts, cols.timestamps, cols.values)
+        else:
+            raw = encode.encode_v1(self.series.v1(slots), cols.counts, cols.timestamps, cols.values)
+        return encode.snappy(raw)
 
     async def _negotiate(self) -> None:
         """protocol auto: an empty 2.0 request. A 2.0 receiver answers it with the

@@ -1,8 +1,9 @@
 """How a round of buffered batches becomes one request per shard. Pure and vectorised.
 
-A series always goes to the same shard (``id mod shards``; ids are 64-bit hashes of the labels,
-so this is uniform), and a shard sends its requests one after another, so every series reaches the
-receiver in time order however many shards send at once. Within a shard's part, entries of one
+A series goes to one shard (``id mod shards``: the sender passes its dense series slots as ids,
+so this is uniform), and a shard sends its requests one after another, so every series reaches
+the receiver in time order however many shards send at once; rounds go one after another, so a
+series may change shards between rounds without any reordering. Within a shard's part, entries of one
 series from several batches are merged into one (their samples stay in batch order, which the
 watermark made increasing), so a backlog sends each series' labels once per request.
 """

@@ -19,6 +19,13 @@ onward once (README: Sending data onward, "The guarantee"):
 Clients that send series by id alone (agents, the remote-write receiver) are asked for their
 labels (``unknown_ids``, the handshake of metricsd/rpc/client.py) when this process has not seen
 them, before anything is written.
+
+Bounded: the labels and the watermark of a series are kept while it is in use, and forgotten
+when it has queued nothing for a whole segment of the buffer (64 MiB of batches by default: about
+half an hour of 80,000 series at a 10 s interval), when the buffer starts a new segment. A
+forgotten series that writes again is asked for its labels (the handshake above) and starts a
+new watermark, as after a restart with the buffer sent: a client's retry of a write acknowledged
+before that goes onward again (a receiver takes the same sample twice as a no-op).
 """
 
 from __future__ import annotations
@@ -32,7 +39,6 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import Clock
-from metricsd.model import Labels
 from metricsd.onward import records
 from metricsd.onward.buffer import BufferSettings, OnwardBuffer
 from metricsd.onward.metrics import OnwardMetrics
@@ -42,7 +48,6 @@ from metricsd.onward.target import TargetConfig
 from metricsd.onward.watermark import Watermark
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import MetricsBackend
-from metricsd.rpc.wire import labels_from_pb
 
 __all__ = ["Onward", "OnwardBackend"]
 
@@ -59,8 +64,9 @@ class Onward:
         self.metrics = OnwardMetrics(registry)
         self.clock = clock
         self.buffer = OnwardBuffer(directory, settings, clock=clock, on_drop=self._dropped)
-        self.labels: dict[int, Labels] = {}
+        self.labels: dict[int, bytes] = {}  # serialized SeriesLabels, as the client sent them
         self.watermark = Watermark()
+        self._segment = 0  # the buffer's segment when the last batch went in
         self._restore()
         kw = {"sleep": sleep} | ({"rand": rand} if rand is not None else {})
         self.senders = [Sender(t, self.buffer, self.metrics, clock, **kw) for t in targets]  # type: ignore[arg-type]
@@ -73,17 +79,26 @@ class Onward:
     def _restore(self) -> None:
         """Labels and watermarks of what the buffer holds, read back after a restart."""
         n = 0
-        for rec in self.buffer.records_from(0):
+        for rec, payload in self.buffer.payloads(list(self.buffer.records_from(0))):
             try:
-                payload = self.buffer.payload(rec)
+                if isinstance(payload, Exception):
+                    raise payload
                 if rec.kind == records.SERIES:
-                    self.labels.update(records.decode_series(payload))
+                    series = records.decode_series_entries(payload)
+                    self.labels.update(series)
+                    self.watermark.add(np.array([i for i, _ in series], np.uint64))
                 else:
-                    self.watermark.restore(records.decode_samples(payload))
+                    cols = records.decode_samples(payload)
+                    labelled = self.watermark.known(cols.ids)  # a series whose labels were lost stays unknown
+                    if not labelled.all():
+                        per_sample = np.repeat(labelled, cols.counts)
+                        cols = Columns(cols.ids[labelled], cols.counts[labelled], cols.timestamps[per_sample],
+                                       cols.values[per_sample])
+                    self.watermark.restore(cols, rec.segment)
                     n += rec.samples
             except (OSError, ValueError) as e:
                 log.warning("onward buffer: record %d unreadable: %s", rec.seq, e)
-        self.watermark.add(np.array(list(self.labels), dtype=np.uint64))
+        self._segment = self.buffer.next_segment()
         if n:
             log.info("onward buffer: %d samples of %d series read back from %s", n, len(self.labels),
                      self.buffer.directory)
@@ -100,9 +115,10 @@ class Onward:
         self.buffer.close()
 
     def unknown(self, request: pb.WriteRequest) -> list[int]:
-        """Ids of the request this process has no labels for (and that carry none)."""
+        """Ids of the request this process has no labels for (and that carry none). The others are
+        marked in use, so the bound does not forget them before ``queue``."""
         ids = np.array(request.ids, dtype=np.uint64)
-        missing = ids[~self.watermark.known(ids)]
+        missing = ids[~self.watermark.known(ids, self.buffer.next_segment())]
         if not len(missing):
             return []
         labelled = {s.id for s in request.series}
@@ -112,21 +128,49 @@ class Onward:
         """Put the samples of an acknowledged write in the buffer (after the watermark); returns
         how many went in."""
         if request.series:
-            new = {s.id: labels_from_pb(s.labels) for s in request.series if s.id not in self.labels}
+            new = {s.id: s.SerializeToString() for s in request.series if s.id not in self.labels}
             if new:
                 self.labels.update(new)
                 self.watermark.add(np.fromiter(new, np.uint64, len(new)))
         cols = Columns(np.array(request.ids, dtype=np.uint64), np.array(request.counts, dtype=np.int64),
                        np.array(request.timestamps, dtype=np.int64), np.array(request.values, dtype=np.float64))
-        got = self.watermark.take(cols)
+        segment = self.buffer.next_segment()
+        try:
+            got = self.watermark.take(cols, segment)
+        except KeyError:  # forgotten since unknown() (two new segments during one store write): drop them
+            cols = self._known_only(cols)
+            got = self.watermark.take(cols, segment)
         if got.duplicate:
             self.metrics.skipped.labels("duplicate").inc(got.duplicate)
         if got.out_of_order:
             self.metrics.skipped.labels("out_of_order").inc(got.out_of_order)
         if got.columns.samples:
-            self.buffer.append(got.columns, self.labels.__getitem__)
+            labels = self.labels
+            self.buffer.append(got.columns, [labels[i] for i in got.fresh.tolist()])
             self.metrics.queued.inc(got.columns.samples)
+        if segment != self._segment:  # the buffer started a new segment (this batch's series are in it)
+            self._segment = segment
+            self.forget_idle()
         return got.columns.samples
+
+    def _known_only(self, cols: Columns) -> Columns:
+        known = self.watermark.known(cols.ids)
+        lost = int(cols.counts[~known].sum())
+        log.warning("onward: %d samples of %d series forgotten during their write are not sent", lost,
+                    int((~known).sum()))
+        self.metrics.skipped.labels("forgotten").inc(lost)
+        per_sample = np.repeat(known, cols.counts)
+        return Columns(cols.ids[known], cols.counts[known], cols.timestamps[per_sample], cols.values[per_sample])
+
+    def forget_idle(self) -> int:
+        """The bound (see the module's docstring): forget the series that queued nothing in the
+        previous segment or since; returns how many."""
+        dropped = self.watermark.forget(self._segment - 1)
+        for i in dropped.tolist():
+            self.labels.pop(i, None)
+        if len(dropped):
+            log.info("onward: %d series idle for a segment forgotten (%d kept)", len(dropped), len(self.labels))
+        return len(dropped)
 
 
 class OnwardBackend:
