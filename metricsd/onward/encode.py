@@ -61,18 +61,24 @@ def label_bytes_v1(labels: Labels) -> bytes:
     return b"".join(out)
 
 
+_SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)  # a varint's digit k holds bits 7k .. 7k + 6
+_BELOW = np.uint64(1) << _SHIFTS[1:]  # a value below _BELOW[k] takes k + 1 bytes
+
+
 def varint_digits(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value's base-128 varint as a row of a uint8 matrix (continuation bits set; the row is
     as wide as the widest varint), and each varint's size. A negative int64 viewed as uint64 takes
     ten bytes, as protobuf writes it."""
     u = np.ascontiguousarray(u, dtype=np.uint64)
-    w = max(1, (int(u.max()).bit_length() + 6) // 7) if len(u) else 1
-    size = np.ones(len(u), np.int64)
-    for k in range(1, w):
-        size += u >= np.uint64(1 << (7 * k))
-    digits = np.empty((len(u), w), np.uint8)
-    for k in range(w):
-        digits[:, k] = (u >> np.uint64(7 * k)) & np.uint64(0x7F)
+    if not len(u):
+        return np.zeros((0, 1), np.uint8), np.zeros(0, np.int64)
+    lo, hi = int(u.min()), int(u.max())
+    w = max(1, (hi.bit_length() + 6) // 7)
+    digits = ((u[:, None] >> _SHIFTS[None, :w]) & np.uint64(0x7F)).astype(np.uint8)
+    if max(1, (lo.bit_length() + 6) // 7) == w:  # fast path: one size (a request's timestamps)
+        digits[:, : w - 1] |= 0x80
+        return digits, np.full(len(u), w, np.int64)
+    size = 1 + (u[:, None] >= _BELOW[None, : w - 1]).sum(axis=1, dtype=np.int64)
     digits |= np.where(np.arange(w)[None, :] < (size - 1)[:, None], np.uint8(0x80), np.uint8(0))
     return digits, size
 

@@ -25,13 +25,14 @@ _WINDOW = 8  # rows after the home row that a lookup reads at once
 class IdTable:
     """Series ids and, per id, one int64 value in each column of ``cols`` (named at construction
     with their default: the value of a row before an id takes it). Columns are indexed by row;
-    ``rows()`` lists the rows in use."""
+    ``rows()`` lists the rows in use. Rows found stay valid while ``version`` stays the same."""
 
     def __init__(self, **defaults: int) -> None:
         self.defaults = defaults
         self._reset(_MIN_BITS)
 
     def _reset(self, bits: int) -> None:
+        self.version = getattr(self, "version", -1) + 1  # rows found before a reset are stale
         self._bits = bits
         self._keys = np.zeros(1 << bits, np.uint64)
         self._used = np.zeros(1 << bits, bool)

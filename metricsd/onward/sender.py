@@ -1,8 +1,9 @@
 """One remote-write target's sender: reads the onward buffer after its cursor, sends, moves the cursor.
 
-A round takes the next buffered batches (up to ``shards x max_samples_per_send`` samples), splits
-them into one request per shard (shards.py) and sends the shards at once; when every shard's
-request is answered, the cursor moves past the round and is saved. A request is retried with
+A round takes the next buffered batches (up to ``shards x max_samples_per_send`` samples), makes
+requests of at most about ``max_samples_per_send`` samples with each series in one of them
+(shards.py) and sends them over ``shards`` connections at once; when every request is answered,
+the cursor moves past the round and is saved. A request is retried with
 exponential back-off (metricsd/agent/retry.py's BackoffPolicy, with jitter) on a connection error,
 a 5xx or a 429, until it is accepted; a 4xx other than 429 is not retried: its samples are counted
 as failed and the round goes on. So nothing is lost while the receiver is down or overloaded,
@@ -34,7 +35,7 @@ from metricsd.onward.buffer import OnwardBuffer, Record
 from metricsd.onward.metrics import OnwardMetrics
 from metricsd.onward.records import Columns
 from metricsd.onward.series import SeriesTable
-from metricsd.onward.shards import concat, split
+from metricsd.onward.shards import concat, requests
 from metricsd.onward.target import TargetConfig
 
 __all__ = ["SAMPLES_WRITTEN", "Sender"]
@@ -230,26 +231,12 @@ class Sender:
             await self.sleep(self.backoff.delay(failures, self.rand()))
 
     async def _send_round(self, cols: Columns) -> None:
-        parts = split(cols, self.target.shards)
-        limit = self.target.max_samples_per_send
+        """The round's requests over ``shards`` connections at once (each series is in one
+        request of the round, so the order they are answered in does not matter: shards.py)."""
+        pending = iter(requests(cols, self.target.max_samples_per_send))
 
-        async def shard(part: Columns) -> None:
-            for chunk in _chunks(part, limit):
+        async def lane() -> None:
+            for chunk in pending:  # the lanes share the iterator: each takes the next request
                 await self.send(chunk)
 
-        await asyncio.gather(*(shard(p) for p in parts if p.samples))
-
-
-def _chunks(cols: Columns, limit: int) -> list[Columns]:
-    """Whole entries, about ``limit`` samples a request (an entry larger than that is one request)."""
-    if cols.samples <= limit:
-        return [cols]
-    out = []
-    ends = np.cumsum(cols.counts)
-    e0 = s0 = 0
-    while e0 < len(cols.ids):
-        e1 = max(e0 + 1, int(np.searchsorted(ends, s0 + limit, side="right")))
-        s1 = int(ends[e1 - 1])
-        out.append(Columns(cols.ids[e0:e1], cols.counts[e0:e1], cols.timestamps[s0:s1], cols.values[s0:s1]))
-        e0, s0 = e1, s1
-    return out
+        await asyncio.gather(*(lane() for _ in range(self.target.shards)))

@@ -66,7 +66,10 @@ class BytesColumn:
         return binary_column(self._data[:end], self._offsets[: self.n + 1])
 
     def take(self, rows: np.ndarray) -> pa.Array:
-        return self.array().take(pa.array(rows, pa.int64()))
+        arr = self.array()
+        if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((np.diff(rows) == 1).all()):
+            return arr.slice(int(rows[0]), len(rows))  # fast path: consecutive rows (a live request), no copy
+        return arr.take(pa.array(rows, pa.int64()))
 
     @staticmethod
     def of(arr: pa.Array) -> BytesColumn:
@@ -111,7 +114,7 @@ class SeriesTable:
         fresh = np.flatnonzero(slot[rows] == _NO_SLOT)
         if not len(fresh):
             return 0
-        fresh = fresh[np.unique(rows[fresh], return_index=True)[1]]  # an id twice in a record: once
+        fresh = fresh[np.sort(np.unique(rows[fresh], return_index=True)[1])]  # an id twice in a record: once
         first = len(self._labels)
         self._labels += [self.relabel(labels_at(int(i))) for i in fresh]
         self._send = np.concatenate([self._send, np.array([lab is not None for lab in self._labels[first:]], bool)])

@@ -1,11 +1,15 @@
-"""How a round of buffered batches becomes one request per shard. Pure and vectorised.
+"""How a round of buffered batches becomes requests. Pure and vectorised.
 
-A series goes to one shard (``id mod shards``: the sender passes its dense series slots as ids,
-so this is uniform), and a shard sends its requests one after another, so every series reaches
-the receiver in time order however many shards send at once; rounds go one after another, so a
-series may change shards between rounds without any reordering. Within a shard's part, entries of one
-series from several batches are merged into one (their samples stay in batch order, which the
-watermark made increasing), so a backlog sends each series' labels once per request.
+A sender's rounds go one after another (the next is read once every request of the round is
+answered), so what keeps each series in time order at the receiver is only that a series is in
+one request of its round: the round's entries of one series (from several batches) are merged
+into one entry, whose samples stay in batch order (the watermark made them increasing), and a
+request holds whole entries. The requests of a round may then go out at once, over any number
+of connections (the target's ``shards``), and a backlog sends each series' labels once per request.
+
+A live round holds each series once, in one batch: nothing to merge, and the requests are slices
+of the round (no copy), series in the order clients sent them (series of one pod side by side,
+which compress better).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import numpy as np
 
 from metricsd.onward.records import Columns
 
-__all__ = ["concat", "split"]
+__all__ = ["concat", "merge", "requests"]
 
 
 def concat(parts: Sequence[Columns]) -> Columns:
@@ -28,33 +32,45 @@ def concat(parts: Sequence[Columns]) -> Columns:
                    np.concatenate([p.timestamps for p in parts]), np.concatenate([p.values for p in parts]))
 
 
-def split(cols: Columns, shards: int) -> list[Columns]:
-    """One Columns per shard (some may be empty), each series in one entry."""
-    if not len(cols.ids):
-        return [Columns.empty() for _ in range(shards)]
-    shard = (cols.ids % np.uint64(shards)).astype(np.int64)
-    # Sort entries by (shard, id), stably: a series' entries stay in batch order.
-    order = np.lexsort((cols.ids, shard))
-    starts = np.cumsum(cols.counts) - cols.counts
-    counts = cols.counts[order]
-    # Sample permutation: for each entry in the new order, its samples' old positions.
-    total = int(counts.sum())
-    offsets = np.repeat(starts[order] - (np.cumsum(counts) - counts), counts)
-    perm = np.arange(total) + offsets
-    ids, sh = cols.ids[order], shard[order]
-    ts, values = cols.timestamps[perm], cols.values[perm]
+def merge(cols: Columns) -> Columns:
+    """Each series in one entry: the entries of a series merged, their samples in the order
+    given; merged entries in the order of their ids (a sender's slots: the order it learned the
+    series in, which is the order clients send them)."""
+    if not len(cols.ids) or _distinct_small(cols.ids):  # fast path (a sender's live round): nothing to merge
+        return cols
+    order = np.argsort(cols.ids, kind="stable")  # a series' entries together, in batch order
+    ids = cols.ids[order]
     first = np.ones(len(ids), bool)
     first[1:] = ids[1:] != ids[:-1]
-    group = np.cumsum(first) - 1
+    if bool(first.all()):
+        return cols
+    group = np.cumsum(first) - 1  # per sorted entry, its series
+    starts = np.cumsum(cols.counts) - cols.counts
+    counts = cols.counts[order]
+    # Per sample of the merged columns, where it was: each sorted entry's samples, in order.
+    perm = np.repeat(starts[order] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
     merged_counts = np.bincount(group, weights=counts, minlength=int(group[-1]) + 1).astype(np.int64)
-    merged_ids, merged_shard = ids[first], sh[first]
-    sample_shard = np.repeat(merged_shard, merged_counts)
+    return Columns(ids[first], merged_counts, cols.timestamps[perm], cols.values[perm])
+
+
+def requests(cols: Columns, limit: int) -> list[Columns]:
+    """The round as requests of whole entries, about ``limit`` samples each (an entry larger than
+    that is one request), each series in one of them (``merge``)."""
+    cols = merge(cols)
+    if cols.samples <= limit:
+        return [cols] if cols.samples else []
     out = []
-    for s in range(shards):
-        e = merged_shard == s
-        if not e.any():
-            out.append(Columns.empty())
-            continue
-        m = sample_shard == s
-        out.append(Columns(merged_ids[e], merged_counts[e], ts[m], values[m]))
+    ends = np.cumsum(cols.counts)
+    e0 = s0 = 0
+    while e0 < len(cols.ids):
+        e1 = max(e0 + 1, int(np.searchsorted(ends, s0 + limit, side="right")))
+        s1 = int(ends[e1 - 1])
+        out.append(Columns(cols.ids[e0:e1], cols.counts[e0:e1], cols.timestamps[s0:s1], cols.values[s0:s1]))
+        e0, s0 = e1, s1
     return out
+
+
+def _distinct_small(ids: np.ndarray) -> bool:
+    """Are the ids small (a sender's dense slots) and each there once? One bincount."""
+    top = int(ids.max())
+    return top < 4 * len(ids) + 4096 and int(np.bincount(ids.astype(np.int64), minlength=1).max()) == 1

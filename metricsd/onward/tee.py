@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,13 +46,19 @@ from metricsd.onward.metrics import OnwardMetrics
 from metricsd.onward.records import Columns
 from metricsd.onward.sender import Sender, Sleep
 from metricsd.onward.target import TargetConfig
-from metricsd.onward.watermark import Watermark
+from metricsd.onward.watermark import Rows, Watermark
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import MetricsBackend
 
-__all__ = ["Onward", "OnwardBackend"]
+__all__ = ["Admission", "Onward", "OnwardBackend"]
 
 log = logging.getLogger("metricsd.onward")
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    unknown: list[int]  # ids to ask the client the labels of
+    rows: Rows  # the request's ids looked up in the watermark
 
 
 class Onward:
@@ -114,19 +121,24 @@ class Onward:
         self._tasks.clear()
         self.buffer.close()
 
-    def unknown(self, request: pb.WriteRequest) -> list[int]:
-        """Ids of the request this process has no labels for (and that carry none). The others are
-        marked in use, so the bound does not forget them before ``queue``."""
+    def admit(self, request: pb.WriteRequest) -> Admission:
+        """Before the write: the ids of the request this process has no labels for (and that
+        carry none), which the client is asked for. The others are marked in use, so the bound
+        does not forget them before ``queue``, which may reuse their lookup."""
         ids = np.array(request.ids, dtype=np.uint64)
-        missing = ids[~self.watermark.known(ids, self.buffer.next_segment())]
+        rows = self.watermark.rows(ids, self.buffer.next_segment())
+        missing = ids[rows.rows < 0]
         if not len(missing):
-            return []
+            return Admission([], rows)
         labelled = {s.id for s in request.series}
-        return [int(i) for i in dict.fromkeys(missing.tolist()) if i not in labelled]
+        return Admission([int(i) for i in dict.fromkeys(missing.tolist()) if i not in labelled], rows)
 
-    def queue(self, request: pb.WriteRequest) -> int:
+    def unknown(self, request: pb.WriteRequest) -> list[int]:
+        return self.admit(request).unknown
+
+    def queue(self, request: pb.WriteRequest, admitted: Admission | None = None) -> int:
         """Put the samples of an acknowledged write in the buffer (after the watermark); returns
-        how many went in."""
+        how many went in. ``admitted``: what ``admit`` said of it before the write."""
         if request.series:
             new = {s.id: s.SerializeToString() for s in request.series if s.id not in self.labels}
             if new:
@@ -136,7 +148,7 @@ class Onward:
                        np.array(request.timestamps, dtype=np.int64), np.array(request.values, dtype=np.float64))
         segment = self.buffer.next_segment()
         try:
-            got = self.watermark.take(cols, segment)
+            got = self.watermark.take(cols, segment, admitted.rows if admitted is not None else None)
         except KeyError:  # forgotten since unknown() (two new segments during one store write): drop them
             cols = self._known_only(cols)
             got = self.watermark.take(cols, segment)
@@ -182,12 +194,12 @@ class OnwardBackend:
         self.onward = onward
 
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
-        unknown = self.onward.unknown(request)
-        if unknown:
-            return pb.WriteResponse(unknown_ids=unknown)
+        admitted = self.onward.admit(request)
+        if admitted.unknown:
+            return pb.WriteResponse(unknown_ids=admitted.unknown)
         resp = await self.inner.write(request)
         if not resp.unknown_ids:
-            self.onward.queue(request)
+            self.onward.queue(request, admitted)
         return resp
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:

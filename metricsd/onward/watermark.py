@@ -26,10 +26,16 @@ import numpy as np
 from metricsd.onward.idtable import IdTable
 from metricsd.onward.records import Columns
 
-__all__ = ["Filtered", "Watermark"]
+__all__ = ["Filtered", "Rows", "Watermark"]
 
 _NONE = np.iinfo(np.int64).min
 _NEVER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    rows: np.ndarray  # per id, its row in the table (-1: not known)
+    version: int  # the table's version they were found in
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,38 +61,50 @@ class Watermark:
     def ids(self) -> np.ndarray:
         return self.table.ids
 
-    def known(self, ids: np.ndarray, generation: int | None = None) -> np.ndarray:
-        """A bool per id: is it a series seen before? With a generation, the known ones are
-        marked in use in it, so that ``forget`` keeps them until a batch of theirs arrives."""
+    def known(self, ids: np.ndarray) -> np.ndarray:
+        """A bool per id: is it a series seen before?"""
+        return self.table.find(ids) >= 0
+
+    def rows(self, ids: np.ndarray, generation: int) -> Rows:
+        """The ids' rows (-1: not known), the known ones marked in use in ``generation``, so that
+        ``forget`` keeps them until a batch of theirs arrives; ``take`` may be given them."""
         rows = self.table.find(ids)
-        found = rows >= 0
-        if generation is not None:
-            used = self.table.cols["used"]
-            used[rows[found]] = np.maximum(used[rows[found]], generation)
-        return found
+        self.table.cols["used"][rows[rows >= 0]] = generation  # generations only grow
+        return Rows(rows, self.table.version)
 
     def add(self, ids: np.ndarray) -> None:
         """Make ``ids`` known (those already known are left as they are)."""
         if len(ids):
             self.table.add(ids)
 
-    def take(self, cols: Columns, generation: int = 0) -> Filtered:
+    def take(self, cols: Columns, generation: int = 0, looked_up: Rows | None = None) -> Filtered:
         """The samples of ``cols`` newer than their series' watermark, which then moves to the
-        newest of them. Every id must be known (``add``). Within an entry timestamps increase."""
+        newest of them. Every id must be known (``add``). Within an entry timestamps increase.
+        ``generation`` never decreases from one call to the next.
+        ``looked_up``: what ``rows(cols.ids)`` said (used if the table has not changed since)."""
         if not cols.samples:
             return Filtered(Columns.empty(), 0, 0, np.zeros(0, np.uint64))
-        pos = self.table.find(cols.ids)
+        if looked_up is not None and looked_up.version == self.table.version and bool((looked_up.rows >= 0).all()):
+            pos = looked_up.rows  # fast path: the handshake's lookup (OnwardBackend.write)
+        else:
+            pos = self.table.find(cols.ids)
         if bool((pos < 0).any()):
             raise KeyError("a series id the watermark does not know")
         newest, seen = self.table.cols["newest"], self.table.cols["seen"]
-        per_sample = np.repeat(pos, cols.counts)
+        ts = cols.timestamps
+        one_each = cols.samples == len(pos) and bool((cols.counts == 1).all())  # the live shape: fewer steps
+        per_sample = pos if one_each else np.repeat(pos, cols.counts)
         mark = newest[per_sample]
-        keep = cols.timestamps > mark
-        duplicate = int(np.count_nonzero(cols.timestamps == mark))
-        out_of_order = len(keep) - int(np.count_nonzero(keep)) - duplicate
-        ends = np.cumsum(cols.counts) - 1
-        has = cols.counts > 0
-        np.maximum.at(newest, pos[has], cols.timestamps[ends[has]])
+        keep = ts > mark
+        kept = int(np.count_nonzero(keep))
+        duplicate = 0 if kept == len(keep) else int(np.count_nonzero(ts == mark))
+        out_of_order = len(keep) - kept - duplicate
+        if one_each:
+            np.maximum.at(newest, pos, ts)
+        else:
+            ends = np.cumsum(cols.counts) - 1
+            has = cols.counts > 0
+            np.maximum.at(newest, pos[has], ts[ends[has]])
         if out_of_order == 0 and duplicate == 0:
             out, rows = cols, pos
         else:
@@ -95,13 +113,12 @@ class Watermark:
             nonzero = counts > 0
             out = Columns(cols.ids[nonzero], counts[nonzero], cols.timestamps[keep], cols.values[keep])
             rows = pos[nonzero]
-        new = seen[rows] != generation
-        fresh = out.ids[new]
-        if len(fresh) > 1:
-            fresh = np.unique(fresh)  # an id in two entries of one batch: once
-        seen[rows] = generation
-        used = self.table.cols["used"]
-        used[rows] = np.maximum(used[rows], generation)
+        fresh = out.ids[seen[rows] != generation]
+        if len(fresh) > 1:  # an id in two entries of one batch: once, in the order they came
+            # (a sender learns series in this order: requests of series it learned together slice its tables)
+            fresh = fresh[np.sort(np.unique(fresh, return_index=True)[1])]
+        seen[rows] = generation  # generations only grow
+        self.table.cols["used"][rows] = generation
         return Filtered(out, duplicate, out_of_order, fresh)
 
     def restore(self, cols: Columns, generation: int) -> None:

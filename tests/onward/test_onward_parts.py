@@ -1,5 +1,5 @@
 """The pure parts of sending onward, each against a plain oracle: the request encoders (decoded by
-the generated protobuf classes and by metricsd's own receiver), the watermark, the shard split,
+the generated protobuf classes and by metricsd's own receiver), the watermark, a round's requests,
 the buffer's records, and the targets' config."""
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from metricsd.onward import records
 from metricsd.onward.buffer import BufferSettings, OnwardBuffer
 from metricsd.onward.encode import encode_v1, encode_v2_labels, label_bytes_v1
 from metricsd.onward.records import Columns
-from metricsd.onward.sender import _chunks
-from metricsd.onward.shards import split
+from metricsd.onward.shards import concat, merge, requests
 from metricsd.onward.target import TargetError, parse_targets
 from metricsd.onward.watermark import Watermark
 from metricsd.proto import prometheus_remote_pb2 as prom
@@ -198,6 +197,19 @@ def test_the_watermark_lets_through_what_a_dict_of_newest_timestamps_would(batch
         assert (got.duplicate, got.out_of_order) == (dup, ooo)
 
 
+def test_a_retried_live_batch_one_sample_a_series_goes_onward_once() -> None:
+    wm = Watermark()
+    ids = np.array([5, 9, 3], np.uint64)
+    live = Columns(ids, np.ones(3, np.int64), np.array([100, 100, 100], np.int64), np.ones(3))
+    wm.add(ids)
+    assert wm.take(live).columns.samples == 3
+    again = wm.take(live)
+    assert (again.columns.samples, again.duplicate, again.out_of_order) == (0, 3, 0)
+    late = Columns(ids, np.ones(3, np.int64), np.array([110, 90, 100], np.int64), np.ones(3))
+    got = wm.take(late)
+    assert got.columns.ids.tolist() == [5] and (got.duplicate, got.out_of_order) == (1, 1)
+
+
 def test_a_retried_batch_goes_onward_once() -> None:
     wm = Watermark()
     cols = Columns(np.array([7, 9], np.uint64), np.array([2, 1], np.int64), np.array([10, 20, 10], np.int64),
@@ -208,33 +220,58 @@ def test_a_retried_batch_goes_onward_once() -> None:
     assert again.columns.samples == 0 and again.duplicate == 2 and again.out_of_order == 1
 
 
-@settings(deadline=None)
-@given(columns(), st.integers(1, 5))
-def test_shards_keep_every_sample_of_a_series_together_and_in_order(cols: Columns, shards: int) -> None:
-    parts = split(cols, shards)
-    per_series: dict[int, list[int]] = {}
-    for s, part in enumerate(parts):
-        assert len(set(part.ids.tolist())) == len(part.ids)  # each series once per shard part
-        at = 0
-        for sid, n in zip(part.ids.tolist(), part.counts.tolist(), strict=True):
-            assert sid % shards == s
-            per_series[sid] = part.timestamps[at:at + n].tolist()
-            at += n
+@st.composite
+def rounds(draw: st.DrawFn) -> Columns:
+    """A sender's round: several batches, a series in some of them, its samples later batch by batch.
+    Ids are dense slots (as a sender's are) or big ones (the general path of ``merge``)."""
+    pool = draw(st.integers(1, 8))
+    base = draw(st.sampled_from([0, 1 << 40]))
+    parts, clock = [], 0
+    for _ in range(draw(st.integers(1, 5))):
+        which = draw(st.lists(st.integers(0, pool - 1), min_size=1, max_size=pool, unique=True))
+        counts = draw(st.lists(st.integers(0, 3), min_size=len(which), max_size=len(which)))
+        ts = []
+        for c in counts:
+            ts += list(range(clock + 1, clock + 1 + c))
+            clock += c
+        parts.append(Columns(np.array(which, np.uint64) + np.uint64(base), np.array(counts, np.int64),
+                             np.array(ts, np.int64), np.array(ts, np.float64) * 0.5))
+    return concat(parts)
+
+
+def _per_series(cols: Columns) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
     at = 0
     for sid, n in zip(cols.ids.tolist(), cols.counts.tolist(), strict=True):
-        if n:
-            assert per_series[sid] == cols.timestamps[at:at + n].tolist()
+        out.setdefault(sid, []).extend(cols.timestamps[at:at + n].tolist())
         at += n
-    assert sum(p.samples for p in parts) == cols.samples
+    return out
 
 
 @settings(deadline=None)
-@given(columns(), st.integers(1, 7))
-def test_chunks_cut_a_request_at_whole_series(cols: Columns, limit: int) -> None:
-    chunks = _chunks(cols, limit)
-    assert np.concatenate([c.timestamps for c in chunks]).tolist() == cols.timestamps.tolist()
-    assert np.concatenate([c.ids for c in chunks]).tolist() == cols.ids.tolist()
-    assert all(c.samples <= limit or len(c.ids) == 1 for c in chunks)
+@given(rounds(), st.integers(1, 7))
+def test_a_round_becomes_requests_with_each_series_in_one_in_time_order(cols: Columns, limit: int) -> None:
+    reqs = requests(cols, limit)
+    seen: dict[int, int] = {}
+    for k, r in enumerate(reqs):
+        assert r.samples <= limit or len(r.ids) == 1
+        assert np.array_equal(r.values, r.timestamps * 0.5)  # each value stayed with its sample
+        for sid in r.ids.tolist():
+            assert sid not in seen, "a series in two requests (or twice in one) of a round"
+            seen[sid] = k
+    got = _per_series(concat(reqs))
+    want = {sid: ts for sid, ts in _per_series(cols).items() if ts}
+    assert {k: v for k, v in got.items() if v} == want
+    assert sum(r.samples for r in reqs) == cols.samples
+
+
+def test_a_live_round_of_distinct_slots_is_sliced_not_copied() -> None:
+    cols = Columns(np.arange(10, dtype=np.uint64), np.ones(10, np.int64), np.arange(10, dtype=np.int64),
+                   np.ones(10))
+    assert merge(cols) is cols
+    reqs = requests(cols, 4)
+    assert [len(r.ids) for r in reqs] == [4, 4, 2] and all(np.shares_memory(r.timestamps, cols.timestamps)
+                                                            for r in reqs)
 
 
 @settings(deadline=None)

@@ -17,8 +17,8 @@ from metricsd.http import remote_write_v2
 from metricsd.model import Labels, make_labels, series_id
 from metricsd.onward.buffer import BufferSettings
 from metricsd.onward.encode import label_bytes_v1
-from metricsd.onward.sender import Sender, _chunks
-from metricsd.onward.shards import split
+from metricsd.onward.sender import Sender
+from metricsd.onward.shards import requests
 from metricsd.onward.target import parse_targets
 from metricsd.onward.tee import Onward
 from metricsd.proto import metricsd_pb2 as pb
@@ -45,22 +45,19 @@ def _sent(sender: Sender, version: int, head: bool) -> list[tuple[Labels, int, f
     cols, last = sender._read_round(head)
     out: list[tuple[Labels, int, float]] = []
     by_key = {label_bytes_v1(lab): lab for lab in SERIES}
-    for part in split(cols, sender.target.shards):
-        for chunk in _chunks(part, sender.target.max_samples_per_send):
-            if not chunk.samples:
-                continue
-            raw = bytes(cramjam.snappy.decompress_raw(sender.body(chunk, version)))
-            if version == 1:
-                for ts in prom.WriteRequest.FromString(raw).timeseries:
-                    lab = tuple((x.name, x.value) for x in ts.labels)
-                    out += [(lab, s.timestamp, s.value) for s in ts.samples]
-            else:
-                got = remote_write_v2.entries(remote_write_v2.parse(raw)).scanned
-                at = 0
-                for key, n in zip(got.keys, got.counts.tolist(), strict=True):
-                    out += [(by_key[key], t, v) for t, v in zip(got.timestamps[at:at + n].tolist(),
-                                                                 got.values[at:at + n].tolist(), strict=True)]
-                    at += n
+    for chunk in requests(cols, sender.target.max_samples_per_send):
+        raw = bytes(cramjam.snappy.decompress_raw(sender.body(chunk, version)))
+        if version == 1:
+            for ts in prom.WriteRequest.FromString(raw).timeseries:
+                lab = tuple((x.name, x.value) for x in ts.labels)
+                out += [(lab, s.timestamp, s.value) for s in ts.samples]
+        else:
+            got = remote_write_v2.entries(remote_write_v2.parse(raw)).scanned
+            at = 0
+            for key, n in zip(got.keys, got.counts.tolist(), strict=True):
+                out += [(by_key[key], t, v) for t, v in zip(got.timestamps[at:at + n].tolist(),
+                                                             got.values[at:at + n].tolist(), strict=True)]
+                at += n
     if last is not None:
         sender.cursor = last
         sender.buffer.commit(sender.target.name, last)

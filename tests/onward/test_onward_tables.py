@@ -65,6 +65,8 @@ def test_a_bytes_column_grows_and_its_old_views_stay_valid() -> None:
     col.extend([bytes([i % 256]) * i for i in range(3000)])  # grows the buffer several times
     assert first.to_pylist() == [b"a", b"", b"xyz"]
     assert col.take(np.array([2, 0, 1, 3 + 2999])).to_pylist() == [b"xyz", b"a", b"", bytes([2999 % 256]) * 2999]
+    assert col.take(np.array([1, 2, 3])).to_pylist() == [b"", b"xyz", b""]  # consecutive: a slice
+    assert col.take(np.array([4, 5])).to_pylist() == [b"\x01", b"\x02\x02"]
     again = BytesColumn.of(col.take(np.array([5, 2])))
     assert again.array().to_pylist() == [bytes([2]) * 2, b"xyz"]
 
