@@ -20,6 +20,8 @@ __all__ = ["IdTable"]
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads ids that are not hashes too
 _MIN_BITS = 6
 _WINDOW = 8  # rows after the home row that a lookup reads at once
+_MEMO_MIN = 256  # batches of at least this many ids have their rows kept ...
+_MEMO_BATCHES = 512  # ... this many batches at most (about 16 MB at 2,000 ids a batch)
 
 
 class IdTable:
@@ -38,6 +40,7 @@ class IdTable:
         self._used = np.zeros(1 << bits, bool)
         self.cols = {name: np.full(1 << bits, d, np.int64) for name, d in self.defaults.items()}
         self._n = 0
+        self._memo: dict[bytes, np.ndarray] = {}  # find's answers for batches of ids, until rows move
 
     def __len__(self) -> int:
         return self._n
@@ -54,10 +57,26 @@ class IdTable:
         return ((ids * _MIX) >> np.uint64(64 - self._bits)).astype(np.int64)
 
     def find(self, ids: np.ndarray) -> np.ndarray:
-        """Each id's row (int64), -1 for an id not in the table."""
+        """Each id's row (int64, read-only), -1 for an id not in the table."""
         ids = np.asarray(ids, np.uint64)
         if not self._n:
             return np.full(len(ids), -1, np.int64)
+        if len(ids) < _MEMO_MIN:
+            return self._find(ids)
+        # Batches repeat: a client sends each series in the same request every interval, so the
+        # rows of a batch's ids are kept (keyed by the ids' bytes) until rows move.
+        key = ids.tobytes()
+        rows = self._memo.get(key)
+        if rows is None:
+            rows = self._find(ids)
+            rows.setflags(write=False)
+            if bool((rows >= 0).all()):  # an id added later would not be in it
+                if len(self._memo) >= _MEMO_BATCHES:
+                    self._memo.clear()
+                self._memo[key] = rows
+        return rows
+
+    def _find(self, ids: np.ndarray) -> np.ndarray:
         pos = self._home(ids)
         hit = self._keys[pos] == ids  # fast path: nine in ten ids sit at their home row
         if not bool(ids.all()):  # an unused row's key is 0 too

@@ -58,6 +58,25 @@ def test_an_id_table_stays_a_quarter_full_and_finds_every_id_among_many() -> Non
     assert (table.find(ids + np.uint64(1)) == -1).all()  # odd ids: none there
 
 
+def test_a_batch_found_again_is_answered_from_memory_until_rows_move() -> None:
+    table = IdTable(v=0)
+    batch = np.arange(1, 301, dtype=np.uint64) * np.uint64(7919)
+    table.add(batch)
+    first = table.find(batch)
+    assert table.find(batch) is first and not first.flags.writeable  # the same batch: remembered
+    table.add(batch + np.uint64(1))  # more ids (the table grows: rows move)
+    again = table.find(batch)
+    assert len(table) == 600 and (table._keys[again] == batch).all()
+    mixed = np.concatenate([batch[:200], np.array([5], np.uint64)])  # one id not there: not remembered
+    assert table.find(mixed)[-1] == -1
+    table.add(np.array([5], np.uint64))
+    assert table.find(mixed)[-1] >= 0
+    gone = np.zeros(len(table._keys), bool)
+    gone[again[:10]] = True
+    table.keep(~gone)  # rows move again, and ten ids are gone
+    assert (table.find(batch)[:10] == -1).all() and (table._keys[table.find(batch)[10:]] == batch[10:]).all()
+
+
 def test_a_bytes_column_grows_and_its_old_views_stay_valid() -> None:
     col = BytesColumn()
     col.extend([b"a", b"", b"xyz"])
