@@ -179,3 +179,43 @@ async def test_a_receiver_stopped_for_60_s_loses_nothing_even_across_a_sender_re
         for fn in ("min", "max"):
             assert scalar(vm.url, f"{fn}(count_over_time(container_memory_working_set_bytes[2h]))", at_s) == 8
         await second.close()
+
+
+async def test_a_metricsd_receiver_is_sent_remote_write_2_0_and_stores_every_sample(tmp_path: Path) -> None:
+    """protocol auto against a receiver that takes 2.0 (a real `metricsd up`): the empty 2.0 request
+    tells, the sender's 2.0 bodies (symbols once per request) are stored sample for sample."""
+    http, grpc_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{http}"
+    log = tmp_path / "receiver.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "metricsd", "up", "--no-simulate", "--no-consumers",
+                                 "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc_port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for("metricsd up", lambda: get(url + "/api/v1/status/buildinfo"), [log], timeout_s=120)
+        now = int(time.time() * 1000) - 5 * 60_000
+        onward = Onward(tmp_path / "onward", [TargetConfig(url=url + "/api/v1/write", name="m", shards=2,
+                                                           max_samples_per_send=300)],
+                        CollectorRegistry(), ManualClock(now))
+        sim = Simulator(SimConfig(pods=6), now)
+        written = 0
+        for i in range(12):
+            ts, values = sim.next_tick()
+            for req in write_requests(sim, ts, values, max_samples=500, send_labels_for=None if i == 0 else set()):
+                written += onward.queue(req)
+        onward.start()
+        try:
+            deadline = time.monotonic() + 60
+            while onward.buffer.pending("m"):
+                assert time.monotonic() < deadline, "not sent in 60 s"
+                await asyncio.sleep(0.05)
+            assert onward.metrics.protocol.labels("m")._value.get() == 2
+            assert onward.metrics.sent.labels("m")._value.get() == written
+        finally:
+            await onward.close()
+        at = (now + 12 * 10_000) / 1000
+        stored = query(url, '{__name__=~".+"}[10m]', at)  # every raw sample
+        assert sum(len(r["values"]) for r in stored) == written
+        assert {len(r["values"]) for r in stored} == {12}  # each series once a tick, none twice
+    finally:
+        stop_process(proc)
