@@ -29,10 +29,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, os.environ.get("BENCH_CODE", sys.path[0]))  # --ab: the tree under test first
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 
 from metricsd.agent.batches import write_requests
@@ -42,6 +44,7 @@ from metricsd.onward.hourly import HOUR_MS, hour_files
 from metricsd.onward.target import TargetConfig
 from metricsd.onward.tee import Onward
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.wire import matchers_from_pb
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
@@ -138,21 +141,77 @@ def _queue(onward: Onward, req: pb.WriteRequest) -> None:
         onward.queue(req)
 
 
-async def parquet_hour(pods: int, tmp: Path) -> dict[str, float]:
+async def parquet_hour(pods: int, rounds: int = 1) -> list[dict[str, float | str]]:
+    """One hour of ``pods`` pods written as Parquet, ``rounds`` times: CPU of ``hour_files``, and of
+    its parts (the reads turned into columns, the two tables, the Parquet encoding). Where this
+    code has a columnar read (hourly.ReadColumns), the hour is also built through an adapter over
+    ``Store.read`` (NumPy arrays, no protobuf): what the read costs once the store answers columns."""
+    from metricsd.onward import hourly  # the module whose steps are timed
+
     hour = (int(time.time() * 1000) // HOUR_MS - 2) * HOUR_MS
-    backend = LocalBackend(StoreAPI(Store(), "bench", SystemClock()))
+    store = Store()
+    backend = LocalBackend(StoreAPI(store, "bench", SystemClock()))
     sim = _sim(pods, hour)
     while sim.next_timestamp_ms < hour + HOUR_MS:
         ts, values = sim.block(min(60, (hour + HOUR_MS - sim.next_timestamp_ms) // INTERVAL_MS))
         for req in write_requests(sim, ts, values, max_samples=60_000, send_labels_for=None):
             await backend.write(req)
-    t0 = time.process_time()
-    files = await hour_files(backend, hour)
-    cpu = time.process_time() - t0
-    samples = int(files.manifest["samples"])  # type: ignore[call-overload]
-    return {"samples": samples, "series": float(files.manifest["series"]), "cpu_s": cpu,  # type: ignore[arg-type]
-            "samples_bytes_per_sample": len(files.samples) / samples,
-            "all_bytes_per_sample": (len(files.samples) + len(files.rollups)) / samples}
+    parts: dict[str, float] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def run(*a: Any, **k: Any) -> Any:
+            t = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                parts[name] = parts.get(name, 0.0) + time.process_time() - t
+        return run
+
+    from metricsd.onward import parquet
+
+    # The code before this issue's work built the tables in hourly.py and encoded them in
+    # parquet.to_parquet; now to_parquet builds and encodes a row group at a time.
+    whole = hasattr(hourly, "samples_table")
+    for name in ("samples_table", "rollups_table"):
+        owner = hourly if whole else parquet
+        setattr(owner, name, timed(name, getattr(owner, name)))
+    hourly.to_parquet = timed("to_parquet", hourly.to_parquet)
+    variants: list[tuple[str, Any]] = [("protobuf reads", None)]
+    if hasattr(hourly, "ReadColumns"):
+        async def read_columns(req: pb.ReadRequest) -> Any:
+            t = time.process_time()
+            got = [s for s in store.read(matchers_from_pb(req.matchers), req.start_ms, req.end_ms) if len(s.timestamps)]
+            cols = hourly.SampleColumns([s.labels for s in got], np.array([len(s.timestamps) for s in got], np.int64),
+                                        np.concatenate([s.timestamps for s in got]),
+                                        np.concatenate([s.values for s in got]))
+            parts["read_columns"] = parts.get("read_columns", 0.0) + time.process_time() - t
+            return cols
+        variants.append(("columnar read (Store.read adapter)", read_columns))
+    out: list[dict[str, float | str]] = []
+    for _ in range(rounds):
+        for what, reader in variants:
+            parts.clear()
+            t0 = time.process_time()
+            files = await (hour_files(backend, hour, reader) if reader is not None else hour_files(backend, hour))
+            cpu = time.process_time() - t0
+            samples = int(files.manifest["samples"])  # type: ignore[call-overload]
+            out.append({"what": f"{pods} pods, {what}", "samples": samples,
+                        "series": float(files.manifest["series"]), "cpu_s": cpu,  # type: ignore[arg-type]
+                        **_parquet_parts(cpu, parts, whole),
+                        "samples_bytes_per_sample": len(files.samples) / samples,
+                        "all_bytes_per_sample": (len(files.samples) + len(files.rollups)) / samples,
+                        "load": os.getloadavg()[0]})
+    return out
+
+
+def _parquet_parts(cpu: float, parts: dict[str, float], whole: bool) -> dict[str, float]:
+    """CPU of the hour's parts: the reads (and everything else), building the tables, encoding."""
+    tables = parts.get("samples_table", 0.0) + parts.get("rollups_table", 0.0)
+    writing = parts.get("to_parquet", 0.0) + (tables if whole else 0.0)
+    out = {"reads_s": cpu - writing, "tables_s": tables, "encode_s": writing - tables}
+    if "read_columns" in parts:
+        out["of_which_read_columns_s"] = parts["read_columns"]
+    return out
 
 
 def _free_port() -> int:
@@ -189,6 +248,15 @@ def _ab(rev: str, args: argparse.Namespace) -> None:
         print(f"A: {subject[:100]}")
         print("B: this tree")
         for r in range(args.rounds):
+            if args.only == "parquet":
+                for name, code in (("A", old), ("B", ROOT)):
+                    argv = [sys.executable, __file__, "--only", "parquet", "--rounds", "1", "--json",
+                            "--parquet-pods", str(args.parquet_pods)] + (["--quick"] if args.quick else [])
+                    out = subprocess.run(argv, env=os.environ | {"BENCH_CODE": str(code)}, check=True, text=True,
+                                         capture_output=True).stdout
+                    for line in out.strip().splitlines():
+                        print(f"round {r + 1} parquet {name}: {line}", flush=True)
+                continue
             for shape in ("live", "backlog"):
                 for name, code in (("A", old), ("B", ROOT)):
                     argv = [sys.executable, __file__, "--only", "remote", "--shape", shape, "--rounds", "1",
@@ -211,7 +279,8 @@ async def main() -> None:
     p.add_argument("--shape", choices=("live", "backlog"))
     p.add_argument("--protocol", choices=("1.0", "2.0"), default="1.0")
     p.add_argument("--parquet-pods", type=int, default=5_000, help="5,000 pods: 40,200 series, the default workload")
-    p.add_argument("--ab", metavar="REV", help="A/B remote write out against the code at this git revision")
+    p.add_argument("--ab", metavar="REV", help="A/B against the code at this git revision (remote write out, or "
+                                               "with --only parquet the Parquet hour)")
     p.add_argument("--repo", default=str(ROOT), help="the git repository --ab takes the revision from")
     p.add_argument("--json", action="store_true", help="one JSON line per measurement (for --ab)")
     args = p.parse_args()
@@ -235,9 +304,8 @@ async def main() -> None:
                             await remote_write_out(pods, ticks, shape, tmp, args.protocol))
         if args.only in (None, "parquet"):
             ppods = args.parquet_pods // 10 if args.quick else args.parquet_pods
-            for _ in range(args.rounds):
-                say(f"parquet, one hour of {ppods} pods", await parquet_hour(ppods, tmp))
-            say("parquet, one hour of metricsd up's 200 pods", await parquet_hour(200, tmp))
+            for got in await parquet_hour(ppods, args.rounds) + await parquet_hour(200):
+                say("parquet, one hour", got)
     if not args.json:
         print(f"load: {os.getloadavg()}")
 

@@ -8,8 +8,10 @@ Files are written whole (a temporary name then a rename on a local disk; one put
 object store), the marker last.
 
 The data comes from any MetricsBackend (``metricsd up``'s store, a proxy's quorum reads, which
-merge replicas so each sample appears once), a few pods per read, as /api/v1/export reads it.
-In a cluster, ``cluster up`` gives --parquet-dir to one proxy only.
+merge replicas so each sample appears once), whole pods of a namespace per read, about
+PARQUET_SERIES_PER_READ series each, answers turned into columns as they come; or, given one, from
+a backend's columnar read (``ReadColumns``). In a cluster, ``cluster up`` gives --parquet-dir to
+one proxy only.
 """
 
 from __future__ import annotations
@@ -18,28 +20,29 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
+from itertools import chain
 
 import fsspec
 import numpy as np
 
 from metricsd.clock import Clock
-from metricsd.http.export import EXPORT_SERIES_PER_READ, re_escape, read_batches
+from metricsd.http.export import re_escape, read_batches
+from metricsd.model import Labels
 from metricsd.onward.parquet import (
     FORMAT_VERSION,
     HourFiles,
-    Rollups,
-    Series,
+    RollupColumns,
+    SampleColumns,
     hour_dir,
-    rollups_table,
-    samples_table,
     to_parquet,
 )
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.wire import labels_from_pb
 
-__all__ = ["HourlyParquet", "hour_files"]
+__all__ = ["PARQUET_SERIES_PER_READ", "HourlyParquet", "ReadColumns", "hour_files", "rollup_columns",
+           "sample_columns"]
 
 log = logging.getLogger("metricsd.onward.parquet")
 
@@ -47,44 +50,85 @@ HOUR_MS = 3_600_000
 _ALL = [pb.Matcher(type=pb.Matcher.RE, name="__name__", value=".+")]
 
 
-async def _groups(backend: MetricsBackend) -> list[list[pb.Matcher]]:
+# Series a read asks for: the protobuf answer of one read is what is held beside the columns
+# (about 16 bytes a sample), and fewer reads mean fewer selections (a regex of pods each).
+PARQUET_SERIES_PER_READ = 2_000
+
+ReadColumns = Callable[[pb.ReadRequest], Awaitable[SampleColumns]]
+"""A backend's read answered as columns (no protobuf per series): what would make the hourly
+file cheap to build (perf/RESULTS.md, "Hourly Parquet"). None of the backends offers it yet."""
+
+
+async def _groups(backend: MetricsBackend) -> tuple[list[list[pb.Matcher]], dict[int, Labels]]:
+    """The reads that cover every series (a namespace and a regex of whole pods each, about
+    PARQUET_SERIES_PER_READ series), and every series' labels, decoded once here."""
     listed = await backend.list_series(pb.ListSeriesRequest(matchers=_ALL))
     found = [(s.id, labels_from_pb(s.labels)) for s in listed.series]
-    return [[*_ALL, pb.Matcher(type=pb.Matcher.EQ, name="namespace", value=ns),
-             pb.Matcher(type=pb.Matcher.RE, name="pod", value="|".join(re_escape(p) for p in pods))]
-            for ns, pods in read_batches(found, EXPORT_SERIES_PER_READ)]
+    groups = [[*_ALL, pb.Matcher(type=pb.Matcher.EQ, name="namespace", value=ns),
+               pb.Matcher(type=pb.Matcher.RE, name="pod", value="|".join(re_escape(p) for p in pods))]
+              for ns, pods in read_batches(found, PARQUET_SERIES_PER_READ)]
+    return groups, dict(found)
 
 
-async def _samples(backend: MetricsBackend, hour_ms: int) -> AsyncIterator[list[Series]]:
-    for matchers in await _groups(backend):
+def sample_columns(resp: pb.ReadResponse, labels_of: dict[int, Labels]) -> SampleColumns:
+    """A read's answer as columns: two NumPy conversions a series, labels looked up by id (decoded
+    only for a series that was not listed)."""
+    series = [s for s in resp.series if len(s.timestamps)]
+    labels = [labels_of.get(s.id) or labels_from_pb(s.labels) for s in series]
+    counts = np.fromiter((len(s.timestamps) for s in series), np.int64, len(series))
+    ts = [np.array(s.timestamps, np.int64) for s in series]
+    vals = [np.array(s.values, np.float64) for s in series]
+    return SampleColumns(labels, counts, np.concatenate(ts) if ts else np.zeros(0, np.int64),
+                         np.concatenate(vals) if vals else np.zeros(0, np.float64))
+
+
+def rollup_columns(resp: pb.RollupsResponse, labels_of: dict[int, Labels] | None = None) -> RollupColumns:
+    """A rollups answer as columns: one pass per field over all series, not a conversion per series."""
+    series = [s for s in resp.series if len(s.hours)]
+    counts = np.fromiter((len(s.hours) for s in series), np.int64, len(series))
+    n = int(counts.sum())
+
+    def field(name: str, dtype: type) -> np.ndarray:
+        return np.fromiter(chain.from_iterable(getattr(s, name) for s in series), dtype, n)
+
+    known = labels_of or {}
+    labels = [known.get(s.id) or labels_from_pb(s.labels) for s in series]
+    return RollupColumns(labels, counts, field("hours", np.int64),
+                         *(field(f, np.float64) for f in ("min", "max", "sum", "count", "last")))
+
+
+async def _read_hour(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None
+                     ) -> tuple[SampleColumns, dict[int, Labels] | None]:
+    if read_columns is not None:
+        return await read_columns(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1)), None
+    groups, labels_of = await _groups(backend)
+    parts = []
+    for matchers in groups:
         got = await backend.read(pb.ReadRequest(matchers=matchers, start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1))
-        yield [Series(labels_from_pb(s.labels), np.array(s.timestamps, np.int64), np.array(s.values, np.float64))
-               for s in got.series if len(s.timestamps)]
+        parts.append(sample_columns(got, labels_of))
+    return SampleColumns.concat(parts), labels_of
 
 
-async def hour_files(backend: MetricsBackend, hour_ms: int) -> HourFiles:
-    """Both files of the hour starting at ``hour_ms``, built in memory."""
-    series: list[Series] = []
-    async for part in _samples(backend, hour_ms):
-        series += part
-    series.sort(key=lambda s: s.labels)
-    roll = await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms))
-    rollups = sorted((Rollups(labels_from_pb(s.labels), np.array(s.hours, np.int64), np.array(s.min),
-                              np.array(s.max), np.array(s.sum), np.array(s.count), np.array(s.last))
-                      for s in roll.series if len(s.hours)), key=lambda r: r.labels)
-    samples = sum(len(s.timestamps) for s in series)
-    return HourFiles(hour_ms, to_parquet(samples_table(series), "timestamp"),
-                     to_parquet(rollups_table(rollups), "hour"),
-                     {"format": FORMAT_VERSION, "hour_start_ms": hour_ms, "samples": samples, "series": len(series),
-                      "rollup_series": len(rollups), "written_ms": int(time.time() * 1000)})
+async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None = None) -> HourFiles:
+    """Both files of the hour starting at ``hour_ms``, built in memory. ``read_columns``: the
+    backend's columnar read, where there is one (else protobuf reads, PARQUET_SERIES_PER_READ
+    series each)."""
+    samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
+    roll = rollup_columns(await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms)),
+                          labels_of)
+    return HourFiles(hour_ms, to_parquet(samples), to_parquet(roll),
+                     {"format": FORMAT_VERSION, "hour_start_ms": hour_ms, "samples": samples.samples,
+                      "series": len(samples.labels), "rollup_series": len(roll.labels),
+                      "written_ms": int(time.time() * 1000)})
 
 
 class HourlyParquet:
     """``run()`` until cancelled. ``root``: a directory or an fsspec URL."""
 
     def __init__(self, backend: MetricsBackend, root: str, clock: Clock, *, delay_s: float = 600.0,
-                 lookback_hours: int = 24, check_s: float = 60.0) -> None:
+                 lookback_hours: int = 24, check_s: float = 60.0, read_columns: ReadColumns | None = None) -> None:
         self.backend = backend
+        self.read_columns = read_columns
         self.fs, self.root = fsspec.core.url_to_fs(root)
         self.clock = clock
         self.delay_ms = int(delay_s * 1000)
@@ -103,7 +147,7 @@ class HourlyParquet:
         return "/".join([self.root.rstrip("/"), *parts])
 
     async def write_hour(self, hour_ms: int) -> HourFiles:
-        files = await hour_files(self.backend, hour_ms)
+        files = await hour_files(self.backend, hour_ms, self.read_columns)
         for rel, data in files.files():
             path = self._path(rel)
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)

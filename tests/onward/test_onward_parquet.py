@@ -4,23 +4,29 @@ them and counts every sample and every rollup; an hour already written is not wr
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import duckdb
 import fsspec
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.clock import ManualClock
-from metricsd.onward.hourly import HOUR_MS, HourlyParquet
-from metricsd.onward.parquet import SAMPLES_SCHEMA
+from metricsd.model import make_labels
+from metricsd.onward import parquet
+from metricsd.onward.hourly import HOUR_MS, HourlyParquet, hour_files
+from metricsd.onward.parquet import SAMPLES_SCHEMA, SampleColumns
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.wire import matchers_from_pb
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
 NOW = 1_790_002_800_000 + 3_000_000  # 50 minutes into an hour
+_ALL_PB = [pb.Matcher(type=pb.Matcher.RE, name="__name__", value=".+")]
 
 
 async def _backend() -> tuple[LocalBackend, int]:
@@ -86,3 +92,51 @@ async def test_the_files_go_through_fsspec_to_any_store_it_opens() -> None:
         table = pq.read_table(f)
     assert table.num_rows == files.manifest["samples"] == _in_hour(backend, closed)[0]
     assert closed not in writer.due()
+
+
+async def test_every_sample_is_in_its_series_rows_and_a_columnar_read_writes_the_same_file() -> None:
+    """Row for row: each series' labels and samples as the store holds them, in label order; and
+    the hour built from a backend's columnar read (hourly.ReadColumns: here over Store.read) is the
+    same table as the one built from protobuf reads."""
+    backend, _ = await _backend()
+    closed = NOW // HOUR_MS * HOUR_MS - HOUR_MS
+    store = backend.api.store
+
+    async def read_columns(req: pb.ReadRequest) -> SampleColumns:
+        got = [s for s in store.read(matchers_from_pb(req.matchers), req.start_ms, req.end_ms) if len(s.timestamps)]
+        return SampleColumns([s.labels for s in got], np.array([len(s.timestamps) for s in got], np.int64),
+                             np.concatenate([s.timestamps for s in got]), np.concatenate([s.values for s in got]))
+
+    via_pb = await hour_files(backend, closed)
+    via_columns = await hour_files(backend, closed, read_columns)
+    a, b = pq.read_table(io.BytesIO(via_pb.samples)), pq.read_table(io.BytesIO(via_columns.samples))
+    assert a.equals(b) and via_pb.rollups == via_columns.rollups
+    want = sorted((s.labels, s.timestamps.tolist(), s.values.tobytes())
+                  for s in store.read(matchers_from_pb(_ALL_PB), closed, closed + HOUR_MS - 1) if len(s.timestamps))
+    rows = a.to_pydict()
+    got: dict[tuple[tuple[str, str], ...], tuple[list[int], list[float]]] = {}
+    for i in range(a.num_rows):
+        labels = tuple(sorted([(k, rows[k][i]) for k in ("namespace", "pod", "container", "node", "workload",
+                                                          "cluster") if rows[k][i] is not None]
+                              + [("__name__", rows["metric"][i])] + list(rows["labels"][i])))
+        ts, vs = got.setdefault(labels, ([], []))
+        ts.append(int(rows["timestamp"][i].timestamp() * 1000))
+        vs.append(rows["value"][i])
+    assert [k for k in got] == sorted(got)  # series in label order
+    assert sorted((k, ts, np.array(vs).tobytes()) for k, (ts, vs) in got.items()) == want
+
+
+def test_a_file_written_a_row_group_at_a_time_holds_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, 700, 60)
+    counts[7] = 2_500  # longer than a row group: a row group of its own
+    labels = [make_labels("m" if i % 3 else "n", {"namespace": f"ns{i % 4}", "pod": f"p{i}", **(
+        {"resource": "cpu"} if i % 5 == 0 else {})}) for i in range(60)]
+    ts = np.concatenate([np.arange(c, dtype=np.int64) * 10_000 + HOUR_MS for c in counts])
+    cols = SampleColumns(labels, counts.astype(np.int64), ts, rng.standard_normal(len(ts)))
+    whole = pq.read_table(io.BytesIO(parquet.to_parquet(cols)))
+    monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", 1_000)
+    data = parquet.to_parquet(cols)
+    assert pq.ParquetFile(io.BytesIO(data)).metadata.num_row_groups >= counts.sum() // 1_000
+    assert pq.read_table(io.BytesIO(data)).to_pylist() == whole.to_pylist()
+    assert whole.num_rows == counts.sum()
