@@ -21,11 +21,11 @@ labels (``unknown_ids``, the handshake of metricsd/rpc/client.py) when this proc
 them, before anything is written.
 
 Bounded: the labels and the watermark of a series are kept while it is in use, and forgotten
-when it has queued nothing for a whole segment of the buffer (64 MiB of batches by default: about
-half an hour of 80,000 series at a 10 s interval), when the buffer starts a new segment. A
-forgotten series that writes again is asked for its labels (the handshake above) and starts a
-new watermark, as after a restart with the buffer sent: a client's retry of a write acknowledged
-before that goes onward again (a receiver takes the same sample twice as a no-op).
+when it has queued nothing for a whole segment of the buffer (64 MiB of batches by default, about
+10 bytes a sample: some 13 minutes of 80,000 series at a 10 s interval), when the buffer starts a
+new segment. A forgotten series that writes again is asked for its labels (the handshake above)
+and starts a new watermark, as after a restart with the buffer sent: a client's retry of a write
+acknowledged before that goes onward again (a receiver takes the same sample twice as a no-op).
 """
 
 from __future__ import annotations
