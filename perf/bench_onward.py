@@ -177,7 +177,17 @@ async def parquet_hour(pods: int, rounds: int = 1) -> list[dict[str, float | str
         setattr(owner, name, timed(name, getattr(owner, name)))
     hourly.to_parquet = timed("to_parquet", hourly.to_parquet)
     variants: list[tuple[str, Any]] = [("protobuf reads", None)]
-    if hasattr(hourly, "ReadColumns"):
+    if hasattr(hourly, "store_columns"):  # what `metricsd up` runs: the store's columnar read, per group
+        columnar = hourly.store_columns(store)
+
+        async def read_columns(req: pb.ReadRequest) -> Any:
+            t = time.process_time()
+            try:
+                return await columnar(req)
+            finally:
+                parts["read_columns"] = parts.get("read_columns", 0.0) + time.process_time() - t
+        variants.append(("columnar read (hourly.store_columns, as metricsd up)", read_columns))
+    elif hasattr(hourly, "ReadColumns"):
         async def read_columns(req: pb.ReadRequest) -> Any:
             t = time.process_time()
             got = [s for s in store.read(matchers_from_pb(req.matchers), req.start_ms, req.end_ms) if len(s.timestamps)]

@@ -28,7 +28,7 @@ from metricsd.cmd.store import add_limit_arguments, store_settings
 from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
 from metricsd.http.server import serve_http, stop_http
 from metricsd.http.settings import HttpSettings
-from metricsd.onward.hourly import HourlyParquet
+from metricsd.onward.hourly import HourlyParquet, store_columns
 from metricsd.onward.tee import OnwardBackend
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
@@ -140,9 +140,6 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         onward.start()
     server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port, opts.security)
     tasks = [asyncio.create_task(run_durability(durability) if durability is not None else gc_loop(store.gc))]
-    parquet = getattr(opts.onward_args, "parquet_dir", None)
-    if parquet:
-        tasks.append(asyncio.create_task(HourlyParquet(backend, parquet, clock).run()))
     addr = f"{opts.host}:{port}"
     log.info("store serving gRPC on %s", addr)
     consumers: ConsumerSet | None = None
@@ -168,6 +165,11 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         st = await client.stats()
         log.info("simulating %d pods in %d workloads on %d nodes: %d series, %d samples", opts.pods,
                  opts.workloads, opts.nodes, st.series, st.samples)
+    parquet = getattr(opts.onward_args, "parquet_dir", None)
+    if parquet:  # after the simulated backfill: an hour written before it would be written empty, for good
+        # The store is in this process: read the hour as its arrays, not as protobuf answers.
+        writer = HourlyParquet(backend, parquet, clock, read_columns=store_columns(store))
+        tasks.append(asyncio.create_task(writer.run()))
     if consumers is not None:
         await consumers.start()
     scheme = "https" if opts.security.tls is not None else "http"

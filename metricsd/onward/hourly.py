@@ -10,8 +10,9 @@ object store), the marker last.
 The data comes from any MetricsBackend (``metricsd up``'s store, a proxy's quorum reads, which
 merge replicas so each sample appears once), whole pods of a namespace per read, about
 PARQUET_SERIES_PER_READ series each, answers turned into columns as they come; or, given one, from
-a backend's columnar read (``ReadColumns``). In a cluster, ``cluster up`` gives --parquet-dir to
-one proxy only.
+the store's columnar read where the store is in this process (``store_columns``: ``metricsd up``),
+the same reads answered as NumPy arrays with no protobuf in between. In a cluster, ``cluster up``
+gives --parquet-dir to one proxy only.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ from metricsd.onward.parquet import (
 )
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import MetricsBackend
-from metricsd.rpc.wire import labels_from_pb
+from metricsd.rpc.wire import labels_from_pb, matchers_from_pb
+from metricsd.store.engine import Store
 
 __all__ = ["PARQUET_SERIES_PER_READ", "HourlyParquet", "ReadColumns", "hour_files", "rollup_columns",
-           "sample_columns"]
+           "sample_columns", "store_columns"]
 
 log = logging.getLogger("metricsd.onward.parquet")
 
@@ -55,8 +57,20 @@ _ALL = [pb.Matcher(type=pb.Matcher.RE, name="__name__", value=".+")]
 PARQUET_SERIES_PER_READ = 2_000
 
 ReadColumns = Callable[[pb.ReadRequest], Awaitable[SampleColumns]]
-"""A backend's read answered as columns (no protobuf per series): what would make the hourly
-file cheap to build (perf/RESULTS.md, "Hourly Parquet"). None of the backends offers it yet."""
+"""A backend's read answered as columns (no protobuf per series): the protobuf answers are most
+of an hour's cost (perf/RESULTS.md, "Sending data onward"). ``store_columns`` is one."""
+
+
+def store_columns(store: Store) -> ReadColumns:
+    """The columnar read of a store in this process: ``Store.read``'s arrays concatenated, with no
+    protobuf answer and no Python list per sample (``metricsd up`` hands it to HourlyParquet)."""
+
+    async def read(req: pb.ReadRequest) -> SampleColumns:
+        got = [s for s in store.read(matchers_from_pb(req.matchers), req.start_ms, req.end_ms) if len(s.timestamps)]
+        return SampleColumns([s.labels for s in got], np.fromiter((len(s.timestamps) for s in got), np.int64, len(got)),
+                             np.concatenate([s.timestamps for s in got]) if got else np.zeros(0, np.int64),
+                             np.concatenate([s.values for s in got]) if got else np.zeros(0, np.float64))
+    return read
 
 
 async def _groups(backend: MetricsBackend) -> tuple[list[list[pb.Matcher]], dict[int, Labels]]:
@@ -98,21 +112,25 @@ def rollup_columns(resp: pb.RollupsResponse, labels_of: dict[int, Labels] | None
 
 
 async def _read_hour(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None
-                     ) -> tuple[SampleColumns, dict[int, Labels] | None]:
-    if read_columns is not None:
-        return await read_columns(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1)), None
+                     ) -> tuple[SampleColumns, dict[int, Labels]]:
+    """The hour's samples, a group of whole pods a read either way (a columnar read too: one read
+    of the whole hour would hold the event loop for seconds and the hour's arrays twice)."""
     groups, labels_of = await _groups(backend)
     parts = []
     for matchers in groups:
-        got = await backend.read(pb.ReadRequest(matchers=matchers, start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1))
-        parts.append(sample_columns(got, labels_of))
+        req = pb.ReadRequest(matchers=matchers, start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1)
+        if read_columns is not None:
+            parts.append(await read_columns(req))
+            await asyncio.sleep(0)  # a store's read does not yield: let writes and queries in between groups
+        else:
+            parts.append(sample_columns(await backend.read(req), labels_of))
     return SampleColumns.concat(parts), labels_of
 
 
 async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None = None) -> HourFiles:
     """Both files of the hour starting at ``hour_ms``, built in memory. ``read_columns``: the
-    backend's columnar read, where there is one (else protobuf reads, PARQUET_SERIES_PER_READ
-    series each)."""
+    backend's columnar read, where there is one (else protobuf reads); PARQUET_SERIES_PER_READ
+    series a read either way."""
     samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
     roll = rollup_columns(await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms)),
                           labels_of)

@@ -18,7 +18,7 @@ from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.clock import ManualClock
 from metricsd.model import make_labels
 from metricsd.onward import parquet
-from metricsd.onward.hourly import HOUR_MS, HourlyParquet, hour_files
+from metricsd.onward.hourly import HOUR_MS, HourlyParquet, hour_files, store_columns
 from metricsd.onward.parquet import SAMPLES_SCHEMA, SampleColumns
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import matchers_from_pb
@@ -96,19 +96,13 @@ async def test_the_files_go_through_fsspec_to_any_store_it_opens() -> None:
 
 async def test_every_sample_is_in_its_series_rows_and_a_columnar_read_writes_the_same_file() -> None:
     """Row for row: each series' labels and samples as the store holds them, in label order; and
-    the hour built from a backend's columnar read (hourly.ReadColumns: here over Store.read) is the
+    the hour built from the store's columnar read (hourly.store_columns, as `metricsd up` does) is the
     same table as the one built from protobuf reads."""
     backend, _ = await _backend()
     closed = NOW // HOUR_MS * HOUR_MS - HOUR_MS
     store = backend.api.store
-
-    async def read_columns(req: pb.ReadRequest) -> SampleColumns:
-        got = [s for s in store.read(matchers_from_pb(req.matchers), req.start_ms, req.end_ms) if len(s.timestamps)]
-        return SampleColumns([s.labels for s in got], np.array([len(s.timestamps) for s in got], np.int64),
-                             np.concatenate([s.timestamps for s in got]), np.concatenate([s.values for s in got]))
-
     via_pb = await hour_files(backend, closed)
-    via_columns = await hour_files(backend, closed, read_columns)
+    via_columns = await hour_files(backend, closed, store_columns(store))
     a, b = pq.read_table(io.BytesIO(via_pb.samples)), pq.read_table(io.BytesIO(via_columns.samples))
     assert a.equals(b) and via_pb.rollups == via_columns.rollups
     want = sorted((s.labels, s.timestamps.tolist(), s.values.tobytes())
