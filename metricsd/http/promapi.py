@@ -19,6 +19,7 @@ from aiohttp import web
 
 from metricsd import __version__
 from metricsd.clock import Clock
+from metricsd.http.jsonbody import json_response
 from metricsd.http.params import ApiError, Params, bad, positive_int, read_params
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
@@ -36,7 +37,7 @@ _ANY_SERIES = [Matcher(MatchOp.RE, "__name__", ".+")]
 
 
 def success(data: Any) -> web.Response:
-    return web.json_response({"status": "success", "data": data})
+    return json_response({"status": "success", "data": data})
 
 
 class PromAPI:

@@ -5,7 +5,8 @@ Before anything, a query passes the limits of metricsd/promql/limits.py (length,
 what bounds the parser, which holds the GIL) and waits for one of ``max_concurrency`` slots. The
 parse and the engine run on worker threads so the event loop keeps serving (the engine's source is
 immutable prefetched data, so that is safe), and the engine stops at its next node once the
-query's deadline has passed.
+query's deadline has passed. A small query (at most INLINE_SAMPLES samples and steps) is
+evaluated on the loop instead: the thread hop would cost it more than the evaluation.
 """
 
 from __future__ import annotations
@@ -19,13 +20,19 @@ import numpy as np
 from metricsd.promql import Engine, Matrix, MemorySource, PromQLError, Result, pushdown
 from metricsd.promql.engine import MAX_POINTS, parse, prettify
 from metricsd.promql.limits import Admission, QueryLimitError, QueryLimits, prescan
-from metricsd.promql.prefetch import fetch_all, plan_fetches
+from metricsd.promql.prefetch import PrefetchedSource, fetch_all, plan_fetches
 from metricsd.promql.selectors import TOO_MANY_SAMPLES, EvalContext
 from metricsd.rpc.backend import BadRequest, MetricsBackend
 
 __all__ = ["QueryRunner", "check_range"]
 
 PARSED_CACHE = 1024  # query texts whose parse QueryRunner keeps
+# A query whose prefetched data holds at most this many samples is evaluated on the event loop: the
+# hop to a worker thread and back (submit, a wake-up through the loop's self-pipe, the GIL changing
+# hands twice) cost more than the engine itself for a dashboard's small query (perf/RESULTS.md,
+# issue 23: a fifth of one store's CPU on rate() of one pod over an hour), while a query over
+# 20,000 samples holds the loop for about a millisecond.
+INLINE_SAMPLES = 20_000
 
 Path = Literal["pushdown", "engine"]
 
@@ -115,10 +122,16 @@ class QueryRunner:
         steps = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         ctx = EvalContext(MemorySource(), start_ms, end_ms, step_ms, steps, self.lookback_ms, self.max_samples,
                           negative_at)
-        source = await fetch_all(self.backend, plan_fetches(ast, ctx))
-        if source.samples > self.max_samples:
+        fetches = plan_fetches(ast, ctx)
+        source = await fetch_all(self.backend, fetches) if fetches else PrefetchedSource({})
+        samples = source.samples
+        if samples > self.max_samples:
             raise PromQLError("execution", TOO_MANY_SAMPLES)
         engine = Engine(source, lookback_ms=self.lookback_ms, max_samples=self.max_samples, deadline=deadline)
+        if samples <= INLINE_SAMPLES and steps.size <= INLINE_SAMPLES:
+            if instant:
+                return engine.instant(expr, start_ms, parsed), "engine"
+            return engine.range(expr, start_ms, end_ms, step_ms, parsed), "engine"
         if instant:
             return await asyncio.to_thread(engine.instant, expr, start_ms, parsed), "engine"
         return await asyncio.to_thread(engine.range, expr, start_ms, end_ms, step_ms, parsed), "engine"

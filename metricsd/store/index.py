@@ -81,6 +81,16 @@ class _LabelColumn:
             grown[: len(self.codes)] = self.codes
             self.codes = grown
 
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The codes of ``rows``: -1 for a row past the column's end, which only grows when a row
+        with this label arrives (series without it may be added after the last one that has it)."""
+        if len(rows) == 0 or int(rows.max()) < len(self.codes):
+            return self.codes[rows]
+        out = np.full(len(rows), -1, dtype=np.int32)
+        inside = rows < len(self.codes)
+        out[inside] = self.codes[rows[inside]]
+        return out
+
     def value_id(self, value: str) -> int:
         vid = self.ids.get(value)
         if vid is None:
@@ -307,7 +317,7 @@ class SeriesIndex:
                     return np.zeros(0, dtype=np.int32)
                 continue
             lut = self._value_mask(col, m)
-            candidates = candidates[lut[col.codes[candidates] + 1]]
+            candidates = candidates[lut[col.at(candidates) + 1]]
         return candidates
 
     def selected(self, matchers: Sequence[Matcher], slot_count: int = 0, slots: Sequence[int] = ()) -> np.ndarray:
@@ -347,7 +357,7 @@ class SeriesIndex:
         if rows is None:
             present = [i for i, p in enumerate(col.postings) if bool(self.alive[p.view()].any())]
         else:
-            codes = col.codes[rows]
+            codes = col.at(rows)
             present = [int(c) for c in np.unique(codes[codes >= 0])]
         return sorted(col.values[i] for i in present)
 
@@ -368,7 +378,7 @@ class SeriesIndex:
         names = sorted(set(by))
         cols = [self.columns.get(n) for n in names]
         # code + 1 per row and column (0: the label is absent); the radix of each column
-        codes = [c.codes[rows].astype(np.int64) + 1 if c is not None else np.zeros(len(rows), np.int64) for c in cols]
+        codes = [c.at(rows).astype(np.int64) + 1 if c is not None else np.zeros(len(rows), np.int64) for c in cols]
         sizes = [len(c.values) + 1 if c is not None else 1 for c in cols]
         if math.prod(sizes) < 2**62:
             key = codes[0]
