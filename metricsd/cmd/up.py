@@ -136,7 +136,7 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     onward, onward_tmp = (start_onward(opts.onward_args, opts.data_dir, registry, clock)
                           if opts.onward_args is not None else (None, None))
     if onward is not None:  # every acknowledged write, whoever sent it, goes onward once
-        backend = OnwardBackend(backend, onward)
+        backend = OnwardBackend(backend, onward, max_future_ms=store.settings.max_future_ms)
         onward.start()
     server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port, opts.security)
     tasks = [asyncio.create_task(run_durability(durability) if durability is not None else gc_loop(store.gc))]

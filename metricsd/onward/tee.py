@@ -48,6 +48,7 @@ from metricsd.onward.sender import Sender, Sleep
 from metricsd.onward.target import TargetConfig
 from metricsd.onward.watermark import Rows, Watermark
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.admission import DEFAULT_MAX_FUTURE_MS, split_refused
 from metricsd.rpc.backend import MetricsBackend
 
 __all__ = ["Admission", "Onward", "OnwardBackend"]
@@ -187,19 +188,36 @@ class Onward:
 
 class OnwardBackend:
     """A MetricsBackend that queues every acknowledged write onward; everything else is the
-    inner backend's."""
+    inner backend's.
 
-    def __init__(self, inner: MetricsBackend, onward: Onward) -> None:
+    Samples a store refused as too far ahead of its clock (``--max-future``: the answer counts
+    them in ``rejected_too_far_ahead``) were not stored and do not go onward: queued, one would also
+    move its series' watermark into the future and hold back every real-time sample after it. The
+    answer counts them without saying which, so when it has any, the samples after this process's
+    clock plus ``max_future_ms`` (the stores' setting: ``metricsd up`` passes its own, a proxy the
+    default) are taken out before the queue (rpc/admission.py's split, as a store does); the live
+    path, with none, costs nothing more."""
+
+    def __init__(self, inner: MetricsBackend, onward: Onward, max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
+                 ) -> None:
         self.inner = inner
         self.onward = onward
+        self.max_future_ms = max_future_ms
 
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         admitted = self.onward.admit(request)
         if admitted.unknown:
             return pb.WriteResponse(unknown_ids=admitted.unknown)
         resp = await self.inner.write(request)
-        if not resp.unknown_ids:
-            self.onward.queue(request, admitted)
+        if resp.unknown_ids:
+            return resp
+        looked_up: Admission | None = admitted
+        if resp.rejected_too_far_ahead:
+            kept, refusal = split_refused(request, self.onward.clock.now_ms(), self.max_future_ms)
+            if refusal is not None:
+                self.onward.metrics.skipped.labels("too_far_ahead").inc(refusal.too_far_ahead)
+                request, looked_up = kept, None  # admit()'s lookup was of the whole request
+        self.onward.queue(request, looked_up)
         return resp
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
