@@ -21,8 +21,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import chain
+from typing import Protocol
 
 import fsspec
 import numpy as np
@@ -41,7 +42,7 @@ from metricsd.onward.parquet import (
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.wire import labels_from_pb, matchers_from_pb
-from metricsd.store.engine import Store
+from metricsd.selector import Matcher
 
 __all__ = ["PARQUET_SERIES_PER_READ", "HourlyParquet", "ReadColumns", "hour_files", "rollup_columns",
            "sample_columns", "store_columns"]
@@ -61,7 +62,23 @@ ReadColumns = Callable[[pb.ReadRequest], Awaitable[SampleColumns]]
 of an hour's cost (perf/RESULTS.md, "Sending data onward"). ``store_columns`` is one."""
 
 
-def store_columns(store: Store) -> ReadColumns:
+class _Series(Protocol):
+    @property
+    def labels(self) -> Labels: ...
+    @property
+    def timestamps(self) -> np.ndarray: ...
+    @property
+    def values(self) -> np.ndarray: ...
+
+
+class SampleStore(Protocol):
+    """What ``store_columns`` reads: metricsd/store/engine.py's Store (onward/ lies above the store's
+    layer and does not import it; ``metricsd up`` hands its store in)."""
+
+    def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> Sequence[_Series]: ...
+
+
+def store_columns(store: SampleStore) -> ReadColumns:
     """The columnar read of a store in this process: ``Store.read``'s arrays concatenated, with no
     protobuf answer and no Python list per sample (``metricsd up`` hands it to HourlyParquet)."""
 
