@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test test-fast lint proto bench bench-quick bench-store browser-deps prometheus-deps clean
+.PHONY: setup run test test-fast lint proto bench bench-quick bench-store browser-deps prometheus-deps victoria-metrics-deps clean
 
 include web/dashboard.mk
 
@@ -40,6 +40,17 @@ prometheus-deps:
 		fi; \
 	fi
 
+# Debian's VictoriaMetrics (1.79) for the onward tests with a real receiver (remote write out,
+# export/import round trip: tests/onward/). Installed when missing and root.
+victoria-metrics-deps:
+	@if ! command -v victoria-metrics >/dev/null; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends victoria-metrics >/dev/null; \
+		else \
+			echo "victoria-metrics-deps: victoria-metrics is missing: run 'sudo apt-get install victoria-metrics'" >&2; exit 1; \
+		fi; \
+	fi
+
 run: setup  ## set up, then start the embedded default (a store fed by a simulated cluster)
 	$(BIN)/metricsd up
 
@@ -47,7 +58,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: setup lint browser-deps prometheus-deps  ## set up, then run every check and test (what CI runs)
+test: setup lint browser-deps prometheus-deps victoria-metrics-deps  ## set up, then run every check and test (what CI runs)
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test-fast: setup  ## the fast tests only, for the edit loop

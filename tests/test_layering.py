@@ -38,11 +38,12 @@ ALLOWED: dict[str, set[str]] = {
     "metricsd.http": {"metricsd.maths", "metricsd.rpc", "metricsd.promql", "metricsd.security"},
     "metricsd.agent": {"metricsd.maths", "metricsd.rpc", "metricsd.security"},
     "metricsd.consumers": {"metricsd.maths", "metricsd.rpc", "metricsd.cluster", "metricsd.security"},
+    "metricsd.onward": {"metricsd.maths", "metricsd.rpc", "metricsd.http", "metricsd.agent", "metricsd.security"},
     "metricsd.k8sapi": {"metricsd.maths", "metricsd.rpc", "metricsd.promql", "metricsd.http", "metricsd.security"},
     "metricsd.cmd": {"metricsd.codec", "metricsd.maths", "metricsd.rpc", "metricsd.store", "metricsd.cluster",
                      "metricsd.replica", "metricsd.proxy", "metricsd.federation", "metricsd.promql", "metricsd.http",
                      "metricsd.agent",
-                     "metricsd.consumers", "metricsd.security", "metricsd.k8sapi"},
+                     "metricsd.consumers", "metricsd.security", "metricsd.k8sapi", "metricsd.onward"},
     "metricsd.__main__": {"metricsd.cmd"},
 }
 # The bottom imports nothing above it (among themselves, the cycle test keeps them in order).

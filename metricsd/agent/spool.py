@@ -27,6 +27,7 @@ __all__ = [
     "iter_segments",
     "read_consumed",
     "read_record_at",
+    "read_records_at",
     "scan_segment",
     "segment_name",
     "segment_number",
@@ -118,6 +119,23 @@ def read_record_at(path: Path, offset: int, size: int) -> Record:
     if rec is None:
         raise ValueError(f"{path}: {problem}")
     return Record(rec.seq, rec.collected_ms, rec.samples, rec.payload, offset, rec.size)
+
+
+def read_records_at(path: Path, offset: int, sizes: list[int]) -> list[Record]:
+    """Records known to be intact that follow each other from ``offset`` (their ``sizes`` in
+    order), read with one read; raises OSError or ValueError when the file changed under us."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(sum(sizes))
+    out = []
+    at = 0
+    for size in sizes:
+        rec, problem = _decode_at(data, at)
+        if rec is None or rec.size != size:
+            raise ValueError(f"{path}: {problem or 'a record of another size'} at offset {offset + at}")
+        out.append(Record(rec.seq, rec.collected_ms, rec.samples, rec.payload, offset + at, rec.size))
+        at += size
+    return out
 
 
 class SegmentWriter:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from metricsd.cmd.clusterplan import ClusterPlan, ProcessSpec
 from metricsd.cmd.launch import LaunchError, LocalCluster
+from metricsd.cmd.onwardflags import add_onward_arguments, onward_argv, parquet_location
 from metricsd.cmd.queryflags import add_remote_write_arguments, remote_write_argv
 from metricsd.cmd.runner import stop_event
 from metricsd.cmd.status import add_status_arguments, run_status
@@ -68,6 +69,8 @@ def up(plan: ClusterPlan, data_dir: Path | None, log_level: str, secure: bool = 
         data_dir = Path(tmp.name)
     if secure:
         plan = dataclasses.replace(plan, security_dir=str(data_dir / "security"))
+    if plan.proxy_args or plan.first_proxy_args:
+        plan = dataclasses.replace(plan, proxy_data_dir=str(data_dir))
     cluster = LocalCluster(plan, data_dir, log_level)
     try:
         return asyncio.run(_run(cluster))
@@ -105,6 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="no TLS and no tokens (by default a throw-away CA and a token per role are made in "
                         "<data-dir>/security and every process uses them)")
     add_remote_write_arguments(u)
+    add_onward_arguments(u)
     s = sub.add_parser("status", help="members, slots per member, map version, leader and health")
     add_status_arguments(s)
 
@@ -119,11 +123,12 @@ def run(args: argparse.Namespace) -> int:
     if args.cluster_command == "status":
         return run_status(args)
     try:
-        proxy_args = remote_write_argv(args)
+        proxy_args = remote_write_argv(args) + onward_argv(args)
+        first = ("--parquet-dir", parquet_location(args.parquet_dir)) if args.parquet_dir else ()
         plan = ClusterPlan(base_port=args.base_port, stores=args.stores, proxies=args.proxies,
                            config_servers=args.config_servers, slots=args.slots, rf=args.rf, w=args.w, r=args.r,
                            simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
-                           cluster=args.cluster, proxy_args=proxy_args)
+                           cluster=args.cluster, proxy_args=proxy_args, first_proxy_args=first)
     except ValueError as e:
         print(f"metricsd cluster up: {e}", file=sys.stderr)
         return 2

@@ -58,6 +58,8 @@ class ClusterPlan:
     lease_ttl: int = LEASE_TTL_S
     security_dir: str = ""  # TLS and tokens from LocalSecurity there; "" runs plaintext without tokens
     proxy_args: tuple[str, ...] = ()  # more flags for every proxy (the remote-write ones)
+    first_proxy_args: tuple[str, ...] = ()  # more flags for proxy-1 only (--parquet-dir: one writer)
+    proxy_data_dir: str = ""  # each proxy gets --data-dir <this>/proxy-i (its onward buffer)
 
     def __post_init__(self) -> None:
         if not 1 <= self.proxies <= MAX_PROXIES:
@@ -118,7 +120,9 @@ class ClusterPlan:
         return [ProcessSpec(f"proxy-{i}", "proxy",
                             ("--host", self.host, "--grpc-port", str(self.proxy_grpc_port(i)),
                              "--http-port", str(self.proxy_http_port(i)), "--w", str(self.w), "--r", str(self.r),
-                             *self._cluster_args(), *self._secure(True, "proxy"), *self.proxy_args),
+                             *self._cluster_args(), *self._secure(True, "proxy"), *self.proxy_args,
+                             *(("--data-dir", f"{self.proxy_data_dir}/proxy-{i}") if self.proxy_data_dir else ()),
+                             *(self.first_proxy_args if i == 1 else ())),
                             self.proxy_grpc_port(i))
                 for i in range(1, self.proxies + 1)]
 

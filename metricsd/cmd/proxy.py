@@ -9,14 +9,17 @@ API, remote write, native JSON, /metrics) on ``--http-port``. Run several; clien
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import SystemClock
 from metricsd.cluster.mapwatch import EtcdMapSource
 from metricsd.cmd.frontend import serve_front
+from metricsd.cmd.onwardflags import add_onward_arguments, start_onward, targets_from_args
 from metricsd.cmd.queryflags import add_query_arguments, add_remote_write_arguments, http_settings_from_args
 from metricsd.cmd.runner import (
     add_etcd_arguments,
@@ -32,8 +35,11 @@ from metricsd.cmd.security import (
     require_secure_or_loopback,
     server_from_args,
 )
+from metricsd.onward.hourly import HourlyParquet
+from metricsd.onward.tee import OnwardBackend
 from metricsd.proxy.coalesce import CoalesceSettings
 from metricsd.proxy.settings import ProxySettings
+from metricsd.rpc.backend import MetricsBackend
 
 __all__ = ["add_arguments", "add_parser", "run", "serve"]
 
@@ -63,8 +69,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="where the proxy keeps what it must not lose: the onward buffer of --remote-write-url "
+                        "(<data-dir>/onward). A proxy without remote-write targets keeps nothing")
     add_query_arguments(p)
     add_remote_write_arguments(p)
+    add_onward_arguments(p)
     add_security_arguments(p, probes=True)
 
 
@@ -97,16 +107,29 @@ async def serve(args: argparse.Namespace) -> None:
             await maps.wait_ready(args.map_timeout)
         except TimeoutError:
             log.warning("no shard map after %.1fs; serving anyway (requests fail until it arrives)", args.map_timeout)
-    backend = ProxyBackend(maps, settings, clock, security=client_from_args(args))
-    await backend.start()
+    proxy = ProxyBackend(maps, settings, clock, security=client_from_args(args))
+    await proxy.start()
+    registry = CollectorRegistry()
+    onward, onward_tmp = start_onward(args, args.data_dir, registry, clock)
+    backend: MetricsBackend = proxy
+    if onward is not None:  # every write passes through one proxy: each sample goes onward once
+        backend = OnwardBackend(proxy, onward)
+        onward.start()
+    parquet = asyncio.create_task(HourlyParquet(proxy, args.parquet_dir, clock).run()) if args.parquet_dir else None
     try:
-        async with serve_front(args, backend, security, clock, CollectorRegistry()) as where:
+        async with serve_front(args, backend, security, clock, registry) as where:
             print(f"metricsd proxy serving {where} (etcd {args.etcd}, cluster {args.cluster}, W {args.w}, R {args.r})",
                   flush=True)
             await stop.wait()
             log.info("proxy stopping")
     finally:
-        await backend.close()
+        if parquet is not None:
+            parquet.cancel()
+        if onward is not None:
+            await onward.close()
+        if onward_tmp is not None:
+            onward_tmp.cleanup()
+        await proxy.close()
         await maps.close()
         await kv.close()
         if security.auth is not None:
@@ -116,6 +139,7 @@ async def serve(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         http_settings_from_args(args)  # a bad flag or relabel file stops the start, before anything listens
+        targets_from_args(args)
     except ValueError as e:
         print(f"metricsd proxy: {e}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
 from metricsd.clock import Clock, SystemClock
+from metricsd.cmd.onwardflags import add_onward_arguments, start_onward, targets_from_args
 from metricsd.cmd.queryflags import add_query_arguments, add_remote_write_arguments, http_settings_from_args
 from metricsd.cmd.runner import port, run_main, stop_event
 from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
@@ -27,7 +28,10 @@ from metricsd.cmd.store import add_limit_arguments, store_settings
 from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
 from metricsd.http.server import serve_http, stop_http
 from metricsd.http.settings import HttpSettings
+from metricsd.onward.hourly import HourlyParquet, store_columns
+from metricsd.onward.tee import OnwardBackend
 from metricsd.replica.servicer import StoreNodeServicer
+from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.client import MetricsClient
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.wire import labels_to_pb
@@ -69,6 +73,7 @@ class UpOptions:
     client_tls: ClientTLS | None = None  # what the simulated agent trusts (default: the server's certificate)
     tls_server_name: str | None = None
     http_settings: HttpSettings = field(default_factory=HttpSettings)
+    onward_args: argparse.Namespace | None = None  # the sending-onward flags (cmd/onwardflags.py)
 
 
 class SimulatedAgent:
@@ -126,13 +131,18 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         store = Store(opts.store_settings)
         api = StoreAPI(store, member="up", clock=clock)
         log.info("no --data-dir: data lives in memory only and is lost when metricsd stops")
-    backend = LocalBackend(api)
+    backend: MetricsBackend = LocalBackend(api)
+    registry = CollectorRegistry()
+    onward, onward_tmp = (start_onward(opts.onward_args, opts.data_dir, registry, clock)
+                          if opts.onward_args is not None else (None, None))
+    if onward is not None:  # every acknowledged write, whoever sent it, goes onward once
+        backend = OnwardBackend(backend, onward, max_future_ms=store.settings.max_future_ms)
+        onward.start()
     server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port, opts.security)
     tasks = [asyncio.create_task(run_durability(durability) if durability is not None else gc_loop(store.gc))]
     addr = f"{opts.host}:{port}"
     log.info("store serving gRPC on %s", addr)
     consumers: ConsumerSet | None = None
-    registry = CollectorRegistry()
     if opts.consumers and opts.examples_dir.is_dir():
         from metricsd.consumers.consumerset import start_consumers  # only when they run: ~3 MiB of RSS
 
@@ -155,6 +165,11 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         st = await client.stats()
         log.info("simulating %d pods in %d workloads on %d nodes: %d series, %d samples", opts.pods,
                  opts.workloads, opts.nodes, st.series, st.samples)
+    parquet = getattr(opts.onward_args, "parquet_dir", None)
+    if parquet:  # after the simulated backfill: an hour written before it would be written empty, for good
+        # The store is in this process: read the hour as its arrays, not as protobuf answers.
+        writer = HourlyParquet(backend, parquet, clock, read_columns=store_columns(store))
+        tasks.append(asyncio.create_task(writer.run()))
     if consumers is not None:
         await consumers.start()
     scheme = "https" if opts.security.tls is not None else "http"
@@ -173,6 +188,10 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
         await stop_http(http_runner)
         await client.close()
         await server.stop(grace=2.0)
+        if onward is not None:
+            await onward.close()
+        if onward_tmp is not None:
+            onward_tmp.cleanup()
         if durability is not None:
             durability.close()  # a final snapshot: the next start replays nothing
 
@@ -245,6 +264,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="consumer specs (hpa.yaml, vpa.yaml, overcommit.yaml, colocation.yaml) to run in dry-run mode")
     add_query_arguments(up)
     add_remote_write_arguments(up)
+    add_onward_arguments(up)
     add_security_arguments(up)
     up.set_defaults(run=run)
 
@@ -255,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
         require_secure_or_loopback(args.host, security, args.insecure, "metricsd up")
         client_tls = client_from_args(args).tls
         http_settings = http_settings_from_args(args)
+        targets_from_args(args)  # a bad target stops the start, before anything listens
     except ValueError as e:
         print(f"metricsd up: {e}", file=sys.stderr)
         return 2
@@ -264,5 +285,5 @@ def run(args: argparse.Namespace) -> int:
                      simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
                      seed=args.seed, consumers=not args.no_consumers,
                      publish_decisions=not args.no_publish_decisions, examples_dir=args.examples_dir,
-                     wal_fsync=args.wal_fsync, store_settings=store_settings(args))
+                     wal_fsync=args.wal_fsync, store_settings=store_settings(args), onward_args=args)
     return run_main("metricsd up", run_up(opts), errors=(OSError,))

@@ -20,6 +20,7 @@ from metricsd.clock import Clock
 from metricsd.http.auth import auth_middleware
 from metricsd.http.consumers import DocumentProvider, add_consumer_routes
 from metricsd.http.dashboard import add_dashboard_routes
+from metricsd.http.export import ExportAPI
 from metricsd.http.looplag import run_lag_monitor
 from metricsd.http.native import NativeAPI
 from metricsd.http.params import ApiError, error_body
@@ -185,6 +186,7 @@ def build_app(
                          timeout_s=settings.request_timeout_s)
     PromAPI(backend, runner, settings, clock, metrics).add_routes(app)
     RemoteWriteReceiver(backend, settings, metrics).add_routes(app)
+    ExportAPI(backend, settings, clock, metrics).add_routes(app)
     NativeAPI(backend, settings, clock, metrics).add_routes(app)
     if consumers is not None:
         add_consumer_routes(app, consumers)

@@ -38,6 +38,6 @@ _OPEN_PATHS = ("/", "/healthz", "/-/healthy", "/-/ready")
 def http_role(method: str, path: str) -> Role | None:
     if path in _OPEN_PATHS or path.startswith("/static/"):
         return None
-    if path == "/api/v1/write":
+    if path in ("/api/v1/write", "/api/v1/import"):
         return Role.WRITE
     return Role.READ

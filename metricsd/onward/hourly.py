@@ -1,0 +1,208 @@
+"""The hourly Parquet writer: each closed hour's samples and rollups, once, through fsspec.
+
+An hour is closed ``delay_s`` after it ends (samples may arrive late: an agent's spool after an
+outage). At start and then every ``check_s`` the writer looks at the hours still within the raw
+retention and writes, oldest first, each that has no ``_SUCCESS`` marker yet; so a stopped
+process catches up when it comes back, and an hour is written again only if it never finished.
+Files are written whole (a temporary name then a rename on a local disk; one put per object on an
+object store), the marker last.
+
+The data comes from any MetricsBackend (``metricsd up``'s store, a proxy's quorum reads, which
+merge replicas so each sample appears once), whole pods of a namespace per read, about
+PARQUET_SERIES_PER_READ series each, answers turned into columns as they come; or, given one, from
+the store's columnar read where the store is in this process (``store_columns``: ``metricsd up``),
+the same reads answered as NumPy arrays with no protobuf in between. In a cluster, ``cluster up``
+gives --parquet-dir to one proxy only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from itertools import chain
+from typing import Protocol
+
+import fsspec
+import numpy as np
+
+from metricsd.clock import Clock
+from metricsd.http.export import re_escape, read_batches
+from metricsd.model import Labels
+from metricsd.onward.parquet import (
+    FORMAT_VERSION,
+    HourFiles,
+    RollupColumns,
+    SampleColumns,
+    hour_dir,
+    to_parquet,
+)
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import MetricsBackend
+from metricsd.rpc.wire import labels_from_pb, matchers_from_pb
+from metricsd.selector import Matcher
+
+__all__ = ["PARQUET_SERIES_PER_READ", "HourlyParquet", "ReadColumns", "hour_files", "rollup_columns",
+           "sample_columns", "store_columns"]
+
+log = logging.getLogger("metricsd.onward.parquet")
+
+HOUR_MS = 3_600_000
+_ALL = [pb.Matcher(type=pb.Matcher.RE, name="__name__", value=".+")]
+
+
+# Series a read asks for: the protobuf answer of one read is what is held beside the columns
+# (about 16 bytes a sample), and fewer reads mean fewer selections (a regex of pods each).
+PARQUET_SERIES_PER_READ = 2_000
+
+ReadColumns = Callable[[pb.ReadRequest], Awaitable[SampleColumns]]
+"""A backend's read answered as columns (no protobuf per series): the protobuf answers are most
+of an hour's cost (perf/RESULTS.md, "Sending data onward"). ``store_columns`` is one."""
+
+
+class _Series(Protocol):
+    @property
+    def labels(self) -> Labels: ...
+    @property
+    def timestamps(self) -> np.ndarray: ...
+    @property
+    def values(self) -> np.ndarray: ...
+
+
+class SampleStore(Protocol):
+    """What ``store_columns`` reads: metricsd/store/engine.py's Store (onward/ lies above the store's
+    layer and does not import it; ``metricsd up`` hands its store in)."""
+
+    def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> Sequence[_Series]: ...
+
+
+def store_columns(store: SampleStore) -> ReadColumns:
+    """The columnar read of a store in this process: ``Store.read``'s arrays concatenated, with no
+    protobuf answer and no Python list per sample (``metricsd up`` hands it to HourlyParquet)."""
+
+    async def read(req: pb.ReadRequest) -> SampleColumns:
+        got = [s for s in store.read(matchers_from_pb(req.matchers), req.start_ms, req.end_ms) if len(s.timestamps)]
+        return SampleColumns([s.labels for s in got], np.fromiter((len(s.timestamps) for s in got), np.int64, len(got)),
+                             np.concatenate([s.timestamps for s in got]) if got else np.zeros(0, np.int64),
+                             np.concatenate([s.values for s in got]) if got else np.zeros(0, np.float64))
+    return read
+
+
+async def _groups(backend: MetricsBackend) -> tuple[list[list[pb.Matcher]], dict[int, Labels]]:
+    """The reads that cover every series (a namespace and a regex of whole pods each, about
+    PARQUET_SERIES_PER_READ series), and every series' labels, decoded once here."""
+    listed = await backend.list_series(pb.ListSeriesRequest(matchers=_ALL))
+    found = [(s.id, labels_from_pb(s.labels)) for s in listed.series]
+    groups = [[*_ALL, pb.Matcher(type=pb.Matcher.EQ, name="namespace", value=ns),
+               pb.Matcher(type=pb.Matcher.RE, name="pod", value="|".join(re_escape(p) for p in pods))]
+              for ns, pods in read_batches(found, PARQUET_SERIES_PER_READ)]
+    return groups, dict(found)
+
+
+def sample_columns(resp: pb.ReadResponse, labels_of: dict[int, Labels]) -> SampleColumns:
+    """A read's answer as columns: two NumPy conversions a series, labels looked up by id (decoded
+    only for a series that was not listed)."""
+    series = [s for s in resp.series if len(s.timestamps)]
+    labels = [labels_of.get(s.id) or labels_from_pb(s.labels) for s in series]
+    counts = np.fromiter((len(s.timestamps) for s in series), np.int64, len(series))
+    ts = [np.array(s.timestamps, np.int64) for s in series]
+    vals = [np.array(s.values, np.float64) for s in series]
+    return SampleColumns(labels, counts, np.concatenate(ts) if ts else np.zeros(0, np.int64),
+                         np.concatenate(vals) if vals else np.zeros(0, np.float64))
+
+
+def rollup_columns(resp: pb.RollupsResponse, labels_of: dict[int, Labels] | None = None) -> RollupColumns:
+    """A rollups answer as columns: one pass per field over all series, not a conversion per series."""
+    series = [s for s in resp.series if len(s.hours)]
+    counts = np.fromiter((len(s.hours) for s in series), np.int64, len(series))
+    n = int(counts.sum())
+
+    def field(name: str, dtype: type) -> np.ndarray:
+        return np.fromiter(chain.from_iterable(getattr(s, name) for s in series), dtype, n)
+
+    known = labels_of or {}
+    labels = [known.get(s.id) or labels_from_pb(s.labels) for s in series]
+    return RollupColumns(labels, counts, field("hours", np.int64),
+                         *(field(f, np.float64) for f in ("min", "max", "sum", "count", "last")))
+
+
+async def _read_hour(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None
+                     ) -> tuple[SampleColumns, dict[int, Labels]]:
+    """The hour's samples, a group of whole pods a read either way (a columnar read too: one read
+    of the whole hour would hold the event loop for seconds and the hour's arrays twice)."""
+    groups, labels_of = await _groups(backend)
+    parts = []
+    for matchers in groups:
+        req = pb.ReadRequest(matchers=matchers, start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1)
+        if read_columns is not None:
+            parts.append(await read_columns(req))
+            await asyncio.sleep(0)  # a store's read does not yield: let writes and queries in between groups
+        else:
+            parts.append(sample_columns(await backend.read(req), labels_of))
+    return SampleColumns.concat(parts), labels_of
+
+
+async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None = None) -> HourFiles:
+    """Both files of the hour starting at ``hour_ms``, built in memory. ``read_columns``: the
+    backend's columnar read, where there is one (else protobuf reads); PARQUET_SERIES_PER_READ
+    series a read either way."""
+    samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
+    roll = rollup_columns(await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms)),
+                          labels_of)
+    return HourFiles(hour_ms, to_parquet(samples), to_parquet(roll),
+                     {"format": FORMAT_VERSION, "hour_start_ms": hour_ms, "samples": samples.samples,
+                      "series": len(samples.labels), "rollup_series": len(roll.labels),
+                      "written_ms": int(time.time() * 1000)})
+
+
+class HourlyParquet:
+    """``run()`` until cancelled. ``root``: a directory or an fsspec URL."""
+
+    def __init__(self, backend: MetricsBackend, root: str, clock: Clock, *, delay_s: float = 600.0,
+                 lookback_hours: int = 24, check_s: float = 60.0, read_columns: ReadColumns | None = None) -> None:
+        self.backend = backend
+        self.read_columns = read_columns
+        self.fs, self.root = fsspec.core.url_to_fs(root)
+        self.clock = clock
+        self.delay_ms = int(delay_s * 1000)
+        self.lookback_hours = lookback_hours
+        self.check_s = check_s
+        self.written = 0
+
+    def due(self) -> list[int]:
+        """Closed hours within the lookback without a marker, oldest first."""
+        last = (self.clock.now_ms() - self.delay_ms) // HOUR_MS * HOUR_MS - HOUR_MS
+        hours = [last - i * HOUR_MS for i in range(self.lookback_hours)]
+        return sorted(h for h in hours if h >= 0 and not self.fs.exists(self._path(hour_dir("samples", h),
+                                                                                    "_SUCCESS")))
+
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    async def write_hour(self, hour_ms: int) -> HourFiles:
+        files = await hour_files(self.backend, hour_ms, self.read_columns)
+        for rel, data in files.files():
+            path = self._path(rel)
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            if getattr(self.fs, "protocol", None) in ("file", ("file", "local")):
+                tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+                self.fs.pipe_file(tmp, data)
+                self.fs.mv(tmp, path)
+            else:
+                self.fs.pipe_file(path, data)
+        self.written += 1
+        log.info("parquet: hour %s written (%d samples, %d series)", hour_dir("samples", hour_ms),
+                 files.manifest["samples"], files.manifest["series"])
+        return files
+
+    async def run(self) -> None:
+        while True:
+            for hour in self.due():
+                try:
+                    await self.write_hour(hour)
+                except Exception as e:  # keep going: the next check tries the hour again
+                    log.warning("parquet: hour %s not written: %s", hour_dir("samples", hour), e)
+                    break
+            await asyncio.sleep(self.check_s)
