@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 import promql_parser as pp
 
+from metricsd.columns import search_each as search_rows
 from metricsd.model import METRIC_NAME, Labels
 from metricsd.promql.source import SeriesSource, stale_mask
 from metricsd.promql.values import PromQLError, StepSeries
@@ -212,27 +213,6 @@ def _flatten(ts_list: list[np.ndarray], vals_list: list[np.ndarray]) -> tuple[np
     if not ts_list:
         return np.zeros(0, dtype=np.int64), np.zeros(0), offsets
     return np.concatenate(ts_list), np.concatenate(vals_list), offsets
-
-
-def search_rows(ts: np.ndarray, offsets: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """For each series i of the flat array, ``offsets[i] + searchsorted(series_i, times, "right")``.
-
-    Fast path: a NumPy call per series costs tens of microseconds, which dominates with
-    thousands of series; searching one key of (series number, time) removes that loop.
-    """
-    rows = offsets.size - 1
-    if rows == 0 or ts.size == 0:
-        return np.repeat(offsets[:-1, None], times.size, axis=1)
-    base = min(int(ts.min()), int(times.min()))
-    span = max(int(ts.max()), int(times.max())) - base + 1
-    if span * (rows + 1) < 2**62:
-        sid = np.repeat(np.arange(rows, dtype=np.int64), np.diff(offsets))
-        key = sid * span + (ts - base)
-        row = (np.arange(rows, dtype=np.int64) * span)[:, None]
-        return np.searchsorted(key, row + (times - base)[None, :], side="right")
-    return np.stack(
-        [offsets[i] + np.searchsorted(ts[offsets[i] : offsets[i + 1]], times, side="right") for i in range(rows)]
-    )
 
 
 @dataclass
