@@ -29,9 +29,17 @@ from metricsd.store.chunks import STRIDE
 from metricsd.store.engine import Store
 from metricsd.store.head import NO_TS
 
-__all__ = ["Samples", "read_rows", "window_counts"]
+__all__ = ["SampleLimitReached", "Samples", "read_rows", "window_counts"]
 
 _STALE = np.uint64(STALE_NAN_BITS)
+
+
+class SampleLimitReached(Exception):
+    """read_rows stopped: the rows hold more samples in the range than its ``max_samples``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit:,} samples")
+        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -70,11 +78,17 @@ def _gather_head(store: Store, rows: np.ndarray, lo: np.ndarray, n: np.ndarray) 
     return head.ts[src_rows, cols].astype(np.int64) + head.base[src_rows], head.vals[src_rows, cols]
 
 
-def read_rows(store: Store, rows: np.ndarray, start_ms: int, end_ms: int) -> Samples:
-    """Every sample in [start_ms, end_ms] of each row (live rows, any order), stale markers included."""
+def read_rows(store: Store, rows: np.ndarray, start_ms: int, end_ms: int, max_samples: int = 0) -> Samples:
+    """Every sample in [start_ms, end_ms] of each row (live rows, any order), stale markers included.
+
+    ``max_samples`` (0: none): raises SampleLimitReached as soon as the samples found pass it,
+    before the head's are gathered and before any further chunk is decoded."""
     rows = np.asarray(rows, dtype=np.int64)
     covered, lo, hi = _head_ranges(store, rows, start_ms, end_ms)
     head_n = hi - lo
+    found = int(head_n.sum())
+    if max_samples and found > max_samples:
+        raise SampleLimitReached(max_samples)
     chunk_n = np.zeros(len(rows), dtype=np.int64)
     parts_t: list[np.ndarray] = []
     parts_v: list[np.ndarray] = []
@@ -83,6 +97,9 @@ def read_rows(store: Store, rows: np.ndarray, start_ms: int, end_ms: int) -> Sam
         chunk_n[i] = len(t)
         parts_t.append(t)
         parts_v.append(v)
+        found += len(t)
+        if max_samples and found > max_samples:
+            raise SampleLimitReached(max_samples)
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(chunk_n + head_n, out=offsets[1:])
     ts = np.empty(int(offsets[-1]), dtype=np.int64)
