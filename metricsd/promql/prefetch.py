@@ -21,7 +21,8 @@ from metricsd.promql.source import SeriesData
 from metricsd.promql.values import PromQLError
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import MetricsBackend
-from metricsd.rpc.wire import columns_from_read, matchers_to_pb
+from metricsd.rpc.columnar import read_columns
+from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import Matcher
 
 __all__ = ["Fetch", "PrefetchedSource", "fetch_all", "plan_fetches"]
@@ -101,24 +102,17 @@ class PrefetchedSource:
     def samples(self) -> int:
         return sum(data.samples for _, data in self._fetched.values())
 
-
-async def read_columns(backend: MetricsBackend, request: pb.ReadRequest) -> SeriesColumns:
-    """A Read as columns: straight from a store in this process (LocalBackend.read_columns, no
-    message at all), else one columnar message per reply (ReadRequest.columnar), or the per-series
-    form from a server that does not send batches. Raises what the backend raises."""
-    direct = getattr(backend, "read_columns", None)
-    if callable(direct):
-        got: SeriesColumns = await direct(request)
-        return got
-    req = pb.ReadRequest()
-    req.CopyFrom(request)
-    req.columnar = True
-    return columns_from_read(await backend.read(req))
+    @property
+    def widest(self) -> int:
+        """The most series one selector read."""
+        return max((len(data) for _, data in self._fetched.values()), default=0)
 
 
-async def fetch_all(backend: MetricsBackend, fetches: Sequence[Fetch]) -> PrefetchedSource:
-    """Read every planned selector concurrently. Raises what the backend raises."""
-    reqs = [pb.ReadRequest(matchers=matchers_to_pb(f.matchers), start_ms=f.start_ms, end_ms=f.end_ms)
-            for f in fetches]
+async def fetch_all(backend: MetricsBackend, fetches: Sequence[Fetch], max_series: int = 0,
+                    max_samples: int = 0) -> PrefetchedSource:
+    """Read every planned selector concurrently, each within the limits (0: none; a store refuses
+    past them before it reads, LimitExceeded). Raises what the backend raises."""
+    reqs = [pb.ReadRequest(matchers=matchers_to_pb(f.matchers), start_ms=f.start_ms, end_ms=f.end_ms,
+                           max_series=max_series, max_samples=max_samples) for f in fetches]
     got = await asyncio.gather(*(read_columns(backend, r) for r in reqs))
     return PrefetchedSource({f.matchers: (f, cols) for f, cols in zip(fetches, got, strict=True)})

@@ -196,7 +196,7 @@ class AggregateQuery(_message.Message):
     def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., series_fn: _Optional[_Union[SeriesFn, str]] = ..., window_ms: _Optional[int] = ...) -> None: ...
 
 class AggregateRequest(_message.Message):
-    __slots__ = ("query", "denominator", "across", "quantile", "group_by", "start_ms", "end_ms", "step_ms", "per_series", "slots", "slot_digests", "data_slots", "top_k", "bottom_k")
+    __slots__ = ("query", "denominator", "across", "quantile", "group_by", "start_ms", "end_ms", "step_ms", "per_series", "slots", "slot_digests", "data_slots", "top_k", "bottom_k", "max_series")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     DENOMINATOR_FIELD_NUMBER: _ClassVar[int]
     ACROSS_FIELD_NUMBER: _ClassVar[int]
@@ -211,6 +211,7 @@ class AggregateRequest(_message.Message):
     DATA_SLOTS_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     BOTTOM_K_FIELD_NUMBER: _ClassVar[int]
+    MAX_SERIES_FIELD_NUMBER: _ClassVar[int]
     query: AggregateQuery
     denominator: AggregateQuery
     across: AcrossFn
@@ -225,7 +226,8 @@ class AggregateRequest(_message.Message):
     data_slots: _containers.RepeatedScalarFieldContainer[int]
     top_k: int
     bottom_k: int
-    def __init__(self, query: _Optional[_Union[AggregateQuery, _Mapping]] = ..., denominator: _Optional[_Union[AggregateQuery, _Mapping]] = ..., across: _Optional[_Union[AcrossFn, str]] = ..., quantile: _Optional[float] = ..., group_by: _Optional[_Iterable[str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., step_ms: _Optional[int] = ..., per_series: _Optional[bool] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., slot_digests: _Optional[bool] = ..., data_slots: _Optional[_Iterable[int]] = ..., top_k: _Optional[int] = ..., bottom_k: _Optional[int] = ...) -> None: ...
+    max_series: int
+    def __init__(self, query: _Optional[_Union[AggregateQuery, _Mapping]] = ..., denominator: _Optional[_Union[AggregateQuery, _Mapping]] = ..., across: _Optional[_Union[AcrossFn, str]] = ..., quantile: _Optional[float] = ..., group_by: _Optional[_Iterable[str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., step_ms: _Optional[int] = ..., per_series: _Optional[bool] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., slot_digests: _Optional[bool] = ..., data_slots: _Optional[_Iterable[int]] = ..., top_k: _Optional[int] = ..., bottom_k: _Optional[int] = ..., max_series: _Optional[int] = ...) -> None: ...
 
 class SlotDigests(_message.Message):
     __slots__ = ("slots", "series", "samples", "hash")

@@ -139,8 +139,15 @@ class StoreAPI:
         return resp
 
     def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        """Raises BadRequest, or LimitExceeded when a side selects more than request.max_series."""
         try:
             spec = aggregate_spec_from_pb(request)
+            if request.max_series:
+                for side in (spec.query, spec.denominator):
+                    if side is not None:  # the selection is kept by the index: run_aggregate finds it made
+                        found = len(self.store.select(side.matchers, spec.slots))
+                        if found > request.max_series:
+                            raise LimitExceeded(series_limit_message(list(side.matchers), found, request.max_series))
             res = run_aggregate(self.store, spec)
         except _BAD_INPUT as e:
             raise BadRequest(str(e)) from e
@@ -165,8 +172,9 @@ class StoreAPI:
         return resp
 
     def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
-        """The series a ListSeries names, as columns (ids and label codes, no samples)."""
-        _, rows = self._selected(request.matchers, request.slots, request.max_series)
+        """The series a ListSeries names, as columns (ids and label codes, no samples). With a
+        ``limit`` the answer is bounded, so max_series does not apply."""
+        _, rows = self._selected(request.matchers, request.slots, 0 if request.limit else request.max_series)
         if request.limit:
             rows = rows[: request.limit]
         index = self.store.index
