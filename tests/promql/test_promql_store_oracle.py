@@ -16,15 +16,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from promql_script_http import _request as _write
 
-from metricsd.model import STALE_NAN_BITS, Labels, series_id
+from metricsd.model import STALE_NAN_BITS, Labels
 from metricsd.promql import Engine, MemorySource, PromQLError, to_prometheus_json
 from metricsd.promql.queries import QueryRunner
-from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.client import GrpcBackend
 from metricsd.rpc.server import start_grpc_server
-from metricsd.rpc.wire import labels_to_pb
 from metricsd.store.api import LocalBackend, StoreAPI, StoreServicer
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
@@ -61,18 +60,6 @@ def dataset(draw: st.DrawFn) -> list[tuple[Labels, np.ndarray, np.ndarray]]:
             vals[draw(st.integers(0, n - 1))] = STALE
         out.append((tuple(sorted(d.items())), ts, vals))
     return out
-
-
-def _write(series: list[tuple[Labels, np.ndarray, np.ndarray]]) -> pb.WriteRequest:
-    req = pb.WriteRequest()
-    for labels, ts, vals in series:
-        sid = series_id(labels)
-        req.ids.append(sid)
-        req.counts.append(len(ts))
-        req.timestamps.extend(ts.tolist())
-        req.values.extend(vals.tolist())
-        req.series.add(id=sid).labels.extend(labels_to_pb(labels))
-    return req
 
 
 def _canonical(body: dict[str, object]) -> object:
