@@ -6,6 +6,13 @@ heap, which fragments and does not shrink; gRPC's threads also each get their ow
 Pinning the threshold at 128 KiB and capping arenas at 2 measured 16% less RSS for the same data
 (perf/RESULTS.md). Equivalent to MALLOC_MMAP_THRESHOLD_=131072 MALLOC_ARENA_MAX=2 in the
 environment, which this respects when set.
+
+A query's temporaries (a window matrix of 50,000 series, several MiB) are then mmap'd afresh and
+page-faulted in every time, unless the heap's top has room for them: glibc takes a large block
+from the top before it calls mmap. So the heap grows in steps of ``top_pad`` and keeps up to
+``trim_threshold`` free at its top (the retention loop's malloc_trim still hands it back once a
+minute): a pushed-down question over 50,000 series took twice as long without (perf/RESULTS.md,
+"Selection over many series"). Equivalent to MALLOC_TOP_PAD_ and MALLOC_TRIM_THRESHOLD_.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import logging
 import os
 from typing import Any
 
+_M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
@@ -33,16 +42,19 @@ def libc_function(name: str) -> Any | None:
         return None
 
 
-def tune_malloc(mmap_threshold: int = 128 * 1024, arena_max: int = 2) -> bool:
+def tune_malloc(mmap_threshold: int = 128 * 1024, arena_max: int = 2, top_pad: int = 32 * 1024 * 1024,
+                trim_threshold: int = 64 * 1024 * 1024) -> bool:
     """Apply the settings if this is glibc; returns whether they were applied. Call early."""
     mallopt = libc_function("mallopt")
     if mallopt is None:
         return False
     ok = True
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
-        ok = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and ok
-    if "MALLOC_ARENA_MAX" not in os.environ:
-        ok = bool(mallopt(_M_ARENA_MAX, arena_max)) and ok
+    for env, param, value in (("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, mmap_threshold),
+                              ("MALLOC_ARENA_MAX", _M_ARENA_MAX, arena_max),
+                              ("MALLOC_TOP_PAD_", _M_TOP_PAD, top_pad),
+                              ("MALLOC_TRIM_THRESHOLD_", _M_TRIM_THRESHOLD, trim_threshold)):
+        if env not in os.environ:
+            ok = bool(mallopt(param, value)) and ok
     return ok
 
 
