@@ -22,3 +22,15 @@ def parse_duration_ms(text: str) -> int:
     if pos != len(s) or not s:
         raise ValueError(f"bad duration {text!r}: use e.g. 30s, 1m, 1h30m, 500ms")
     return total
+
+
+def format_duration_ms(ms: int) -> str:
+    """The inverse of parse_duration_ms, largest units first: 600000 -> "10m", 5400000 -> "1h30m"."""
+    if ms <= 0:
+        return "0s"
+    out = []
+    for unit in ("d", "h", "m", "s", "ms"):
+        n, ms = divmod(ms, _UNITS[unit])
+        if n:
+            out.append(f"{n}{unit}")
+    return "".join(out)

@@ -21,6 +21,10 @@
    relative 1e-6 on the three questions of perf/compare_queries.py, and exits non-zero before any
    timing if they do not; VictoriaMetrics' differences are reported.
 4. Times each question at concurrency 1 and 8, systems interleaved (A B C D D C B A).
+   Then the dashboard's questions over PromQL HTTP (perf/compare_http.py: `1`, (b), (c), (a) and
+   average memory by workload) on one store, the cluster's proxy, Prometheus and VictoriaMetrics,
+   with each system's server CPU per question; `--no-http-questions` leaves them out, and
+   `--profile` records py-spy profiles of `1` and (b) on the store, the proxy and one cluster store.
 5. Writes perf/results/latest.json, perf/results/compare_latency.png and the generated section of
    perf/RESULTS.md.
 """
@@ -47,6 +51,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from compare_http import HTTP_SYSTEMS, check_http_answers, http_questions, profile_pids, time_http
 from compare_peers import Processes, Server, ensure_installed, package_version
 from compare_queries import (
     Comparison,
@@ -253,6 +258,41 @@ async def profiled(targets: dict[str, Server], folder: Path | None, phase: str) 
             p.wait(timeout=60)
 
 
+async def http_phase(res: dict[str, Any], ms: list[dict[str, Any]], wl: Workload, servers: dict[str, Server],
+                     http: aiohttp.ClientSession, args: argparse.Namespace, prof: Path | None) -> list[str]:
+    """perf/compare_http.py's questions over PromQL HTTP on every system: answers checked against
+    Prometheus', then timed with each system's CPU per question; returns the answer failures."""
+    at = wl.last_ms + 5_000
+    pods = [p for p in wl.sim.pods() if p.workload == "big"]
+    counts: dict[str, int] = {}
+    for p in wl.sim.pods():
+        if p.namespace != "default":
+            counts[p.namespace] = counts.get(p.namespace, 0) + 1
+    qs = http_questions(at, pods[0].pod, max(sorted(counts), key=lambda k: counts[k]))
+    res["http_questions"] = [{"key": q.key, "title": q.title, "promql": q.promql} for q in qs]
+    systems = [n for n, server in HTTP_SYSTEMS.items() if server in servers]
+    urls = {n: servers[HTTP_SYSTEMS[n]].url for n in systems}
+    print("checking the HTTP questions' answers against Prometheus ...", flush=True)
+    res["http_answers"], failures = await check_http_answers(qs, systems, http, urls, RTOL)
+    if failures:
+        return failures
+    cpu = {n: (lambda s=servers[HTTP_SYSTEMS[n]]: server_cpu(s)) for n in systems}
+    profile = None
+    if prof is not None:
+        pids = {"store": servers["metricsd"].pid}
+        if "metricsd-cluster" in servers:
+            roles = servers["metricsd-cluster"].pids()
+            pids.update({"cluster_proxy": roles["proxy"][0], "cluster_store": roles["store"][0]})
+
+        def profile(key: str) -> Any:
+            if key not in ("1", "b"):
+                return None
+            return profile_pids(pids, lambda name: prof / f"profile_http_{key}_{name}.txt")
+
+    ms += await time_http(qs, systems, http, urls, cpu, args.queries, args.warmup, res["concurrency"], profile)
+    return []
+
+
 def workload_config(args: argparse.Namespace) -> WorkloadConfig:
     end = (time.time_ns() // 1_000_000 // 10_000) * 10_000 - 10_000  # on the 10 s grid, in the past
     base = WorkloadConfig(end_ms=end, ticks=round(args.hours * 360), live_ticks=args.live_ticks)
@@ -360,6 +400,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             pct = summarise(t)
                             ms += [measure(n, f"query.{q.key}.c{c}.p50_ms", pct["p50_ms"], "ms"),
                                    measure(n, f"query.{q.key}.c{c}.p99_ms", pct["p99_ms"], "ms")]
+            if not args.no_http_questions:
+                failures = await http_phase(res, ms, wl, servers, http, args, prof)
+                if failures:
+                    res["failures"] = failures
+                    res["measures"] = ms
+                    return res
             for n, s in servers.items():
                 ms.append(measure(n, "memory.peak_rss_mib", server_rss(s, peak=True) / 2**20, "MiB"))
             for n in ("prometheus", "victoriametrics"):
@@ -379,6 +425,8 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--no-remote-write", action="store_true", help="skip the metricsd fed by remote write")
     p.add_argument("--no-cluster", action="store_true", help="skip the metricsd cluster (3 stores, RF 3, a proxy)")
+    p.add_argument("--no-http-questions", action="store_true",
+                   help="skip the dashboard's questions over PromQL HTTP (perf/compare_http.py)")
     p.add_argument("--profile", action="store_true",
                    help="record the metricsd server with py-spy (raw folded stacks in perf/results/)")
     p.add_argument("--no-write", action="store_true", help="print the section; leave RESULTS.md alone")

@@ -100,6 +100,7 @@ class PusherStats:
     rejected_samples: int = 0
     rejected_too_old: int = 0  # acknowledged but older than the receiver's out-of-order window
     rejected_duplicate: int = 0  # acknowledged, already held (a resend after a lost answer)
+    rejected_too_far_ahead: int = 0  # not stored: stamped past the receiver's clock + --max-future
     label_resends: int = 0  # batches resent with labels after unknown_ids
     failures: Counter[str] = field(default_factory=Counter)  # failed attempts by target address
     last_ack_ms: int = 0
@@ -277,6 +278,9 @@ class Pusher:
         st.sent_samples += batch.samples
         st.rejected_too_old += resp.rejected_too_old
         st.rejected_duplicate += resp.rejected_duplicate
+        st.rejected_too_far_ahead += resp.rejected_too_far_ahead
+        if resp.refused:  # a clock running ahead, or samples too late: say so, not only count it
+            self._log.warning("%s did not store every sample: %s", addr, resp.refused)
         st.last_ack_ms = self.clock.now_ms()
         if batch.collected_ms:
             st.delay.observe(max(0.0, (st.last_ack_ms - batch.collected_ms) / 1000.0))

@@ -66,6 +66,7 @@ class AgentExporter(PromCollector):
                                   "Acknowledged samples the receiver did not store, by reason.", labels=["reason"])
         rej.add_metric(["too_old"], p.rejected_too_old)
         rej.add_metric(["duplicate"], p.rejected_duplicate)
+        rej.add_metric(["too_far_ahead"], p.rejected_too_far_ahead)
         yield rej
         yield _counter("metricsd_agent_label_resends", "Batches resent with labels after unknown_ids.",
                        p.label_resends)

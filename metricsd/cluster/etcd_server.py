@@ -8,6 +8,10 @@ directory unless one is given. Outage tests use :meth:`EtcdServer.pause` / :meth
 :meth:`start`, which restarts on the same data directory and the same ports, so clients reconnect
 and watches resume at their revision.
 
+The process gets SIGKILL when the thread that started it ends, however this process ends (a
+SIGKILL included; metricsd/parentdeath.py), so no etcd outlives its launcher holding its ports and
+an old shard map. Start it from a thread that lives as long as it should (not a pool thread).
+
 Not safe to use from several threads. :meth:`stop` is idempotent and also runs on ``with`` exit.
 """
 
@@ -28,6 +32,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+
+from metricsd.parentdeath import exec_argv
 
 __all__ = ["EtcdServer", "EtcdServerError", "find_etcd_binary", "free_port"]
 
@@ -84,6 +90,7 @@ class EtcdServer:
         fsync: bool = True,
         log_path: str | Path | None = None,
         extra_args: tuple[str, ...] = (),
+        die_with_parent: bool = True,
     ) -> None:
         self.name = name
         self.host = host
@@ -92,6 +99,7 @@ class EtcdServer:
         self.binary = binary or find_etcd_binary()
         self.fsync = fsync
         self.extra_args = extra_args
+        self.die_with_parent = die_with_parent
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="metricsd-etcd-")
@@ -144,7 +152,7 @@ class EtcdServer:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                self.command(),
+                exec_argv(self.command()) if self.die_with_parent else self.command(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -4,11 +4,15 @@ It starts a cluster on loopback (metricsd/cmd/cluster.py: etcd, stores with ``--
 config servers, two proxies), writes continuously through both proxies while logging every
 acknowledged sample, reads back a random pod every second, and meanwhile runs a seeded fault
 schedule (chaosplan.py): stores killed with SIGKILL and restarted from their WAL (one at a time,
-the next only once the last is level again: never more than RF - W replicas of a slot away),
+the next only once the last is level again: never more than RF - W replicas of a slot away), some
+restarted on damaged files (a byte flipped in a snapshot and a WAL segment: it must find them and
+copy what it lost from its peers), one under a launcher that is SIGKILLed (the store must end with
+it), store-1's disk filled to the last byte for a while (its data on a 64 MiB tmpfs, as root),
 etcd stopped for a while, a proxy killed. At the end it reads everything back and prints:
 samples acknowledged, samples lost (must be 0), reads that failed while a read quorum was up
 (must be 0), how long each restarted store took to be level again, and whether all replicas'
-digests agree. Exit code 0 only when all three checks pass.
+digests agree, whether every damaged restart was reported and no child outlived its launcher.
+Exit code 0 only when all of these hold.
 
 A writer retries a batch (idempotent: same timestamps and values) on the other proxy when its
 own fails, as an agent does; a sample counts as acknowledged only when a proxy acknowledged it.
@@ -22,10 +26,10 @@ import contextlib
 import json
 import logging
 import random
-import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +39,19 @@ import numpy as np
 from metricsd.cluster.chaosplan import AckLog, ChaosReport, Event, Workload, lost_samples, plan_events
 from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
 from metricsd.cluster.shardmap import KeyLayout, MemberState, ShardMap
-from metricsd.cmd.cluster import ClusterPlan, LocalCluster, ProcessSpec
+from metricsd.cmd.chaosfaults import (
+    DAMAGE_FOUND,
+    damage_store_files,
+    launcher_killed,
+    log_size,
+    mentions_since,
+    wait_handoff,
+    wipe_dir,
+)
+from metricsd.cmd.clusterplan import ClusterPlan, ProcessSpec
+from metricsd.cmd.diskfill import fill, mount_tmpfs, umount
+from metricsd.cmd.launch import LocalCluster
+from metricsd.cmd.ports import free_range
 from metricsd.durations import parse_duration_ms
 from metricsd.model import series_id
 from metricsd.proto import metricsd_pb2 as pb
@@ -49,6 +65,9 @@ __all__ = ["ChaosOptions", "ChaosPlan", "add_parser", "run", "run_chaos"]
 
 log = logging.getLogger("metricsd.chaos")
 
+# A proxy's channel to a store that was down retries with back-off up to this (proxy/members.py).
+PROXY_RECONNECT_S = dict(RECONNECT_OPTIONS)["grpc.max_reconnect_backoff_ms"] / 1000
+
 
 @dataclass(frozen=True)
 class ChaosPlan(ClusterPlan):
@@ -56,10 +75,12 @@ class ChaosPlan(ClusterPlan):
 
     store_root: str = ""
     sync_interval_s: float = 5.0
+    snapshot_every_s: float = 60.0  # snapshots (and WAL segments) for the damaged-file faults to find
 
     def store_specs(self) -> list[ProcessSpec]:
         return [ProcessSpec(s.name, s.command, (*s.args, "--data-dir", f"{self.store_root}/{s.name}",
-                                               "--sync-interval", str(self.sync_interval_s)), s.grpc_port)
+                                               "--sync-interval", str(self.sync_interval_s),
+                                               "--snapshot-every", str(self.snapshot_every_s)), s.grpc_port)
                 for s in super().store_specs()]
 
 
@@ -76,34 +97,22 @@ class ChaosOptions:
     base_port: int = 0  # 0: find a free range
     log_level: str = "INFO"
     secure: bool = True  # TLS (mutual) and tokens between every process, as cluster up runs them
-
-
-def _free_base(host: str) -> int:
-    import socket
-
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20_000, 60_000, 10)
-        try:
-            for p in range(base, base + 200):
-                with socket.socket() as s:
-                    s.bind((host, p))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free range of 200 ports on loopback")
+    small_disk: bool = True  # store-1's data on a 64 MiB tmpfs, filled by the fill_disk faults (root only)
 
 
 class Chaos:
     def __init__(self, opts: ChaosOptions, data_dir: Path) -> None:
         self.opts = opts
         self.data_dir = data_dir
-        base = opts.base_port or _free_base("127.0.0.1")
+        base = opts.base_port or free_range("127.0.0.1", 200)
         self.plan = ChaosPlan(base_port=base, stores=opts.stores, proxies=2, config_servers=2, slots=opts.slots,
                               rf=3, w=2, r=2, simulate=False, store_root=str(data_dir / "stores"),
                               security_dir=str(data_dir / "security") if opts.secure else "")
         self.cluster = LocalCluster(self.plan, data_dir, opts.log_level)
         self.workload = Workload(pods=opts.pods, writers=2, seed=opts.seed)
+        self.rng = random.Random(opts.seed + 2)
+        self.disk_store = f"store-{min(opts.stores, 1)}"
+        self.disk_why_not = "not tried" if not opts.small_disk else ""
         self.acks = AckLog(path=str(data_dir / "acked.tsv"))
         self.report = ChaosReport()
         self.stop = asyncio.Event()
@@ -228,19 +237,23 @@ class Chaos:
         """Seconds until the store answers SERVING and the map has it active with slots (a store
         whose slots moved away while it was down is level only once it has caught up new ones)."""
         t0 = time.monotonic()
-        counted = False
+        back_at: float | None = None
         while time.monotonic() - t0 < timeout_s:
             status = await self.health(self.store_address(name))
-            if status >= 0 and not counted:
-                counted = True
-                self.stores_down -= 1
+            if status >= 0 and back_at is None:
+                back_at = time.monotonic()
             if status == pb.HealthResponse.SERVING and await self.member_active(name):
                 took = time.monotonic() - t0
                 if await self.health(self.store_address(name)) == pb.HealthResponse.SERVING:
+                    # The proxies' channels to it may still be in their reconnect back-off (at most
+                    # PROXY_RECONNECT_S after it answers): to them it is down until then, so it counts
+                    # as down for the reads' quorum and the next fault waits.
+                    assert back_at is not None
+                    await asyncio.sleep(max(0.0, back_at + PROXY_RECONNECT_S - time.monotonic()))
+                    self.stores_down -= 1
                     return took
             await asyncio.sleep(0.2)
-        if not counted:
-            self.stores_down -= 1
+        self.stores_down -= 1
         proc = self.cluster.procs.get(name)
         exited = f" (it exited with code {proc.returncode})" if proc is not None and proc.poll() is not None else ""
         raise RuntimeError(f"{name} not level within {timeout_s:.0f} s{exited}; see "
@@ -255,22 +268,77 @@ class Chaos:
         if ev.kind == "stop_etcd":
             await asyncio.to_thread(self.cluster.etcd.stop)
             await asyncio.sleep(ev.down_s)
-            await asyncio.to_thread(self.cluster.etcd.start)
+            await self.cluster.etcd.start_async()  # started from this thread: it ends with it
+            return
+        if ev.kind == "fill_disk":
+            await self.fill_disk(ev)
             return
         proc = self.cluster.procs[ev.target]
         proc.kill()
         await asyncio.to_thread(proc.wait)
-        store = ev.kind in ("kill_store", "wipe_store")
+        store = ev.kind != "kill_proxy"
         if store:
             self.stores_down += 1
+        data_dir = Path(self.plan.store_root) / ev.target
+        log_from = log_size(self.cluster.log_path(ev.target))
+        damaged: list[str] = []
         if ev.kind == "wipe_store":
-            shutil.rmtree(Path(self.plan.store_root) / ev.target)
+            wipe_dir(data_dir)
+        elif ev.kind == "corrupt_store":
+            damaged = damage_store_files(data_dir, self.rng)
+            print(f"    flipped a byte of {', '.join(damaged) or 'nothing (no files yet)'}", flush=True)
+        elif ev.kind == "kill_launcher":
+            await self.kill_launcher(ev)
         await asyncio.sleep(ev.down_s)
         self.cluster.spawn(self.spec(ev.target))
         if store:
             took = await self.wait_level(ev.target)
             self.report.level_s.append((ev.target, ev.down_s, took))
             print(f"    {ev.target} level again {took:.1f} s after its restart", flush=True)
+        if damaged:
+            self.report.corrupted_restarts += 1
+            found = mentions_since(self.cluster.log_path(ev.target), log_from, DAMAGE_FOUND)
+            self.report.corruptions_found += bool(found)
+            print(f"    {ev.target} {'reported the damage' if found else 'did NOT report the damage'}", flush=True)
+
+    async def fill_disk(self, ev: Event) -> None:
+        """Fill ``ev.target``'s small filesystem for ``ev.down_s``, free it, wait for the hand-off."""
+        if self.disk_why_not:
+            self.report.skipped.append(f"{ev.describe()}: {self.disk_why_not}")
+            print(f"    skipped: {self.disk_why_not}", flush=True)
+            return
+        log = self.cluster.log_path(ev.target)
+        log_from = log_size(log)
+        filler = await asyncio.to_thread(fill, Path(self.plan.store_root) / ev.target)
+        self.report.disks_filled += 1
+        await asyncio.sleep(ev.down_s)
+        filler.unlink()
+        refused = mentions_since(log, log_from, ("No space left on device",))
+        self.report.disk_full_refusals += refused
+        took = await wait_handoff(self.proxy_stats, 60.0)
+        print(f"    {ev.target} refused {refused} writes while full; hand-off done {took:.1f} s after space returned",
+              flush=True)
+
+    async def proxy_stats(self) -> list[Mapping[str, int] | None]:
+        out: list[Mapping[str, int] | None] = []
+        for address in self.proxies():
+            try:
+                out.append(dict((await self.stub(address).Stats(pb.StatsRequest(), timeout=5.0)).rejected))
+            except grpc.aio.AioRpcError:
+                out.append(None)
+        return out
+
+    async def kill_launcher(self, ev: Event) -> None:
+        """``ev.target`` under a launcher of its own, the launcher SIGKILLed: the store must end with it."""
+        async def serving() -> bool:
+            return await self.health(self.store_address(ev.target)) >= 0
+
+        child, ended = await launcher_killed(self.spec(ev.target).argv(self.cluster.log_level),
+                                             self.cluster.log_path(ev.target), serving)
+        self.report.launcher_kills += 1
+        self.report.orphans += not ended
+        print(f"    {ev.target} (pid {child}) " + ("ended with its SIGKILLed launcher" if ended
+                                                   else "OUTLIVED its SIGKILLed launcher: killed"), flush=True)
 
     async def faults(self, events: list[Event]) -> None:
         for ev in events:
@@ -334,10 +402,22 @@ class Chaos:
 
     async def run(self) -> ChaosReport:
         opts = self.opts
-        events = [e for e in plan_events(opts.seed, opts.duration_s, opts.stores, 2) if e.at_s < opts.duration_s]
+        events = [e for e in plan_events(opts.seed, opts.duration_s, opts.stores, 2, disk_store=self.disk_store)
+                  if e.at_s < opts.duration_s]
         print(f"starting a cluster in {self.data_dir} (base port {self.plan.base_port}); {len(events)} faults "
               "planned", flush=True)
-        await asyncio.to_thread(self.cluster.start, 60.0)
+        disk = Path(self.plan.store_root) / self.disk_store
+        if opts.small_disk:
+            self.disk_why_not = mount_tmpfs(disk, "64m")
+            print(f"{self.disk_store}'s data on a 64 MiB tmpfs" if not self.disk_why_not
+                  else f"no small disk for {self.disk_store} ({self.disk_why_not}): its fill_disk faults are skipped",
+                  flush=True)
+        try:
+            await self.cluster.start(120.0)
+        except BaseException:
+            if opts.small_disk and not self.disk_why_not:
+                umount(disk)
+            raise
         background: list[asyncio.Future[None]] = []
         try:
             for name in [s.name for s in self.plan.store_specs()]:
@@ -376,6 +456,8 @@ class Chaos:
             if self.kv is not None:
                 await self.kv.close()
             await asyncio.to_thread(self.cluster.stop)
+            if opts.small_disk and not self.disk_why_not:
+                umount(disk)
 
 
 def run_chaos(opts: ChaosOptions, data_dir: Path | None = None) -> ChaosReport:
@@ -397,6 +479,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", default="10m", help="how long faults run, e.g. 60s, 10m (default %(default)s)")
     p.add_argument("--seed", type=int, default=1, help="seeds the fault schedule and the data (default %(default)s)")
     p.add_argument("--plaintext", action="store_true", help="run the cluster without TLS and tokens")
+    p.add_argument("--no-small-disk", action="store_true",
+                   help="do not put store-1's data on a 64 MiB tmpfs (mounting one needs root; its data is gone "
+                        "when the run ends), so no full-disk faults")
     p.add_argument("--stores", type=int, default=4, help="store processes (default %(default)s)")
     p.add_argument("--slots", type=int, default=16)
     p.add_argument("--pods", type=int, default=60, help="pods written, 2 series each (default %(default)s)")
@@ -416,7 +501,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         opts = ChaosOptions(duration_s=parse_duration_ms(args.duration) / 1000, seed=args.seed, stores=args.stores,
                             slots=args.slots, pods=args.pods, base_port=args.base_port,
-                            log_level=getattr(args, "log_level", "INFO"), secure=not args.plaintext)
+                            log_level=getattr(args, "log_level", "INFO"), secure=not args.plaintext,
+                            small_disk=not args.no_small_disk)
         for ev in plan_events(opts.seed, opts.duration_s, opts.stores, 2):
             log.debug("planned: %s", ev.describe())
         report = run_chaos(opts, args.data_dir)

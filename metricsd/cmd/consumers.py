@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -21,6 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from metricsd.clock import SystemClock
+from metricsd.cmd import eventloop
 from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args, run_main, stop_event
 from metricsd.cmd.security import (
     add_security_arguments,
@@ -251,7 +251,7 @@ async def _serve_status(args: argparse.Namespace, controller: ColocationControll
 def run(args: argparse.Namespace) -> int:
     """Entry point for `metricsd hpa|vpa|overcommit|colocation [status]`; returns the exit code."""
     if getattr(args, "action", None) == "status":
-        return asyncio.run(_status(args))
+        return eventloop.run(_status(args))
     if args.spec is None:
         print(f"metricsd {args.consumer}: --spec FILE is required (see deploy/examples/)", file=sys.stderr)
         return 2

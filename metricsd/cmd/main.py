@@ -19,8 +19,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from metricsd import __version__
-from metricsd.cmd.parentdeath import die_with_parent
 from metricsd.memory import tune_malloc
+from metricsd.parentdeath import die_with_parent
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 

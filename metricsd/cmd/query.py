@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import sys
 from datetime import UTC, datetime
@@ -11,6 +10,7 @@ from datetime import UTC, datetime
 import grpc
 
 from metricsd.clock import SystemClock
+from metricsd.cmd import eventloop
 from metricsd.cmd.security import add_client_arguments, client_from_args
 from metricsd.defaults import grpc_address
 from metricsd.durations import parse_duration_ms
@@ -108,4 +108,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(run_query(args, SystemClock().now_ms()))
+    return eventloop.run(run_query(args, SystemClock().now_ms()))

@@ -14,9 +14,22 @@ from typing import Any
 
 from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
 from metricsd.cluster.shardmap import KeyLayout
+from metricsd.cmd import eventloop
+from metricsd.durations import parse_duration_ms
+from metricsd.rpc.admission import DEFAULT_MAX_FUTURE_MS
 
-__all__ = ["add_etcd_arguments", "address", "etcd_from_args", "layout_from_args", "port", "run_main",
-           "run_service", "stop_event"]
+__all__ = [
+    "add_etcd_arguments",
+    "add_max_future_argument",
+    "address",
+    "etcd_from_args",
+    "layout_from_args",
+    "max_future",
+    "port",
+    "run_main",
+    "run_service",
+    "stop_event",
+]
 
 DEFAULT_ETCD = "127.0.0.1:2379"
 
@@ -46,6 +59,23 @@ def add_etcd_arguments(p: argparse.ArgumentParser, required: bool = True) -> Non
                    help="timeout of each etcd request (default %(default)s)")
 
 
+def max_future(text: str) -> int | None:
+    """``--max-future``: a duration in milliseconds, or None for ``none`` (no limit)."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        return parse_duration_ms(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def add_max_future_argument(p: argparse.ArgumentParser) -> None:
+    """``--max-future`` (store, proxy, up): README, "What an operator meets"."""
+    p.add_argument("--max-future", type=max_future, default=DEFAULT_MAX_FUTURE_MS, metavar="DURATION",
+                   help="refuse samples stamped more than this after this process's clock (a sender's clock "
+                        "running ahead), before they reach a series; 'none': no limit (default 10m)")
+
+
 def layout_from_args(args: argparse.Namespace) -> KeyLayout:
     return KeyLayout(root=args.etcd_root, cluster=args.cluster)
 
@@ -73,7 +103,7 @@ def run_main(name: str, main: Coroutine[Any, Any, object],
     line on stderr and exit status 1 instead of a traceback; Ctrl-C is a clean exit. A coroutine
     that returns an int returns the exit status itself."""
     try:
-        result = asyncio.run(main)
+        result = eventloop.run(main)
     except errors as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 1

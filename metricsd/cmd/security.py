@@ -43,7 +43,8 @@ def add_security_arguments(p: argparse.ArgumentParser, server: bool = True, clie
     g.add_argument("--tls-key", type=Path, default=None, metavar="FILE", help="the key of --tls-cert (PEM)")
     if server:
         g.add_argument("--tls-client-ca", type=Path, default=None, metavar="FILE",
-                       help="mutual TLS: require client certificates signed by this CA")
+                       help="mutual TLS: require client certificates signed by this CA (on HTTP with tokens, "
+                            "asked for and checked when presented, not required: browsers have none)")
     if server and tokens:
         g.add_argument("--tokens-file", type=Path, default=None, metavar="FILE",
                        help="require bearer tokens: 'name roles sha256:<hash>' per line (metricsd token new)")
@@ -82,9 +83,7 @@ def server_from_args(args: argparse.Namespace) -> ServerSecurity:
     cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
     if (cert is None) != (key is None):
         raise ValueError("--tls-cert and --tls-key go together")
-    if cert is not None and key is not None:
-        tls = ServerTLS(cert, key, getattr(args, "tls_client_ca", None))
-    elif getattr(args, "tls_client_ca", None) is not None:
+    if cert is None and getattr(args, "tls_client_ca", None) is not None:
         raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
     tokens = TokenFile(args.tokens_file) if getattr(args, "tokens_file", None) else None
     review = None
@@ -93,6 +92,10 @@ def server_from_args(args: argparse.Namespace) -> ServerSecurity:
         review = (TokenReview(args.tokenreview_url, bindings) if args.tokenreview_url
                   else TokenReview.in_cluster(bindings))
     auth = Authenticator(tokens, review) if tokens is not None or review is not None else None
+    if cert is not None and key is not None:
+        # With tokens, HTTP asks for a client certificate but admits by token: a browser opening the
+        # dashboard, or Grafana, has none. gRPC stays mutual.
+        tls = ServerTLS(cert, key, getattr(args, "tls_client_ca", None), require_http_client_cert=auth is None)
     return ServerSecurity(tls, auth)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from metricsd.cluster.kv import KV, KVError
 from metricsd.cluster.shardmap import KeyLayout, Member, ShardMap, ShardMapError
+from metricsd.cmd import eventloop
 from metricsd.cmd.runner import add_etcd_arguments, etcd_from_args, layout_from_args
 from metricsd.cmd.security import add_client_arguments, client_from_args
 from metricsd.proto import metricsd_pb2 as pb
@@ -124,4 +125,4 @@ async def _status(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    return asyncio.run(_status(args))
+    return eventloop.run(_status(args))

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from metricsd.cluster.member import ClusterMember
-from metricsd.cluster.shardmap import Member, validate_member_id
+from metricsd.cluster.shardmap import Member, MemberState, validate_member_id
 from metricsd.cmd.runner import (
     add_etcd_arguments,
+    add_max_future_argument,
     address,
     etcd_from_args,
     layout_from_args,
@@ -40,10 +41,12 @@ from metricsd.cmd.security import (
     server_from_args,
 )
 from metricsd.memory import total_memory_bytes
+from metricsd.proto import metricsd_pb2 as pb
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.health import start_cluster_grpc
+from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
 from metricsd.security.settings import ClientSecurity
 from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
 from metricsd.store.engine import Store
@@ -76,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="address proxies dial, written into the member record (default: --host:--grpc-port, "
                         "or the host name when binding 0.0.0.0)")
     add_etcd_arguments(p, required=False)
+    p.add_argument("--read-port", type=int, default=0, metavar="PORT",
+                   help="port of the read port, where proxies read with less overhead than gRPC (0: any free port, "
+                        "named in the store's Health answer; -1: none, proxies read over gRPC; default %(default)s)")
     p.add_argument("--lease-ttl", type=int, default=LEASE_TTL_S,
                    help="member lease, seconds: a dead store leaves the map this long after (default %(default)s)")
     p.add_argument("--deregister-on-exit", "--leave-on-exit", dest="deregister_on_exit", action="store_true",
@@ -112,6 +118,7 @@ def add_limit_arguments(p: argparse.ArgumentParser) -> None:
                         "HTTP 429). Default: half the memory (RAM or cgroup limit) / 24 KiB per series; 0: unlimited")
     p.add_argument("--max-new-series-per-minute", type=int, default=DEFAULT_NEW_SERIES_PER_MINUTE, metavar="N",
                    help="new series a namespace may create per minute (default %(default)s; 0: unlimited)")
+    add_max_future_argument(p)
 
 
 def store_settings(args: argparse.Namespace) -> StoreSettings:
@@ -123,7 +130,8 @@ def store_settings(args: argparse.Namespace) -> StoreSettings:
         _log.info("series limit %d (%.1f GiB of memory; --max-series to change)", max_series, mem / 2**30)
     if max_series < 0 or args.max_new_series_per_minute < 0:
         raise SystemExit("--max-series and --max-new-series-per-minute must be >= 0")
-    return StoreSettings(series_limits=SeriesLimits(max_series, args.max_new_series_per_minute))
+    return StoreSettings(series_limits=SeriesLimits(max_series, args.max_new_series_per_minute),
+                         max_future_ms=args.max_future)
 
 
 def advertised_address(host: str, grpc_port: int, advertise: str | None) -> str:
@@ -162,12 +170,21 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
         kv = etcd_from_args(args)
         if args.grpc_port == 0 and not args.advertise:
             raise ValueError("--grpc-port 0 needs --advertise in a cluster (the member record names the port)")
-        record = Member(member_id, advertised_address(args.host, args.grpc_port, args.advertise))
+        lost = bool(durability is not None and durability.recovery.lost)
+        # A restart that lost data registers joining: proxies read from it only once it caught up.
+        record = Member(member_id, advertised_address(args.host, args.grpc_port, args.advertise),
+                        MemberState.JOINING if lost else MemberState.ACTIVE)
+        if lost:
+            api.status = pb.HealthResponse.CATCHING_UP
         member = ClusterMember(kv, layout_from_args(args), record, ttl=args.lease_ttl)
         backend = OwnershipBackend(backend, member_id, member.maps, store_write_slots(store),
                                    on_refused=_refresher(member))
-        background.append(asyncio.create_task(_replicate(store, durability, api, member, args, peers),
+        background.append(asyncio.create_task(_replicate(store, durability, api, member, args, peers, lost),
                                               name="replication"))
+    read_port: ReadPortServer | None = None
+    if args.read_port >= 0:
+        read_port = ReadPortServer(backend, security)
+        backend = AdvertisedReadPort(backend, await read_port.start(args.host, args.read_port))
     server, bound = await start_cluster_grpc(StoreNodeServicer(backend, api), backend, args.host, args.grpc_port,
                                              security)
     probes = await serve_probes(args, backend)
@@ -185,6 +202,8 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
     finally:
         _log.info("store %s stopping", member_id)
         await server.stop(grace=2.0)
+        if read_port is not None:
+            await read_port.stop()
         if probes is not None:
             await probes.stop(grace=None)
         if member is not None:
@@ -208,14 +227,14 @@ async def _stop_task(tasks: list[asyncio.Task[Any]], name: str) -> None:
 
 
 async def _replicate(store: Store, durability: Any, api: StoreAPI, member: ClusterMember,
-                     args: argparse.Namespace, peers: ClientSecurity) -> None:
+                     args: argparse.Namespace, peers: ClientSecurity, behind: bool = False) -> None:
     from metricsd.clock import SystemClock
     from metricsd.replica.catchup_client import local_apply
     from metricsd.replica.replication import ReplicaSync, SyncSettings
 
     sync = ReplicaSync(store, local_apply(store, durability), api, member.id, member.maps, SystemClock(),
                        SyncSettings(interval_s=args.sync_interval), publish=member.set_state,
-                       security=peers)
+                       security=peers, behind=behind)
     try:
         await sync.run()
     finally:

@@ -49,6 +49,8 @@ Sample = tuple[Labels, float]
 
 _VPA_BOUNDS = (("target", "target"), ("lowerBound", "lower"), ("upperBound", "upper"),
                ("uncappedTarget", "uncapped"))
+# A store refuses label values over 1,024 bytes; words about long names are cut well before (bytes).
+_WHY_MAX = 400
 _PHASES = ("Online", "OnlineToOffline", "Offline", "OfflineToOnline")
 
 
@@ -88,8 +90,18 @@ def _target_name(target: object) -> str:
 def hpa_series(entry: Mapping[str, Any]) -> list[Sample]:
     """One HPA decision: replicas now, wanted and allowed, the alert, and each metric against its target.
 
+    `metricsd_hpa_decision{reason, action, why, schedule}` is the desired count again, labelled with
+    the rule that set it (`why`: in words, wording.py) and what was done (`action`: none, dry-run,
+    scaled, failed), so a dashboard can mark each scaling action with its reason. The words carry
+    no per-sync numbers, so the labels take a few values per HPA, not one per sync.
+
     `metricsd_hpa_target_utilization_ratio{resource}` is a Utilization target over 100, the same
-    unit as sum(usage) / sum(requests), so a dashboard draws the two on one axis.
+    unit as sum(usage) / sum(requests), so a dashboard draws the two on one axis. A predictive HPA
+    adds its forecast: `hpa_predicted_replicas` (the floor the forecast asks for; absent while it
+    falls back), `hpa_prediction_active` (0 while it falls back), and per metric the forecast peak
+    within the horizon at the current replicas (`hpa_metric_predicted`, in the target's unit;
+    `hpa_predicted_utilization_ratio{resource}` for a Utilization target, over 100), the replicas
+    it asks for and the forecast's recent relative error.
     """
     ns, name = _split(str(entry.get("hpa", "")))
     out = _Out({"namespace": ns, "pod": f"hpa:{name}", "hpa": name, "workload": _target_name(entry.get("target"))})
@@ -99,9 +111,19 @@ def hpa_series(entry: Mapping[str, Any]) -> list[Sample]:
     out.add("hpa_desired_replicas", result.get("desiredReplicas"))
     out.add("hpa_min_replicas", result.get("minReplicas"))
     out.add("hpa_max_replicas", result.get("maxReplicas"))
+    decision = {"reason": str(entry.get("rule", "")), "action": str(result.get("action", "none"))}
+    if entry.get("why"):
+        decision["why"] = str(entry["why"]).encode()[:_WHY_MAX].decode("utf-8", "ignore")
+    if result.get("schedule"):
+        decision["schedule"] = str(result["schedule"])
+    out.add("hpa_decision", result.get("desiredReplicas"), **decision)
     if "alert" in result:
         out.add("hpa_at_max_alert", bool(result["alert"]))
         out.add("hpa_used_history", bool(result.get("usedHistory")))
+    prediction = result.get("prediction")
+    if isinstance(prediction, Mapping):
+        out.add("hpa_predicted_replicas", prediction.get("replicas"))
+        out.add("hpa_prediction_active", bool(prediction.get("active")))
     for row in inputs.get("metrics") or []:
         metric = str(row.get("metric", ""))
         target = row.get("target") or {}
@@ -113,6 +135,14 @@ def hpa_series(entry: Mapping[str, Any]) -> list[Sample]:
         value = _number(target.get("value"))
         if source == "Resource" and kind == "Utilization" and value is not None:
             out.add("hpa_target_utilization_ratio", value / 100.0, resource=resource)
+        predicted = row.get("prediction")
+        if isinstance(predicted, Mapping):
+            out.add("hpa_metric_predicted", predicted.get("value"), metric=metric, target_type=kind)
+            out.add("hpa_metric_predicted_replicas", predicted.get("replicas"), metric=metric)
+            out.add("hpa_forecast_error_ratio", predicted.get("error"), metric=metric)
+            utilization = _number(predicted.get("value"))
+            if source == "Resource" and kind == "Utilization" and utilization is not None:
+                out.add("hpa_predicted_utilization_ratio", utilization / 100.0, resource=resource)
     return out.samples
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from metricsd.consumers.quantity import QuantityError, parse_quantity
+from metricsd.consumers.wording import amount_words, hpa_entry_why
 
 __all__ = ["format_status", "table"]
 
@@ -57,7 +58,13 @@ def _metric(row: Mapping[str, Any]) -> str:
     return f"{name} {_num(current)}/{_num(target.get('value'))}"
 
 
-def _hpa(entries: Sequence[Mapping[str, Any]]) -> str:
+def _spec_bounds(doc: object) -> dict[str, tuple[int | None, int | None]]:
+    """Each HPA's own bounds from the document's status, for the words of entries that lack them."""
+    targets = ((doc.get("status") or {}).get("targets") or []) if isinstance(doc, Mapping) else []
+    return {str(t.get("hpa")): (t.get("minReplicas"), t.get("maxReplicas")) for t in targets if isinstance(t, Mapping)}
+
+
+def _hpa(entries: Sequence[Mapping[str, Any]], spec_bounds: Mapping[str, tuple[int | None, int | None]]) -> str:
     rows = []
     for e in entries:
         res, inputs = e.get("result", {}), e.get("inputs", {})
@@ -68,8 +75,26 @@ def _hpa(entries: Sequence[Mapping[str, Any]]) -> str:
         metrics = ", ".join(_metric(m) for m in inputs.get("metrics", []))
         sources = sorted({str(m.get("source")) for m in inputs.get("metrics", [])})
         action = res.get("action", "none") + (" ALERT" if res.get("alert") else "")
-        rows.append([e.get("time"), e.get("hpa"), e.get("rule"), replicas, metrics, ",".join(sources), action])
-    return table(["TIME", "HPA", "RULE", "REPLICAS", "METRICS (current/target)", "SOURCE", "ACTION"], rows)
+        why = e.get("why") or hpa_entry_why(e, *spec_bounds.get(str(e.get("hpa")), (None, None)))
+        rows.append([e.get("time"), e.get("hpa"), e.get("rule"), replicas, metrics, ",".join(sources), action, why])
+    headers = ["TIME", "HPA", "RULE", "REPLICAS", "METRICS (current/target)", "SOURCE", "ACTION", "WHY"]
+    if any("prediction" in e.get("result", {}) for e in entries):
+        headers.append("FORECAST")
+        for row, e in zip(rows, entries, strict=True):
+            row.append(_forecast(e.get("result", {}).get("prediction")))
+    return table(headers, rows)
+
+
+def _forecast(p: Mapping[str, Any] | None) -> str:
+    """A predictive HPA's column: the replicas its forecast asks for and its recent error, or why it
+    fell back."""
+    if not p:
+        return "-"
+    error = p.get("error")
+    error_text = f" (error {100 * error:.0f}%)" if isinstance(error, int | float) else ""
+    if p.get("active"):
+        return f"{p.get('replicas')} replicas{error_text}"
+    return f"off: {p.get('reason')}{error_text}"
 
 
 def _vpa(entries: Sequence[Mapping[str, Any]]) -> str:
@@ -97,11 +122,11 @@ def _overcommit(entries: Sequence[Mapping[str, Any]]) -> str:
     for e in entries:
         res = e.get("result", {})
         cluster = (res.get("reclaimable") or {}).get("cluster", {})
-        mem = cluster.get("memory")
-        rows.append([e.get("time"), e.get("advisor"), e.get("rule"), _num(cluster.get("cpu")),
-                     None if mem is None else f"{mem / 2**30:.2f}", e.get("inputs", {}).get("hoursOfHistory")])
-    out = table(["TIME", "ADVISOR", "RULE", "RECLAIMABLE CPU (cores)", "RECLAIMABLE MEMORY (GiB)", "HOURS SEEN"],
-                rows)
+        cpu, mem = (cluster.get(r) for r in ("cpu", "memory"))
+        rows.append([e.get("time"), e.get("advisor"), e.get("rule"),
+                     None if cpu is None else amount_words(cpu, "cpu"),
+                     None if mem is None else amount_words(mem, "memory"), e.get("inputs", {}).get("hoursOfHistory")])
+    out = table(["TIME", "ADVISOR", "RULE", "CPU", "MEMORY", "HOURS SEEN"], rows)
     tidal = entries[-1].get("result", {}).get("tidal") if entries else None
     if tidal:
         def gib(v: object) -> str | None:
@@ -135,10 +160,12 @@ def _colocation(entries: Sequence[Mapping[str, Any]]) -> str:
 def format_status(kind: str, doc: object, limit: int = 20) -> str:
     """The last `limit` decisions of one consumer as a table. Raises ValueError for an unknown kind
     or a document of the wrong shape."""
-    formatters = {"hpa": _hpa, "vpa": _vpa, "overcommit": _overcommit, "colocation": _colocation}
-    if kind not in formatters:
+    formatters = {"vpa": _vpa, "overcommit": _overcommit, "colocation": _colocation}
+    if kind not in formatters and kind != "hpa":
         raise ValueError(f"unknown consumer {kind!r}")
     entries = _history(doc)[-limit:] if limit > 0 else []
     if not entries:
         return f"no {kind} decisions yet"
+    if kind == "hpa":
+        return _hpa(entries, _spec_bounds(doc))
     return formatters[kind](entries)

@@ -11,7 +11,9 @@ from aiohttp import web
 from metricsd.security.auth import Authenticator, PermissionDenied, Unauthenticated
 from metricsd.security.policy import http_role
 
-__all__ = ["auth_middleware"]
+__all__ = ["IDENTITY_KEY", "auth_middleware"]
+
+IDENTITY_KEY = web.RequestKey("identity", str)  # the authenticated name of a request's sender
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -28,11 +30,13 @@ def auth_middleware(auth: Authenticator) -> Callable[[web.Request, Handler], Awa
         role = http_role(request.method, request.path)
         what = f"{request.method} {request.path}"
         try:
-            await auth.check(request.headers.get("Authorization"), role, what, request.remote or "?")
+            identity = await auth.check(request.headers.get("Authorization"), role, what, request.remote or "?")
         except Unauthenticated as e:
             return _error(401, "unauthorized", str(e))
         except PermissionDenied as e:
             return _error(403, "forbidden", str(e))
+        if identity is not None:
+            request[IDENTITY_KEY] = identity.name  # who sent it, e.g. for refused samples per sender
         return await handler(request)
 
     return check

@@ -26,6 +26,7 @@ from aiohttp import web
 from metricsd import __version__
 from metricsd.clock import Clock
 from metricsd.columns import LabelColumns, SeriesColumns
+from metricsd.http.jsonbody import json_response
 from metricsd.http.params import ApiError, Params, bad, positive_int, read_params
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
@@ -44,7 +45,7 @@ _ANY_SERIES = [Matcher(MatchOp.RE, "__name__", ".+")]
 
 
 def success(data: Any) -> web.Response:
-    return web.json_response({"status": "success", "data": data})
+    return json_response({"status": "success", "data": data})
 
 
 class PromAPI:

@@ -4,7 +4,8 @@ The body is a snappy *block* (``cramjam.snappy.decompress_raw``; the framed form
 ``compress``/``decompress`` is a different thing) holding a ``prometheus.WriteRequest``. It is
 turned into metricsd's columnar WriteRequest and written through the backend, all or nothing: bad
 snappy, bad protobuf, a body over the limits or a series the store refuses answer 4xx and store
-nothing.
+nothing. Valid samples the store will not keep (too old for their series, too far ahead of its
+clock) are left out and the rest stored, answered 400 naming them (remote_write_answer.py).
 
 The Content-Type's ``proto`` parameter picks the message: ``prometheus.WriteRequest`` (1.0, also
 when absent) or ``io.prometheus.write.v2.Request`` (2.0, remote_write_v2.py, answered with the
@@ -39,6 +40,7 @@ from google.protobuf.message import DecodeError
 from metricsd.http import remote_write_v2
 from metricsd.http.params import ApiError
 from metricsd.http.remote_series import Verdict, resolve
+from metricsd.http.remote_write_answer import SamplesRefused, refused_answer, refused_response
 from metricsd.http.remote_write_scan import Scanned, scan, scan_messages, varints
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
@@ -47,6 +49,7 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
 from metricsd.rpc.limits import check_counts
+from metricsd.rpc.refusals import SenderRefusals
 from metricsd.rpc.wire import labels_to_pb, length_delimited
 
 __all__ = ["DEFAULT_SERIES_CACHE", "PreparedWrite", "RemoteWriteReceiver", "SeriesCache", "decode_body",
@@ -300,6 +303,7 @@ class RemoteWriteReceiver:
         self.metrics = metrics
         self.cache = SeriesCache(series_cache)
         self.label_resends = 0  # writes resent with labels after the backend reported unknown ids
+        self.senders = SenderRefusals("remote write")  # samples not stored, per sender
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/api/v1/write", self.write)
@@ -324,12 +328,15 @@ class RemoteWriteReceiver:
     async def write(self, request: web.Request) -> web.Response:
         version = self._version(request)
         body = await request.read()
-        if version == 1:
-            await self.ingest(body)
-            return web.Response(status=204)
-        written = await self.ingest_v2(body)
-        return web.Response(status=204, headers={SAMPLES_WRITTEN: str(written), HISTOGRAMS_WRITTEN: "0",
-                                                 EXEMPLARS_WRITTEN: "0"})
+        try:
+            if version == 1:
+                await self.ingest(body)
+                return web.Response(status=204)
+            written = await self.ingest_v2(body)
+        except SamplesRefused as e:  # the rest was stored: a 400 naming what was not (remote_write_answer.py)
+            return refused_response(e, self.senders, self.metrics, request,
+                                    _v2_headers(e.written) if version == 2 else None)
+        return web.Response(status=204, headers=_v2_headers(written))
 
     async def ingest(self, body: bytes) -> int:
         """Store a remote write 1.0 body (snappy block), all or nothing; returns the samples
@@ -390,10 +397,19 @@ class RemoteWriteReceiver:
         self.metrics.samples_ingested.labels(path="remote_write").inc(resp.samples_written)
         if resp.rejected_too_old:
             self.metrics.samples_rejected.labels(reason="too_old").inc(resp.rejected_too_old)
+        if resp.rejected_too_far_ahead:
+            self.metrics.samples_rejected.labels(reason="too_far_ahead").inc(resp.rejected_too_far_ahead)
         if resp.rejected_duplicate:
             self.metrics.samples_rejected.labels(reason="duplicate").inc(resp.rejected_duplicate)
+        refused = refused_answer(resp, n)  # samples not stored: never a 204
+        if refused is not None:
+            raise refused
         # A duplicate is a sample the store already holds (a retried batch): written, for the sender.
         return int(resp.samples_written + resp.rejected_duplicate)
+
+
+def _v2_headers(written: int) -> dict[str, str]:
+    return {SAMPLES_WRITTEN: str(written), HISTOGRAMS_WRITTEN: "0", EXEMPLARS_WRITTEN: "0"}
 
 
 def _content_type_params(parts: Sequence[str]) -> dict[str, str]:

@@ -35,6 +35,11 @@ class SelfMetrics:
             "metricsd_remote_write_refused_series",
             "Remote-write series refused with a 400, by the rule that left them without namespace/pod or with an "
             "invalid label name (a rule's place in the file, or \"fallback\").", ["rule"], registry=r)
+        self.refused_by_sender = Counter(
+            "metricsd_remote_write_refused_samples",
+            "Remote-write samples not stored (answered 400), by sender (its authenticated name or address; at most "
+            "1000, then \"other\") and reason (too_old, too_far_ahead): whose clock is wrong.", ["sender", "reason"],
+            registry=r)
         self.requests = Counter(
             "metricsd_http_requests", "HTTP requests by handler and status code.", ["handler", "code"], registry=r)
         self.request_duration = Histogram(

@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
@@ -28,7 +29,9 @@ from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.promql import PromQLError
 from metricsd.promql.queries import QueryRunner
+from metricsd.rpc import consistency
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
+from metricsd.rpc.consistency import CONSISTENCY_HEADER, CONSISTENCY_PARAM, Consistency
 from metricsd.rpc.missing import Missing, collecting, warning
 from metricsd.security.auth import Authenticator
 from metricsd.security.settings import ServerSecurity
@@ -70,6 +73,24 @@ def _as_api_error(e: Exception, settings: HttpSettings) -> ApiError | None:
 
 
 NATIVE_PREFIX = "/api/v1/metricsd/"
+PROMETHEUS_PREFIX = "/api/v1/"
+
+
+def read_consistency(request: web.Request) -> Consistency:
+    """The request's read consistency (metricsd/rpc/consistency.py): ``?consistency=`` or the
+    ``X-Metricsd-Consistency`` header (the parameter wins); by default ONE on the Prometheus API
+    (dashboards: one replica, hedged), QUORUM elsewhere (the native API, which the consumers'
+    pages and scripts read). Raises ApiError (400) for an unknown value."""
+    text = request.query.get(CONSISTENCY_PARAM) or request.headers.get(CONSISTENCY_HEADER)
+    if text:
+        try:
+            return consistency.parse(text)
+        except ValueError as e:
+            raise ApiError("bad_data", f'invalid parameter "{CONSISTENCY_PARAM}": {e}') from None
+    path = request.path
+    if path.startswith(PROMETHEUS_PREFIX) and not path.startswith(NATIVE_PREFIX):
+        return Consistency.ONE
+    return Consistency.QUORUM
 
 
 def _with_missing(resp: web.StreamResponse, missing: list[Missing], native: bool) -> web.StreamResponse:
@@ -90,6 +111,17 @@ def _with_missing(resp: web.StreamResponse, missing: list[Missing], native: bool
 
 def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> Callable[..., Awaitable[
         web.StreamResponse]]:
+    # The metrics' children per (route, code): prometheus_client's labels() takes a lock and builds
+    # a key on every call. Bounded by the routes times the status codes.
+    counted: dict[tuple[str, int], Any] = {}
+    timed: dict[str, Any] = {}
+
+    def count(name: str, code: int) -> None:
+        child = counted.get((name, code))
+        if child is None:
+            child = counted[(name, code)] = metrics.requests.labels(handler=name, code=str(code))
+        child.inc()
+
     @web.middleware
     async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
         """Timeout, error mapping, gzip and request metrics, for every route."""
@@ -97,7 +129,7 @@ def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> C
         resource = request.match_info.route.resource
         name = resource.canonical if resource is not None else "unmatched"
         try:
-            with collecting() as missing:
+            with collecting() as missing, consistency.reading_with(read_consistency(request)):
                 async with asyncio.timeout(settings.request_timeout_s):
                     resp = await handler(request)
             if missing:
@@ -105,7 +137,7 @@ def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> C
         except web.HTTPException as e:
             err = _as_api_error(e, settings)
             if err is None:
-                metrics.requests.labels(handler=name, code=str(e.status)).inc()
+                count(name, e.status)
                 raise
             resp = _error_response(err)
         except Exception as e:
@@ -118,8 +150,11 @@ def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> C
                 and isinstance(resp.body, bytes) and len(resp.body) >= settings.gzip_min_bytes
                 and "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()):
             resp.enable_compression(web.ContentCoding.gzip)
-        metrics.requests.labels(handler=name, code=str(resp.status)).inc()
-        metrics.request_duration.labels(handler=name).observe(clock.monotonic() - started)
+        count(name, resp.status)
+        duration = timed.get(name)
+        if duration is None:
+            duration = timed[name] = metrics.request_duration.labels(handler=name)
+        duration.observe(clock.monotonic() - started)
         return resp
 
     return handle

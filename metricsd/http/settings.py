@@ -25,6 +25,8 @@ class HttpSettings:
         own ``timeout`` parameter can only shorten it.
     shutdown_timeout_s: on shutdown, requests in flight get this long to finish.
     gzip_min_bytes: responses at least this large are gzip-compressed when the client accepts it.
+        32 KiB: compressing a dashboard panel's few KiB cost a small query a tenth of its CPU
+        (perf/RESULTS.md, issue 23) to save a few KiB of a LAN's bandwidth.
     lookback_ms: PromQL's lookback delta (5 minutes in Prometheus).
     max_samples: samples one PromQL query may load before it fails (Prometheus' --query.max-samples).
     pushdown: answer aggregations of the shapes in ``pushdown.py`` inside the stores.
@@ -50,7 +52,7 @@ class HttpSettings:
     max_decompressed_bytes: int = 128 * 1024 * 1024
     request_timeout_s: float = 30.0
     shutdown_timeout_s: float = 5.0
-    gzip_min_bytes: int = 1024
+    gzip_min_bytes: int = 32 * 1024
     lookback_ms: int = 300_000
     max_samples: int = 50_000_000
     pushdown: bool = True

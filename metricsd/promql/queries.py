@@ -5,7 +5,8 @@ Before anything, a query passes the limits of metricsd/promql/limits.py (length,
 what bounds the parser, which holds the GIL) and waits for one of ``max_concurrency`` slots. The
 parse and the engine run on worker threads so the event loop keeps serving (the engine's source is
 immutable prefetched data, so that is safe), and the engine stops at its next node once the
-query's deadline has passed.
+query's deadline has passed. A small query (at most INLINE_SAMPLES samples and steps) is
+evaluated on the loop instead: the thread hop would cost it more than the evaluation.
 """
 
 from __future__ import annotations
@@ -19,13 +20,19 @@ import numpy as np
 from metricsd.promql import Engine, Matrix, MemorySource, PromQLError, Result, pushdown
 from metricsd.promql.engine import MAX_POINTS, parse, prettify
 from metricsd.promql.limits import Admission, QueryLimitError, QueryLimits, prescan, refused_by_store
-from metricsd.promql.prefetch import fetch_all, plan_fetches
+from metricsd.promql.prefetch import PrefetchedSource, fetch_all, plan_fetches
 from metricsd.promql.selectors import TOO_MANY_SAMPLES, EvalContext
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
 
 __all__ = ["QueryRunner", "check_range"]
 
 PARSED_CACHE = 1024  # query texts whose parse QueryRunner keeps
+# A query whose prefetched data holds at most this many samples is evaluated on the event loop: the
+# hop to a worker thread and back (submit, a wake-up through the loop's self-pipe, the GIL changing
+# hands twice) cost more than the engine itself for a dashboard's small query (perf/RESULTS.md,
+# issue 23: a fifth of one store's CPU on rate() of one pod over an hour), while a query over
+# 20,000 samples holds the loop for about a millisecond.
+INLINE_SAMPLES = 20_000
 
 Path = Literal["pushdown", "engine"]
 
@@ -119,11 +126,14 @@ class QueryRunner:
         steps = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         ctx = EvalContext(MemorySource(), start_ms, end_ms, step_ms, steps, self.lookback_ms, self.max_samples,
                           negative_at)
+        fetches = plan_fetches(ast, ctx)
         try:
-            source = await fetch_all(self.backend, plan_fetches(ast, ctx), max_series, self.max_samples)
+            source = await fetch_all(self.backend, fetches, max_series, self.max_samples) if fetches \
+                else PrefetchedSource({})
         except LimitExceeded as e:
             raise refused_by_store(str(e)) from None
-        if source.samples > self.max_samples:
+        samples = source.samples
+        if samples > self.max_samples:
             raise QueryLimitError("execution", f"{TOO_MANY_SAMPLES} (--query.max-samples {self.max_samples:,})",
                                   "max_samples")
         widest = source.widest
@@ -131,6 +141,10 @@ class QueryRunner:
             raise QueryLimitError("execution", f"query.max-series: a selector of the query matches {widest:,} series, "
                                   f"more than the limit of {max_series:,} (--query.max-series)", "max_series")
         engine = Engine(source, lookback_ms=self.lookback_ms, max_samples=self.max_samples, deadline=deadline)
+        if samples <= INLINE_SAMPLES and steps.size <= INLINE_SAMPLES:
+            if instant:
+                return engine.instant(expr, start_ms, parsed), "engine"
+            return engine.range(expr, start_ms, end_ms, step_ms, parsed), "engine"
         if instant:
             return await asyncio.to_thread(engine.instant, expr, start_ms, parsed), "engine"
         return await asyncio.to_thread(engine.range, expr, start_ms, end_ms, step_ms, parsed), "engine"

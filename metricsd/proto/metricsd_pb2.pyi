@@ -76,16 +76,20 @@ class WriteRequest(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ..., timestamps: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ..., series: _Optional[_Iterable[_Union[SeriesLabels, _Mapping]]] = ...) -> None: ...
 
 class WriteResponse(_message.Message):
-    __slots__ = ("samples_written", "unknown_ids", "rejected_too_old", "rejected_duplicate")
+    __slots__ = ("samples_written", "unknown_ids", "rejected_too_old", "rejected_duplicate", "rejected_too_far_ahead", "refused")
     SAMPLES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_IDS_FIELD_NUMBER: _ClassVar[int]
     REJECTED_TOO_OLD_FIELD_NUMBER: _ClassVar[int]
     REJECTED_DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_TOO_FAR_AHEAD_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     samples_written: int
     unknown_ids: _containers.RepeatedScalarFieldContainer[int]
     rejected_too_old: int
     rejected_duplicate: int
-    def __init__(self, samples_written: _Optional[int] = ..., unknown_ids: _Optional[_Iterable[int]] = ..., rejected_too_old: _Optional[int] = ..., rejected_duplicate: _Optional[int] = ...) -> None: ...
+    rejected_too_far_ahead: int
+    refused: str
+    def __init__(self, samples_written: _Optional[int] = ..., unknown_ids: _Optional[_Iterable[int]] = ..., rejected_too_old: _Optional[int] = ..., rejected_duplicate: _Optional[int] = ..., rejected_too_far_ahead: _Optional[int] = ..., refused: _Optional[str] = ...) -> None: ...
 
 class WritePartsRequest(_message.Message):
     __slots__ = ("parts",)
@@ -442,7 +446,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("status", "member", "version")
+    __slots__ = ("status", "member", "version", "read_port")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[HealthResponse.Status]
@@ -456,10 +460,12 @@ class HealthResponse(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    READ_PORT_FIELD_NUMBER: _ClassVar[int]
     status: HealthResponse.Status
     member: str
     version: str
-    def __init__(self, status: _Optional[_Union[HealthResponse.Status, str]] = ..., member: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+    read_port: int
+    def __init__(self, status: _Optional[_Union[HealthResponse.Status, str]] = ..., member: _Optional[str] = ..., version: _Optional[str] = ..., read_port: _Optional[int] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()

@@ -106,8 +106,9 @@ class MetricsServicer:
         first offending series and nothing of the batch is stored. If the batch refers to series ids
         the receiver does not know (and carries no labels for them), nothing is stored either and the
         response lists them in unknown_ids: resend the batch with their labels. Samples that are
-        valid but older than the store's out-of-order window, or that repeat an existing timestamp,
-        are not errors: they are counted in the response (rejected_*) and the rest is stored.
+        valid but older than the store's out-of-order window or its retention, more than its
+        --max-future ahead of its clock, or that repeat an existing timestamp, are not errors: they
+        are counted in the response (rejected_*, with the reason in refused) and the rest is stored.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

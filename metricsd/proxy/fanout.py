@@ -26,7 +26,8 @@ from metricsd.proxy.quorum import ReplicaPlan, plan_read
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
-__all__ = ["QuorumFailure", "ReadPlans", "Replies", "Reply", "consume", "plan_reads", "read_fanout", "slot_filter"]
+__all__ = ["QuorumFailure", "ReadPlans", "Replies", "Reply", "consume", "plan_reads", "read_fanout", "readable",
+           "slot_filter"]
 
 T = TypeVar("T")
 
@@ -73,8 +74,9 @@ def slot_filter(num_slots: int, slots: Sequence[int]) -> pb.SlotFilter:
     return pb.SlotFilter(slot_count=num_slots, slots=slots)
 
 
-def _readable(view: ClusterView, shard_map: ShardMap) -> frozenset[str]:
-    # A member still catching up from its peers (state joining) takes writes but is not read from.
+def readable(view: ClusterView, shard_map: ShardMap) -> frozenset[str]:
+    """The members a read may ask now: healthy, and not still catching up from their peers (a
+    member in state joining takes writes but is not read from)."""
     return frozenset(m for m in view.health.healthy(shard_map.members)
                      if shard_map.members[m].state is not MemberState.JOINING)
 
@@ -89,7 +91,7 @@ def plan_reads(view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> 
     """R replicas per slot among the healthy, the others as spares (unhealthy ones last); a slot
     with too few healthy replicas asks unhealthy ones at once (a member marked down may be back,
     and failing for sure is no better)."""
-    return _plans(view, shard_map, slots, _readable(view, shard_map), view.rotation())
+    return _plans(view, shard_map, slots, readable(view, shard_map), view.rotation())
 
 
 class ReadPlans:
@@ -107,7 +109,7 @@ class ReadPlans:
         self._period = 1
 
     def plans(self, view: ClusterView, shard_map: ShardMap, slots: Sequence[int]) -> list[ReplicaPlan]:
-        healthy = _readable(view, shard_map)
+        healthy = readable(view, shard_map)
         offset = view.rotation()
         key = (id(shard_map), shard_map.version, healthy)
         if key != self._key:

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import grpc
 
 from metricsd.cluster.shardmap import ShardMap
+from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, MetricsBackend, NotOwner, Unavailable
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import StreamingBackend
+from metricsd.rpc.frames import Method
+from metricsd.rpc.readport import ReadPortClient
 from metricsd.rpc.server import GRPC_OPTIONS
 from metricsd.security.settings import ClientSecurity
 
@@ -46,7 +52,90 @@ def is_slot_not_held(exc: BaseException) -> bool:
 
 
 class MemberClient(StreamingBackend):
-    """A store over gRPC on a channel of its own; writes go over one WriteStream to it."""
+    """A store over gRPC on a channel of its own; writes go over one WriteStream to it, and reads
+    over its read port (metricsd/rpc/readport.py) when its Health names one: a read there costs
+    both ends a tenth of a unary gRPC call. The port is asked for with the first read; until then,
+    for a store without one, and after the read port failed, reads go over gRPC. A read port that
+    cannot be reached (a firewall that drops its packets, say) is given up within a second, well
+    inside the call's timeout, and asked for again after ``REPROBE_S``, doubling while it stays
+    unreachable up to ``REPROBE_MAX_S``; one whose connection broke (a store restarted, on
+    another port) after ``REPROBE_S``."""
+
+    REPROBE_S = 5.0
+    REPROBE_MAX_S = 320.0
+    CONNECT_TIMEOUT_S = 1.0
+
+    def __init__(self, channel: grpc.aio.Channel, timeout_s: float, address: str = "",
+                 security: ClientSecurity | None = None, use_read_port: bool = True) -> None:
+        super().__init__(channel, timeout_s)
+        self.address = address
+        self.security = security
+        self.use_read_port = use_read_port and bool(address)
+        self._port_client: ReadPortClient | None = None
+        self._probed_at: float | None = None
+        self._probing: asyncio.Lock | None = None
+        self._retry_after = self.REPROBE_S
+        self._unreachable = 0  # read ports in a row that could not be connected to
+
+    async def _read_port(self) -> ReadPortClient | None:
+        if not self.use_read_port:
+            return None
+        if self._port_client is not None:
+            return self._port_client
+        now = time.monotonic()
+        if self._probed_at is not None and now - self._probed_at < self._retry_after:
+            return None
+        self._probing = self._probing or asyncio.Lock()
+        async with self._probing:
+            if self._port_client is None and (self._probed_at is None or now - self._probed_at >= self._retry_after):
+                self._probed_at = now
+                try:
+                    port = (await super().health()).read_port
+                except Unavailable:
+                    return None
+                if port:
+                    host = self.address.rpartition(":")[0].strip("[]")
+                    self._port_client = ReadPortClient(host, port, self.security,
+                                                       min(self.CONNECT_TIMEOUT_S, self.timeout_s / 4))
+        return self._port_client
+
+    async def _over_port(self, method: Method, request: Any, grpc_call: Callable[[Any], Awaitable[T]]) -> T:
+        client = await self._read_port()
+        if client is not None:
+            try:
+                result: T = await client.call(method, request)
+                return result
+            except Unavailable as e:
+                if "read port" not in str(e):
+                    raise  # the store's own answer
+                self._unreachable = self._unreachable + 1 if "cannot connect" in str(e) else 0
+                self._retry_after = min(self.REPROBE_MAX_S, self.REPROBE_S * 2 ** max(0, self._unreachable - 1))
+                log.info("%s: the read port failed (%s); reads go over gRPC for %g s", self.address, e,
+                         self._retry_after)
+                self._port_client = None
+                self._probed_at = time.monotonic()
+                await client.close()
+        return await grpc_call(request)
+
+    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        return await self._over_port(Method.READ, request, super().read)
+
+    async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        return await self._over_port(Method.AGGREGATE, request, super().aggregate)
+
+    async def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
+        return await self._over_port(Method.LIST_SERIES, request, super().list_series)
+
+    async def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
+        return await self._over_port(Method.LABEL_VALUES, request, super().label_values)
+
+    async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
+        return await self._over_port(Method.ROLLUPS, request, super().rollups)
+
+    async def close(self) -> None:
+        if self._port_client is not None:
+            await self._port_client.close()
+        await super().close()
 
 
 async def call_with_retries(call: Callable[[], Awaitable[T]], timeout_s: float, retries: int, backoff_s: float) -> T:
@@ -139,6 +228,6 @@ def grpc_connect(timeout_s: float, security: ClientSecurity | None = None) -> Co
 
     def connect(address: str) -> MetricsBackend:
         channel = open_channel(address, security, GRPC_OPTIONS + RECONNECT_OPTIONS)
-        return MemberClient(channel, timeout_s)
+        return MemberClient(channel, timeout_s, address, security)
 
     return connect

@@ -20,7 +20,7 @@ overlap still holds, since ``min(W, n) + min(R, n) > n`` whenever ``W + R > RF >
 from __future__ import annotations
 
 import enum
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "QuorumTracker",
     "ReplicaPlan",
     "SlotState",
+    "plan_one",
     "plan_read",
     "plan_write",
     "spread_data",
@@ -143,6 +144,50 @@ def spread_data(plans: Iterable[ReplicaPlan]) -> dict[int, str]:
             out[p.slot] = member
             load[member] = load.get(member, 0) + 1
     return out
+
+
+def plan_one(slots: Iterable[int], replicas_of: Callable[[int], Sequence[str]], healthy: Container[str],
+             exclude: Container[str] = (), offset: int = 0) -> tuple[dict[str, list[int]], list[int]]:
+    """A read of consistency one (metricsd/rpc/consistency.py): each slot to exactly ONE of its
+    replicas not in ``exclude``, on as few members as can cover them (greedy set cover: a member
+    asked costs a call; a member holding every slot asked answers alone), healthy ones first,
+    members of equal reach in a rotated order (``offset``) so that reads spread over them. A
+    slot whose remaining replicas are all unhealthy goes to one of them anyway (it may be back;
+    failing for sure is no better). Returns (member -> its slots, ascending; the slots with no
+    replica left).
+
+    Example: slots 0, 1 with replicas (a, b) and (b, c), all healthy -> ({b: [0, 1]}, []);
+    with exclude {b} -> ({a: [0], c: [1]}, []).
+    """
+    left: dict[int, list[str]] = {}
+    none: list[int] = []
+    for slot in slots:
+        cands = [m for m in replicas_of(slot) if m not in exclude]
+        if cands:
+            left[slot] = cands
+        else:
+            none.append(slot)
+    members = sorted({m for cands in left.values() for m in cands})
+    if members:
+        k = offset % len(members)
+        members = members[k:] + members[:k]
+    rank = {m: i for i, m in enumerate(members)}
+    out: dict[str, list[int]] = {}
+    for only_healthy in (True, False):
+        while True:
+            reach: dict[str, int] = {}
+            for cands in left.values():
+                for m in cands:
+                    if not only_healthy or m in healthy:
+                        reach[m] = reach.get(m, 0) + 1
+            if not reach:
+                break
+            best = min(reach, key=lambda m: (-reach[m], rank[m]))
+            mine = [slot for slot, cands in left.items() if best in cands]
+            out[best] = sorted(mine)
+            for slot in mine:
+                del left[slot]
+    return out, sorted(none)
 
 
 class SlotState(enum.Enum):

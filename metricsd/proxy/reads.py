@@ -1,4 +1,6 @@
-"""The read path: ask R replicas of each slot (fanout.py), merge their replies, repair laggards.
+"""The read path: ask R replicas of each slot (fanout.py), merge their replies, repair laggards;
+or, for a read of consistency one (metricsd/rpc/consistency.py: PromQL over HTTP by default), one
+replica per slot, hedged to the next when it is slow (hedge.py), with no digests and no repair.
 
 Merging, per RPC:
 
@@ -43,11 +45,15 @@ from metricsd.maths.slots import slot_of, slot_of_labels
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.batchmerge import merge_read_batches
 from metricsd.proxy.fanout import QuorumFailure, ReadPlans, Replies, read_fanout, slot_filter
+from metricsd.proxy.hedge import one_fanout
+from metricsd.proxy.latency import LatencyTracker
 from metricsd.proxy.merge import MergeError, merge_aggregates, merge_group_partials
 from metricsd.proxy.quorum import ReplicaPlan, spread_data
 from metricsd.proxy.repair import ReadRepair, missing_samples
 from metricsd.proxy.view import ClusterView
+from metricsd.rpc import consistency
 from metricsd.rpc.backend import MetricsBackend, Unavailable
+from metricsd.rpc.consistency import Consistency
 from metricsd.rpc.wire import batch_bytes, columns_from_read, labels_from_pb, length_delimited, slot_digests_from_pb
 
 __all__ = ["ReadPath", "groups_within_slots", "slots_for"]
@@ -87,6 +93,7 @@ class ReadPath:
         self.view = view
         self.counters = counters
         self.plans = ReadPlans()
+        self.latency = LatencyTracker(view.settings.hedge)
         self.repair = ReadRepair(view.settings.repair, clock, self._read_member, self._write_member, counters)
 
     async def _read_member(self, member: str, request: pb.ReadRequest) -> pb.ReadResponse:
@@ -102,13 +109,19 @@ class ReadPath:
         called with (backend, slots, map), and the member's name too ``with_member``;
         ``on_plans`` with each attempt's plans before its first call."""
         self.counters["reads"] += 1
+        one = consistency.current() is Consistency.ONE
         shard_map = self.view.current_map()
         for attempt in (0, 1):
-            plans = self.plans.plans(self.view, shard_map, slots_for(matcher_lists, shard_map.num_slots))
-            if on_plans is not None:
-                on_plans(plans)
+            slots = slots_for(matcher_lists, shard_map.num_slots)
             try:
-                replies = await read_fanout(self.view, shard_map, plans, _with_map(call, shard_map, with_member))
+                if one:
+                    replies = await one_fanout(self.view, shard_map, slots, _with_map(call, shard_map, with_member),
+                                               self.latency, self.counters)
+                else:
+                    plans = self.plans.plans(self.view, shard_map, slots)
+                    if on_plans is not None:
+                        on_plans(plans)
+                    replies = await read_fanout(self.view, shard_map, plans, _with_map(call, shard_map, with_member))
             except QuorumFailure as e:
                 if not e.stale or attempt == 1:
                     self.counters["read_unavailable"] += 1
@@ -178,6 +191,9 @@ class ReadPath:
     # --- Aggregate -------------------------------------------------------------------------
 
     async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        if consistency.current() is Consistency.ONE and not request.per_series \
+                and request.across != pb.ACROSS_QUANTILE:
+            return await self._aggregate_one(request)
         if request.per_series or request.across == pb.ACROSS_QUANTILE or not self.view.settings.digest_reads:
             return await self._aggregate_exact(request)
         try:
@@ -186,6 +202,25 @@ class ReadPath:
             self.counters["aggregate_digest_fallbacks"] += 1
             log.debug("aggregate: %s; asking again per series", e)
             return await self._aggregate_exact(request)
+
+    async def _aggregate_one(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        """One replica per slot answers with data (hedged: hedge.py), no digests: the replies
+        cover disjoint slots, so their group partials are merged as the digest read's are."""
+        local_groups = groups_within_slots(request)
+
+        async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.AggregateResponse:
+            sub = pb.AggregateRequest()
+            sub.CopyFrom(request)
+            sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
+            if not local_groups:  # a group's partials come from several stores: select after the merge
+                sub.top_k = sub.bottom_k = 0
+            return await b.aggregate(sub)
+
+        replies, _ = await self._fanout(_sides(request), call)
+        try:
+            return merge_group_partials(request, [r.response for r in replies.replies])
+        except MergeError as e:
+            raise Unavailable(f"cannot merge the replicas' aggregates: {e}") from e
 
     async def _aggregate_by_digest(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
         """Per slot, one replica asked answers with data, every replica asked with a digest;

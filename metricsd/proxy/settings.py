@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from metricsd.proxy.coalesce import CoalesceSettings
+from metricsd.proxy.latency import HedgeSettings
 from metricsd.proxy.quorum import QuorumSettings
 from metricsd.rpc.limits import RequestLimits
 
@@ -87,6 +88,8 @@ class ProxySettings:
         per-series merge (R times the values on the wire; for comparison and as an escape hatch).
     coalesce: client batches bound for one member that queue while a call to it is under way
         leave together in one message on its WriteStream (proxy/coalesce.py).
+    hedge: reads of consistency one (metricsd/rpc/consistency.py) ask one replica per slot and,
+        after a delay from that member's recent latency, the next (proxy/latency.py, hedge.py).
     """
 
     w: int = 2
@@ -102,6 +105,7 @@ class ProxySettings:
     health: HealthSettings = field(default_factory=HealthSettings)
     digest_reads: bool = True
     coalesce: CoalesceSettings = field(default_factory=CoalesceSettings)
+    hedge: HedgeSettings = field(default_factory=HedgeSettings)
 
     def __post_init__(self) -> None:
         if self.w < 1 or self.r < 1:

@@ -235,11 +235,14 @@ def _why(exc: BaseException, shard_map: ShardMap) -> str:
 
 def _response(samples: int, acks: Sequence[pb.WriteResponse]) -> pb.WriteResponse:
     """The client's answer: rejections are the most any acknowledging replica reported (exact when
-    every member holds every slot of the batch, an estimate otherwise); the rest counts as written."""
+    every member holds every slot of the batch, an estimate otherwise), with the first replica's
+    reason; the rest counts as written."""
     too_old = max((r.rejected_too_old for r in acks), default=0)
     dup = max((r.rejected_duplicate for r in acks), default=0)
-    return pb.WriteResponse(samples_written=max(0, samples - too_old - dup), rejected_too_old=too_old,
-                            rejected_duplicate=dup)
+    ahead = max((r.rejected_too_far_ahead for r in acks), default=0)
+    return pb.WriteResponse(samples_written=max(0, samples - too_old - dup - ahead), rejected_too_old=too_old,
+                            rejected_duplicate=dup, rejected_too_far_ahead=ahead,
+                            refused=next((r.refused for r in acks if r.refused), ""))
 
 
 async def write_parts(backend: MetricsBackend, parts: list[bytes]) -> Sequence[pb.WriteResponse | Exception]:

@@ -110,7 +110,7 @@ class ReplicaSync:
 
     def __init__(self, store: Store, apply: Apply, api: StoreAPI, member_id: str, maps: MapSource, clock: Clock,
                  settings: SyncSettings | None = None, *, publish: Publish | None = None,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, behind: bool = False) -> None:
         self.store = store
         self.apply = apply
         self.api = api
@@ -123,7 +123,9 @@ class ReplicaSync:
         self.counters = SyncCounters()
         self._held: set[int] = set()
         self._pending: set[int] = set()
-        self._published = MemberState.ACTIVE  # what a store registers as (metricsd/cmd/store.py)
+        # What the store registered as (metricsd/cmd/store.py): joining when its restart lost data
+        # (``behind``), so no proxy reads from it until a catch-up has copied what it lacks.
+        self._published = MemberState.JOINING if behind else MemberState.ACTIVE
         self._cursor = 0
         self._rotation = 0
         self._channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.MetricsStub]] = {}

@@ -16,6 +16,7 @@ import grpc
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
+from metricsd.rpc.refusals import SenderRefusals, peer_host
 from metricsd.rpc.stream import answer_in_order
 
 __all__ = ["MAX_WRITE_PARTS", "MetricsServicer"]
@@ -60,6 +61,7 @@ class MetricsServicer(pb_grpc.MetricsServicer):
 
     def __init__(self, backend: MetricsBackend) -> None:
         self.backend = backend
+        self.refusals = SenderRefusals("gRPC write")  # samples not stored, per peer (rpc/refusals.py)
 
     async def _run(self, context: grpc.aio.ServicerContext, method: str, call: Awaitable[T]) -> T:
         try:
@@ -69,25 +71,29 @@ class MetricsServicer(pb_grpc.MetricsServicer):
         raise AssertionError("unreachable: abort raises")
 
     async def Write(self, request: pb.WriteRequest, context: grpc.aio.ServicerContext) -> pb.WriteResponse:
-        return await self._run(context, "Write", self.backend.write(request))
+        resp = await self._run(context, "Write", self.backend.write(request))
+        self.refusals.record(peer_host(context.peer()), resp)
+        return resp
 
     async def WriteParts(self, request: pb.WritePartsRequest, context: grpc.aio.ServicerContext
                          ) -> pb.WritePartsResponse:
-        return await self._run(context, "WriteParts", self._write_parts(request))
+        return await self._run(context, "WriteParts", self._write_parts(request, peer_host(context.peer())))
 
     async def WriteStream(self, request_iterator: AsyncIterator[pb.WritePartsRequest],
                           context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WritePartsResponse]:
         """WriteParts for each message, up to STREAM_IN_FLIGHT at once, answered in order."""
         try:
-            async for response in answer_in_order(request_iterator, self._write_parts):
+            sender = peer_host(context.peer())
+            async for response in answer_in_order(request_iterator, lambda r: self._write_parts(r, sender)):
                 yield response
         except BadRequest as e:
             await context.abort(_refused("WriteStream", e), str(e))
 
-    async def _write_parts(self, request: pb.WritePartsRequest) -> pb.WritePartsResponse:
+    async def _write_parts(self, request: pb.WritePartsRequest, sender: str = "") -> pb.WritePartsResponse:
         """Each part as a Write of its own, in order, yielding to the event loop between parts so that a
         call of many parts does not hold it for all of them at once. Raises BadRequest for too many
-        parts; a part's own error goes into its result."""
+        parts; a part's own error goes into its result, and samples it did not store into its
+        response (rejected_*, refused), counted against ``sender``."""
         if len(request.parts) > MAX_WRITE_PARTS:
             raise BadRequest(f"{len(request.parts)} parts in one WriteParts message; at most {MAX_WRITE_PARTS}")
         out = pb.WritePartsResponse()
@@ -97,6 +103,7 @@ class MetricsServicer(pb_grpc.MetricsServicer):
             result = out.results.add()
             try:
                 result.response.CopyFrom(await self.backend.write(part))
+                self.refusals.record(sender, result.response)
             except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
                 code = _refused(f"WriteParts part {i + 1} of {len(request.parts)}", e)
                 result.code = code.value[0]

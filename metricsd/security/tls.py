@@ -8,7 +8,9 @@ client that sends a server name) and from :meth:`ServerTLS.watch`, which checks 
 changed. Connections already open keep the certificate they started with.
 
 Mutual TLS: a server given ``client_ca`` requires every client to present a certificate signed by
-it; a client given ``cert`` and ``key`` presents them.
+it; a client given ``cert`` and ``key`` presents them. An HTTP listener that checks a bearer token
+on every data route may ask for the certificate without requiring it (``require_http_client_cert``
+False): a browser or Grafana has no client certificate, and the token is what admits it there.
 """
 
 from __future__ import annotations
@@ -61,10 +63,16 @@ class ServerTLS:
 
     Raises TLSError at construction when a file is missing or does not load, so a process refuses
     to start rather than serve without the TLS it was asked for.
+
+    ``require_http_client_cert`` False (HTTP only; gRPC always requires one with ``client_ca``): an
+    HTTP client may connect without a certificate; one that presents a certificate must still chain
+    to ``client_ca``, or the handshake fails.
     """
 
-    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None) -> None:
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None, *,
+                 require_http_client_cert: bool = True) -> None:
         self.cert, self.key, self.client_ca = Path(cert), Path(key), Path(client_ca) if client_ca else None
+        self.require_http_client_cert = require_http_client_cert
         self._paths = tuple(p for p in (self.cert, self.key, self.client_ca) if p is not None)
         self._lock = threading.Lock()
         self._files = self._load()
@@ -135,7 +143,7 @@ class ServerTLS:
         ctx.load_cert_chain(self.cert, self.key)
         if self.client_ca is not None:
             ctx.load_verify_locations(cafile=str(self.client_ca))
-            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.verify_mode = ssl.CERT_REQUIRED if self.require_http_client_cert else ssl.CERT_OPTIONAL
         self._contexts.append(ctx)
 
         def on_handshake(sock: ssl.SSLObject, name: str | None, context: ssl.SSLContext) -> None:

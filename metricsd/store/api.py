@@ -39,10 +39,11 @@ from metricsd.rpc.wire import (
     slot_filter_from_pb,
 )
 from metricsd.selector import InvalidSelector, Matcher, selector_string
+from metricsd.store.admission import admit, answer
 from metricsd.store.engine import Store, WriteResult
 from metricsd.store.limits import SeriesLimitExceeded
 from metricsd.store.query import run_aggregate
-from metricsd.store.recovery import request_arrays
+from metricsd.store.recovery import Arrays, request_arrays
 from metricsd.store.scan import SampleLimitReached, read_rows
 
 __all__ = ["LocalBackend", "StoreAPI", "StoreServicer", "gc_loop", "series_limit_message"]
@@ -78,27 +79,34 @@ class StoreAPI:
     def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         """Raises BadRequest (malformed, or past a per-request or label limit) or LimitExceeded (past a
         series limit); either way nothing is stored and the batch's samples are counted in
-        ``store.refused`` under the reason (Stats.rejected)."""
+        ``store.refused`` under the reason (Stats.rejected). Samples too far ahead of the store's
+        clock or older than it keeps are taken out first (store/admission.py): the response counts
+        them (rejected_too_far_ahead, rejected_too_old) and says why (refused)."""
         refusal = check_write_request(request, self.store.settings.request_limits)
         if refusal is not None:
             self.store.refused[refusal.reason] += len(request.timestamps)
             raise BadRequest(refusal.message)
+        arrays = request_arrays(request)
+        kept, refused = admit(self.store, request, self.clock.now_ms(), arrays[2])  # too far ahead, too old
+        if refused is not None and not kept.ids:
+            return answer(pb.WriteResponse(), refused, self.store)
         try:
-            res = self._write(request)
+            res = self._write(kept, arrays if refused is None else None)
         except InvalidSeries as e:
             self.store.refused[e.reason] += len(request.timestamps)
             raise BadRequest(str(e)) from e
         except SeriesLimitExceeded as e:  # counted by the store
             raise LimitExceeded(str(e)) from e
-        return pb.WriteResponse(
+        return answer(pb.WriteResponse(
             samples_written=res.written, unknown_ids=res.unknown_ids, rejected_too_old=res.too_old,
             rejected_duplicate=res.duplicate,
-        )
+        ), refused, self.store)
 
-    def _write(self, request: pb.WriteRequest) -> WriteResult:
-        """Validate and apply a live write (DurableStoreAPI logs it in between)."""
+    def _write(self, request: pb.WriteRequest, arrays: Arrays | None = None) -> WriteResult:
+        """Validate and apply a live write (DurableStoreAPI logs it in between); ``arrays``: the
+        request's columns, if converted already."""
         new = {s.id: labels_from_pb(s.labels) for s in request.series}
-        return self.store.write(*request_arrays(request), new, now_s=self.clock.monotonic())
+        return self.store.write(*(arrays or request_arrays(request)), new, now_s=self.clock.monotonic())
 
     def _selected(self, matchers_pb: Iterable[pb.Matcher], slots_pb: pb.SlotFilter, max_series: int
                   ) -> tuple[list[Matcher], np.ndarray]:

@@ -11,9 +11,11 @@ and acknowledged; a batch that fails validation is neither logged nor applied. R
 are logged too (a GC record), so replay rebuilds exactly the state the store had.
 
 Restart: load the newest snapshot that reads back whole (a damaged one is moved aside with a
-warning and the next older one is tried), then replay the WAL after it. Two snapshots are kept
-by default and WAL segments are deleted only once the older of them covers them, so losing the
-newest snapshot costs a longer replay, not data.
+warning naming the file and the byte, and the next older one is tried), then replay the WAL after
+it. Two snapshots are kept by default and WAL segments are deleted only once the older of them
+covers them, so losing the newest snapshot costs a longer replay, not data. Whatever could not be
+read is reported (RecoveryReport.lost, recovery.losses); a cluster store that lost something
+catches up from its peers before it serves reads (metricsd/cmd/store.py).
 
 Run a durable store process:  metricsd store --data-dir D --grpc-port P (metricsd/cmd/store.py)
 """
@@ -35,7 +37,15 @@ from metricsd.rpc.backend import Unavailable
 from metricsd.rpc.wire import labels_from_pb
 from metricsd.store.api import StoreAPI, gc_loop
 from metricsd.store.engine import Store, ValidWrite, WriteResult
-from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, replay_wal, request_arrays
+from metricsd.store.recovery import (
+    CATCH_UP_WINDOW_MS,
+    Arrays,
+    RecoveryReport,
+    load_snapshot,
+    losses,
+    replay_wal,
+    request_arrays,
+)
 from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import capture, list_snapshots, write_snapshot
 from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
@@ -97,7 +107,7 @@ class Durability:
 
     # --- the write path --------------------------------------------------------------------
 
-    def write(self, request: pb.WriteRequest, catch_up: bool = False) -> WriteResult:
+    def write(self, request: pb.WriteRequest, catch_up: bool = False, arrays: Arrays | None = None) -> WriteResult:
         """Validate, log, apply. Raises InvalidSeries (nothing logged or stored) or WalError
         (nothing stored; the caller must not acknowledge).
 
@@ -106,7 +116,7 @@ class Durability:
         new = {s.id: labels_from_pb(s.labels) for s in request.series}
         window = CATCH_UP_WINDOW_MS if catch_up else None
         now_s = None if catch_up else self.clock.monotonic()  # series limits: live writes only
-        batch = self.store.validate(*request_arrays(request), new, ooo_window_ms=window, now_s=now_s)
+        batch = self.store.validate(*(arrays or request_arrays(request)), new, ooo_window_ms=window, now_s=now_s)
         if isinstance(batch, WriteResult):
             return batch  # unknown ids: nothing stored, so nothing to log
         self.wal.append(RecordType.CATCH_UP if catch_up else RecordType.WRITE, self._record(request, batch))
@@ -220,6 +230,7 @@ class Durability:
             "last_snapshot_bytes": self.last_snapshot_bytes, "last_snapshot_seconds": self.last_snapshot_s,
             "recovery_snapshot_load_seconds": self.recovery.snapshot_load_s,
             "recovery_wal_replay_seconds": self.recovery.wal_replay_s,
+            "recovery_losses": len(self.recovery.lost),
         }
 
 
@@ -230,9 +241,9 @@ class DurableStoreAPI(StoreAPI):
         super().__init__(durability.store, member, durability.clock)
         self.durability = durability
 
-    def _write(self, request: pb.WriteRequest) -> WriteResult:
+    def _write(self, request: pb.WriteRequest, arrays: Arrays | None = None) -> WriteResult:
         try:
-            return self.durability.write(request)
+            return self.durability.write(request, arrays=arrays)
         except WalError as e:
             raise Unavailable(str(e)) from e
 
@@ -274,11 +285,16 @@ def open_store(data_dir: Path, settings: StoreSettings | None = None, fsync: Fsy
         wal = WriteAheadLog(data_dir / "wal", policy, dset.segment_bytes)
         loaded = load_snapshot(snap_dir, settings, clock, dset.progress_every_s, report)
         store, start = loaded if loaded is not None else (Store(settings), None)
+        segments = wal.segments()
         if loaded is None and report.snapshots_skipped:
-            segs = wal.segments()
             log.error("no snapshot could be read; replaying the whole WAL (from segment %s): data covered only by "
-                      "the unreadable snapshots is lost here", segs[0] if segs else "none")
+                      "the unreadable snapshots is lost here", segments[0] if segments else "none")
         replay_wal(store, wal, start, clock, dset.progress_every_s, report)
+        report.lost = losses(start, segments, wal.stats.damage, report.replay_dropped_series)
+        if report.lost:
+            log.error("recovery of %s may have lost acknowledged data: %s. In a cluster this store copies what it "
+                      "lacks from its peers before it serves reads again; alone, it serves what it kept",
+                      data_dir, "; ".join(report.lost))
         wal.open_for_append(start.segment if start is not None else 1)
     except BaseException:
         os.close(lock_fd)

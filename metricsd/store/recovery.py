@@ -1,8 +1,17 @@
 """Restart recovery: load the newest good snapshot, then replay the WAL after it.
 
-Long loads log their progress (percent and rate). A damaged snapshot is moved aside and the next
-older one tried; a WAL record whose series' labels were lost with an earlier damaged record is
+Long loads log their progress (percent and rate). A damaged snapshot (a checksum that does not
+match, a file cut short: the warning names the file and the byte) is moved aside and the next
+older one tried; the WAL is kept back to the oldest kept snapshot, so falling back costs replay
+time, not data. A WAL record whose series' labels were lost with an earlier damaged record is
 applied without those series (counted), since the other series' samples are still good.
+
+:func:`losses` then says whether anything acknowledged may be missing: WAL bytes that could not
+be read other than a record torn at the end of the newest segment (a crash while appending it,
+never acknowledged), segments missing between the snapshot used and the newest one (every
+snapshot that covered them was damaged), series dropped for lost labels. A store that lost
+something must not answer reads as if it held everything: a cluster store copies what it lacks
+from its peers before it serves reads again (metricsd/cmd/store.py, metricsd/replica/replication.py).
 """
 
 from __future__ import annotations
@@ -23,10 +32,13 @@ from metricsd.store.progress import Progress
 from metricsd.store.settings import StoreSettings
 from metricsd.store.snapshot import SnapshotError, list_snapshots, read_snapshot, restore
 from metricsd.store.wal import RecordType, WalPosition, WriteAheadLog
+from metricsd.store.wal.log import WalDamage
 
-__all__ = ["CATCH_UP_WINDOW_MS", "RecoveryReport", "load_snapshot", "replay_wal", "request_arrays"]
+__all__ = ["CATCH_UP_WINDOW_MS", "Arrays", "RecoveryReport", "load_snapshot", "losses", "replay_wal", "request_arrays"]
 
 log = logging.getLogger("metricsd.store.recovery")
+
+_SHOWN = 5  # records of the same problem logged one by one at most
 
 # The out-of-order window of writes copied from a peer (WAL record CATCH_UP): any age.
 CATCH_UP_WINDOW_MS = 2**62
@@ -49,9 +61,14 @@ class RecoveryReport:
     bytes_truncated: int = 0
     replay_dropped_series: int = 0  # series of a record whose labels were lost with an earlier record
     replay_rejected_records: int = 0
+    replay_dropping_records: int = 0  # records that had series dropped
+    lost: list[str] = field(default_factory=list)  # why acknowledged data may be missing (losses())
 
 
-def request_arrays(req: pb.WriteRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # ids, counts, timestamps, values
+
+
+def request_arrays(req: pb.WriteRequest) -> Arrays:
     return (np.array(req.ids, dtype=np.uint64), np.array(req.counts, dtype=np.int64),
             np.array(req.timestamps, dtype=np.int64), np.array(req.values, dtype=np.float64))
 
@@ -101,8 +118,10 @@ def replay_wal(store: Store, wal: WriteAheadLog, start: WalPosition | None, cloc
             if isinstance(batch, WriteResult):
                 ids, counts, ts, vals, dropped = _drop_unknown(store, *arrays)
                 report.replay_dropped_series += dropped
-                log.warning("WAL record at %d:%d: %d series unknown (their labels were in a lost record): dropped",
-                            pos.segment, pos.offset, dropped)
+                report.replay_dropping_records += 1
+                if report.replay_dropping_records <= _SHOWN:  # the rest is in the summary (losses)
+                    log.warning("WAL record at %d:%d: %d series unknown (their labels were in a lost record): "
+                                "dropped", pos.segment, pos.offset, dropped)
                 batch = store.validate(ids, counts, ts, vals, new, ooo_window_ms=window)
                 assert not isinstance(batch, WriteResult)
         except InvalidSeries as e:
@@ -115,3 +134,32 @@ def replay_wal(store: Store, wal: WriteAheadLog, start: WalPosition | None, cloc
     report.bytes_truncated = wal.stats.bytes_truncated
     report.wal_replay_s = progress.finish(report.wal_bytes, f"{report.wal_records:,} records, "
                                                             f"{report.wal_samples:,} samples")
+
+
+def _ranges(numbers: list[int]) -> str:
+    out: list[str] = []
+    for n in numbers:
+        if out and out[-1].split("-")[-1] == str(n - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)
+
+
+def losses(start: WalPosition | None, segments: list[int], damage: list[WalDamage],
+           dropped_series: int = 0) -> list[str]:
+    """Why data acknowledged before the restart may be missing, one phrase per cause (empty: none).
+    ``start`` is where replay began (the snapshot used; None: no snapshot), ``segments`` the WAL
+    segments found before replay, ``damage`` what replay could not read. Pure."""
+    out = [f"WAL segment {d.segment:08d}: {d.reason} at offset {d.offset}, {d.dropped} bytes unreadable"
+           for d in damage if not d.torn_tail]
+    first = start.segment if start is not None else 1
+    if segments:
+        have = set(segments)
+        missing = [n for n in range(first, max(segments) + 1) if n not in have]
+        if missing:
+            covered = f"the snapshot used starts at segment {first}" if start else "no snapshot could be used"
+            out.append(f"WAL segments {_ranges(missing)} missing ({covered})")
+    if dropped_series:
+        out.append(f"{dropped_series} series entries of later records dropped (their labels were in lost records)")
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from metricsd.model import Limits
+from metricsd.rpc.admission import DEFAULT_MAX_FUTURE_MS
 from metricsd.rpc.limits import RequestLimits
 from metricsd.store.limits import SeriesLimits
 
@@ -32,6 +33,10 @@ class StoreSettings:
     series_limits: series held and new series per minute per namespace; live writes only (a WAL
         replay or a catch-up from peers restores what was acknowledged, and is never refused).
     request_limits: series and samples per Write request, checked by StoreAPI before anything else.
+    max_future_ms: a live write's samples more than this after the store's clock are refused before
+        they reach a series (too_far_ahead; ``--max-future``); None: no limit. Samples older than the
+        store keeps (its newest sample minus retention_ms and rollup_retention_ms) are refused too
+        (too_old). metricsd/store/admission.py.
     """
 
     chunk_samples: int = 120
@@ -44,12 +49,15 @@ class StoreSettings:
     require_pod_labels: bool = True
     series_limits: SeriesLimits = field(default_factory=SeriesLimits)
     request_limits: RequestLimits = field(default_factory=RequestLimits)
+    max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
 
     def __post_init__(self) -> None:
         if self.chunk_samples < 2 or self.head_keep < 1:
             raise ValueError("chunk_samples must be >= 2 and head_keep >= 1")
         if self.retention_ms <= 0 or self.rollup_retention_ms <= 0 or self.ooo_window_ms < 0:
             raise ValueError("retention and windows must be positive")
+        if self.max_future_ms is not None and self.max_future_ms < 0:
+            raise ValueError("max_future_ms must be >= 0 (or None: no limit)")
 
     @property
     def head_capacity(self) -> int:

@@ -205,11 +205,22 @@ def _section_header(tag: bytes, dtype: int, payload: memoryview, count: int | No
 
 def write_snapshot(directory: Path, img: StoreImage) -> tuple[Path, int]:
     """Write atomically (temp file, fsync, rename, fsync the directory); returns (path, bytes).
-    Safe to run on another thread: the image shares nothing with the store."""
+    Safe to run on another thread: the image shares nothing with the store. Raises OSError (a full
+    disk) with the temp file removed, so a failed snapshot does not keep the space it took."""
     directory.mkdir(parents=True, exist_ok=True)
     path = snapshot_path(directory, img.position)
     tmp = path.with_name(path.name + ".tmp")
-    secs = _sections(img)
+    try:
+        size = _write_file(tmp, _sections(img))
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    fsync_dir(directory)
+    return path, size
+
+
+def _write_file(tmp: Path, secs: list[tuple[bytes, bytes | np.ndarray]]) -> int:
     written = 0
     with open(tmp, "wb") as f:
         f.write(_FILE_HEADER.pack(MAGIC, VERSION, 0))
@@ -223,10 +234,7 @@ def write_snapshot(directory: Path, img: StoreImage) -> tuple[Path, int]:
         f.write(_section_header(_END, 0, memoryview(b""), len(secs)))
         f.flush()
         os.fsync(f.fileno())
-        size = f.tell()
-    os.replace(tmp, path)
-    fsync_dir(directory)
-    return path, size
+        return f.tell()
 
 
 def read_snapshot(path: Path) -> StoreImage:
@@ -248,7 +256,7 @@ def read_snapshot(path: Path) -> StoreImage:
         pos += _SECTION.size
         if tag == _END:
             if zlib.crc32(b"", zlib.crc32(head)) != crc:
-                raise SnapshotError("end marker checksum mismatch")
+                raise SnapshotError(f"end marker at byte {pos - _SECTION.size}: checksum mismatch")
             if n != len(found):
                 raise SnapshotError(f"end marker counts {n} sections, found {len(found)}")
             if pos != len(buf):
@@ -257,10 +265,12 @@ def read_snapshot(path: Path) -> StoreImage:
         if tag not in _SCHEMA or dtype != _SCHEMA[tag]:
             raise SnapshotError(f"unexpected section {bytes(tag)!r} (type {dtype}) at byte {pos - _SECTION.size}")
         if pos + n > len(buf):
-            raise SnapshotError(f"section {tag.decode()} runs past the end of the file")
+            raise SnapshotError(f"section {tag.decode()} at byte {pos - _SECTION.size} runs past the end of the file "
+                                f"({n} bytes from byte {pos}, {len(buf)} in the file)")
         payload = view[pos : pos + n]
         if zlib.crc32(payload, zlib.crc32(head)) != crc:
-            raise SnapshotError(f"section {tag.decode()} checksum mismatch")
+            raise SnapshotError(f"section {tag.decode()} at byte {pos - _SECTION.size}: checksum mismatch over bytes "
+                                f"{pos - _SECTION.size}..{pos + n}")
         found[tag] = payload
         pos += n
     missing = sorted(t.decode() for t in set(_SCHEMA) - set(found))

@@ -136,6 +136,44 @@ async def test_a_restarted_replica_catches_up_its_slots_then_a_gained_slot(nodes
         await sync.close()
 
 
+@pytest.mark.parametrize("behind", [False, True])
+async def test_a_store_whose_restart_lost_data_stays_out_of_reads_until_its_first_catch_up(
+        nodes: list[Node], behind: bool) -> None:
+    """``behind`` (recovery reported a loss, metricsd/store/recovery.py): it registered joining and says
+    CATCHING_UP until a catch-up has run, even when it turns out to lack nothing; without it a store
+    that lacks nothing never leaves active."""
+    c = nodes[2]
+    shard_map = ShardMap(1, 3, tuple(("s0", "s1", "s2") for _ in range(SLOTS)),
+                         {n.name: n.member(MemberState.JOINING if behind and n is c else MemberState.ACTIVE)
+                          for n in nodes})
+    for n in nodes:
+        write(n.store, range(20), [T0 + 1000 * k for k in range(10)])
+    published: list[MemberState] = []
+    seen_status: list[int] = []
+
+    async def publish(state: MemberState) -> None:
+        seen_status.append(c.api.status)
+        published.append(state)
+
+    c.api.status = pb.HealthResponse.CATCHING_UP if behind else pb.HealthResponse.SERVING  # as cmd/store.py does
+    settings = SyncSettings(interval_s=3600, window_ms=3_600_000, retry_s=0.05)
+    sync = ReplicaSync(c.store, local_apply(c.store), c.api, "s2", StaticMapSource(shard_map), SystemClock(),
+                       settings, publish=publish, behind=behind)
+    task = asyncio.ensure_future(sync.run())
+    try:
+        async with asyncio.timeout(20):
+            while sync.counters.catch_ups < 1:
+                await asyncio.sleep(0.02)
+        assert sync.counters.copied.samples_written == 0
+        assert published == ([MemberState.ACTIVE] if behind else [])
+        assert seen_status == ([pb.HealthResponse.SERVING] if behind else [])
+        assert c.api.status == pb.HealthResponse.SERVING
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sync.close()
+
+
 async def test_a_catch_up_takes_the_union_of_the_replicas_and_of_a_moved_slots_former_owners(
         nodes: list[Node]) -> None:
     """Samples acknowledged by W replicas may sit on one of them only, until anti-entropy spreads
@@ -229,7 +267,10 @@ def test_the_fault_schedule_is_seeded_and_one_store_is_away_at_a_time() -> None:
     first = plan_events(1, 600, 4, 2)
     assert first == plan_events(1, 600, 4, 2) and first != plan_events(2, 600, 4, 2)
     kinds = {e.kind for e in plan_events(3, 60, 4, 2)}
-    assert kinds == {"kill_store", "wipe_store", "stop_etcd", "kill_proxy"}
+    assert kinds == {"kill_store", "wipe_store", "corrupt_store", "kill_launcher", "fill_disk", "stop_etcd",
+                     "kill_proxy"}
+    assert {e.target for e in plan_events(3, 600, 4, 2) if e.kind == "fill_disk"} == {"store-1"}
+    assert "fill_disk" not in {e.kind for e in plan_events(3, 60, 4, 2, disk_store=None)}
     kills = [e for e in first if e.kind.endswith("_store")]
     assert all(x.at_s + x.down_s < y.at_s for x, y in itertools.pairwise(kills))
     assert all(0 < e.at_s < 600 for e in first) and all(e.target.startswith("store-") for e in kills)

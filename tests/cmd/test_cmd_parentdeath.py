@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from metricsd.cmd.parentdeath import PARENT_ENV, parent_env
+from metricsd.parentdeath import PARENT_ENV, parent_env
 
 CHILD = textwrap.dedent("""
     import sys, time
-    from metricsd.cmd.parentdeath import die_with_parent
+    from metricsd.parentdeath import die_with_parent
     die_with_parent()
     print("up", flush=True)
     time.sleep(60)
@@ -52,7 +52,7 @@ def test_child_whose_named_parent_is_gone_stops_at_once() -> None:
 def test_child_ends_when_its_parent_is_killed() -> None:
     parent_code = textwrap.dedent(f"""
         import os, subprocess, sys, time
-        from metricsd.cmd.parentdeath import parent_env
+        from metricsd.parentdeath import parent_env
         child = subprocess.Popen([sys.executable, "-c", {CHILD!r}], env=parent_env(dict(os.environ)),
                                  stdout=subprocess.PIPE, start_new_session=True)
         assert child.stdout is not None and child.stdout.readline() == b"up\\n"

@@ -57,7 +57,8 @@ HPA_DOC = {"status": {}, "history": [{
 
 def test_the_hpa_table_shows_replicas_bounds_and_metrics() -> None:
     lines = format_status("hpa", HPA_DOC).splitlines()
-    assert lines[0].split() == ["TIME", "HPA", "RULE", "REPLICAS", "METRICS", "(current/target)", "SOURCE", "ACTION"]
+    assert lines[0].split() == ["TIME", "HPA", "RULE", "REPLICAS", "METRICS", "(current/target)", "SOURCE", "ACTION",
+                                "WHY"]
     assert "34 -> 43 (36..60 evening-peak)" in lines[1]
     assert "cpu 62%/50%" in lines[1] and "dry-run" in lines[1]
     assert format_status("hpa", []) == "no hpa decisions yet"
@@ -109,6 +110,10 @@ async def test_all_the_consumers_decide_on_the_simulated_cluster(tmp_path: Path)
     feed = by_name["default/feed-api"]
     assert feed["result"]["schedule"] == "evening-peak" and feed["result"]["minReplicas"] == 36
     assert feed["inputs"]["currentReplicas"] == 34 and feed["result"]["desiredReplicas"] >= 36
+    # 34 is below the evening's floor: the controller records why in words, naming the schedule
+    assert feed["rule"] == "BelowMinReplicas"
+    assert feed["why"] == "schedule evening-peak raises the minimum from 10 to 36"
+    assert {t["hpa"]: t["why"] for t in hpa["status"]["targets"]}["default/feed-api"] == feed["why"]
     assert by_name["video/comment"]["inputs"]["metrics"][0]["podsReporting"] == 9
     vpa = consumers.document("vpa")
     recs = {e["vpa"]: e["result"]["recommendation"]["containerRecommendations"] for e in vpa["history"]}

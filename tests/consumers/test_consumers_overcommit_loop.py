@@ -75,7 +75,23 @@ async def test_the_advice_matches_the_hand_worked_numbers() -> None:
     assert [k for k, _ in sink.published] == ["overcommit.advice"]
     json.dumps(ctl.history(), allow_nan=False)
     table = format_status("overcommit", {"history": ctl.history()})
-    assert "20:00" in table and "RECLAIMABLE CPU" in table
+    assert "20:00" in table and "1.70 cores reclaimable" in table and "3.40 GiB reclaimable" in table
+    assert entry["message"].startswith("reclaimable now: 1.70 cores, 3.40 GiB over 2 workload containers")
+
+
+async def test_pods_that_need_more_than_they_request_read_as_under_requested() -> None:
+    """With a 120% buffer the peaks (1 core, 2 GiB a pod) call for 2.2 cores and 4.4 GiB a pod, above
+    the 2 cores and 4 GiB requested: the log line and the status say so in words, not as negatives."""
+    _, backend = build()
+    sink = InMemoryScale()
+    config = parse_overcommit({"kind": "OvercommitAdvisor", "spec": {"buffer": 1.2}})
+    ctl = OvercommitController(config, backend, sink, ManualClock(NOW))
+    entry = await ctl.sync_once()
+    assert entry["message"].startswith("nothing reclaimable now: CPU under-requested by 0.40 cores, memory "
+                                       "under-requested by 0.80 GiB over 2 workload containers")
+    assert sink.published[-1][1]["message"] == entry["message"]  # what the log backend writes
+    table = format_status("overcommit", {"history": ctl.history()})
+    assert "under-requested by 0.40 cores" in table and "under-requested by 0.80 GiB" in table
 
 
 async def test_a_namespace_scope_leaves_other_namespaces_out() -> None:

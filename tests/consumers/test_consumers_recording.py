@@ -29,7 +29,7 @@ HPA_ENTRY: dict[str, Any] = {
         {"metric": "Resource/memory", "target": {"type": "AverageValue", "value": 419430400.0}, "current": None,
          "usageRatio": None, "replicas": None, "source": "none", "rule": None, "error": "no data",
          "podsReporting": 0, "available": False}]},
-    "rule": "DesiredWithinRange", "message": "...",
+    "rule": "DesiredWithinRange", "message": "...", "why": "CPU utilisation below its 50% target",
     "result": {"action": "dry-run", "errors": [], "desiredReplicas": 30, "metricReplicas": 22, "rescale": True,
                "usedHistory": False, "alert": True, "minReplicas": 10, "maxReplicas": 60, "schedule": None},
 }
@@ -53,6 +53,9 @@ def test_an_hpa_decision_becomes_replica_and_target_series_keyed_by_its_workload
         _key("metricsd_hpa_desired_replicas", **base): 30.0,
         _key("metricsd_hpa_min_replicas", **base): 10.0,
         _key("metricsd_hpa_max_replicas", **base): 60.0,
+        # the decision with its reason in words and what was done, for the dashboard's markers
+        _key("metricsd_hpa_decision", **base, reason="DesiredWithinRange", action="dry-run",
+             why="CPU utilisation below its 50% target"): 30.0,
         _key("metricsd_hpa_at_max_alert", **base): 1.0,
         _key("metricsd_hpa_used_history", **base): 0.0,
         _key("metricsd_hpa_metric_current", **base, metric="Resource/cpu", target_type="Utilization"): 31.0,
@@ -62,6 +65,17 @@ def test_an_hpa_decision_becomes_replica_and_target_series_keyed_by_its_workload
         # memory had no data: its target is known, its current value and proposal are not
         _key("metricsd_hpa_metric_target", **base, metric="Resource/memory", target_type="AverageValue"): 419430400.0,
     }
+
+
+def test_the_decision_series_names_the_schedule_and_keeps_its_words_within_a_label_values_limit() -> None:
+    for why in ("x" * 5000, "€" * 5000):  # cut by bytes, on a character's boundary
+        entry = {**HPA_ENTRY, "rule": "BelowMinReplicas", "why": why,
+                 "result": {**HPA_ENTRY["result"], "schedule": "evening-peak"}}
+        (labels,) = [lab for lab, _ in hpa_series(entry) if dict(lab)["__name__"] == "metricsd_hpa_decision"]
+        d = dict(labels)
+        assert (d["reason"], d["schedule"], d["action"]) == ("BelowMinReplicas", "evening-peak", "dry-run")
+        assert 0 < len(d["why"].encode()) <= 400 and set(d["why"]) == {why[0]}
+        validate_labels(labels)
 
 
 def test_an_hpa_without_pods_publishes_only_what_it_knows() -> None:

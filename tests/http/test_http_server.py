@@ -18,17 +18,22 @@ async def _stop(env: Env) -> None:
     await stop_http(env.runner)  # type: ignore[arg-type]
 
 
-async def test_large_responses_are_gzipped_when_accepted(env: Env) -> None:
-    async with env.session.get(env.url + "/api/v1/metricsd/openapi.json",
-                               headers={"Accept-Encoding": "gzip"}) as r:
-        assert r.status == 200
-        assert r.headers["Content-Encoding"] == "gzip"
-        assert (await r.json())["openapi"].startswith("3.")
-    async with env.session.get(env.url + "/api/v1/metricsd/openapi.json",
-                               headers={"Accept-Encoding": "identity"}) as r:
-        assert "Content-Encoding" not in r.headers
-    async with env.session.get(env.url + "/api/v1/metadata", headers={"Accept-Encoding": "gzip"}) as r:
-        assert "Content-Encoding" not in r.headers  # too small to be worth it
+async def test_large_responses_are_gzipped_when_accepted() -> None:
+    assert HttpSettings().gzip_min_bytes == 32 * 1024  # a dashboard panel's few KiB go as they are
+    env = await start_env(HttpSettings(gzip_min_bytes=1024, access_log=False))
+    try:
+        async with env.session.get(env.url + "/api/v1/metricsd/openapi.json",
+                                   headers={"Accept-Encoding": "gzip"}) as r:
+            assert r.status == 200
+            assert r.headers["Content-Encoding"] == "gzip"
+            assert (await r.json())["openapi"].startswith("3.")
+        async with env.session.get(env.url + "/api/v1/metricsd/openapi.json",
+                                   headers={"Accept-Encoding": "identity"}) as r:
+            assert "Content-Encoding" not in r.headers
+        async with env.session.get(env.url + "/api/v1/metadata", headers={"Accept-Encoding": "gzip"}) as r:
+            assert "Content-Encoding" not in r.headers  # too small to be worth it
+    finally:
+        await _stop(env)
 
 
 async def test_request_bodies_over_the_limit_are_413() -> None:

@@ -11,7 +11,9 @@ from proxy_cluster import LocalCluster, fast_settings, raw, selector, workload, 
 
 from metricsd.columns import SeriesColumns
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.latency import HedgeSettings
 from metricsd.proxy.settings import HandoffSettings
+from metricsd.rpc.consistency import Consistency, reading_with
 from metricsd.rpc.wire import columns_from_read, labels_from_pb
 from metricsd.store.engine import Store
 
@@ -49,3 +51,26 @@ async def test_columnar_reads_equal_per_series_reads_and_still_repair(cluster3: 
     per_series = await proxy.read(EVERYTHING)
     want = [(labels_from_pb(s.labels), list(s.timestamps), list(s.values)) for s in per_series.series]
     assert _as_rows(columns_from_read(await proxy.read(columnar))) == want
+
+
+async def test_a_columnar_read_of_consistency_one_is_the_quorum_read_even_hedged_and_with_one_store_up(
+        cluster3: LocalCluster) -> None:
+    """PromQL over HTTP reads with consistency one (rpc/consistency.py) and asks for columns: one
+    replica's batch per slot, hedged, must give every series once, as the quorum's per-series read."""
+    proxy = cluster3.proxy()
+    hedging = cluster3.proxy(fast_settings(hedge=HedgeSettings(initial_s=0.0, min_s=0.0, max_s=0.0)))
+    series = workload(12)
+    await proxy.write(write_request(series, TIMES, labels=True))
+    want = _as_rows(columns_from_read(await proxy.read(EVERYTHING)))
+    assert len(want) == len(series)
+    columnar = pb.ReadRequest()
+    columnar.CopyFrom(EVERYTHING)
+    columnar.columnar = True
+    with reading_with(Consistency.ONE):
+        for p in (proxy, hedging):
+            for got in await asyncio.gather(*(p.read(columnar) for _ in range(4))):
+                assert got.HasField("batch") and _as_rows(columns_from_read(got)) == want
+        for n in list(cluster3.nodes.values())[1:]:
+            await n.stop()
+        assert _as_rows(columns_from_read(await proxy.read(columnar))) == want
+    assert hedging.counters["read_one_hedges"] > 0

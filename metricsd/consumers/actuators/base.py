@@ -122,8 +122,9 @@ class LogActuator:
         return None
 
     async def scale(self, request: ScaleRequest) -> None:
-        self.log.info("dry run: would scale %s from %d to %d replicas", request.target, request.current_replicas,
-                      request.desired_replicas)
+        why = request.decision.get("why")
+        self.log.info("dry run: would scale %s from %d to %d replicas%s", request.target, request.current_replicas,
+                      request.desired_replicas, f": {why}" if why else "")
 
     async def update_resources(self, update: ResourceUpdate) -> None:
         self.log.info("dry run: would set resources of %s (%s): %s", update.target, update.update_mode,

@@ -7,6 +7,11 @@ proposal is stabilised and rate-limited (normalizeDesiredReplicasWithBehaviors).
 applies its own step limit, and tracks the "at max above target" alert. Behaviour is always
 defaulted, as the autoscaling/v2 API server does for an object that sets it; upstream's older
 no-behaviour path (scale-up capped at max(2x, 4)) is not reproduced.
+
+A predictive HPA (`spec.metricsd.predictive`) also forecasts each metric's demand over its horizon
+(`predict.py`); the replicas that forecast needs are a floor under the metrics' proposal, taken
+before stabilisation. So a forecast can only raise the recommendation or hold the replicas there
+are, never lower it, never beyond the maximum, and it changes nothing when it falls back.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from metricsd.consumers.hpa.normalize import (
     record_scale_event,
     stabilize,
 )
+from metricsd.consumers.hpa.predict import Forecast, forecast, predicted_replicas
 from metricsd.consumers.hpa.replicas import (
     MetricError,
     MetricObservation,
@@ -36,9 +42,18 @@ from metricsd.consumers.hpa.replicas import (
     resource_replicas,
 )
 from metricsd.consumers.hpa.schedule import Limits, effective_limits
-from metricsd.consumers.hpa.spec import ControllerSettings, HPASpec, MetricSpec, MetricTarget
+from metricsd.consumers.hpa.spec import ControllerSettings, HPASpec, MetricSpec, MetricTarget, Predictive
 
-__all__ = ["Decision", "HPAInput", "HPAState", "MetricProposal", "apply_scale", "decide"]
+__all__ = [
+    "Decision",
+    "HPAInput",
+    "HPAState",
+    "MetricPrediction",
+    "MetricProposal",
+    "Prediction",
+    "apply_scale",
+    "decide",
+]
 
 Source = Literal["live", "history", "none"]
 
@@ -58,7 +73,9 @@ class HPAInput:
     """One sync's observations. `metrics` is keyed by MetricSpec.key; times are Unix seconds.
 
     current_replicas is the scale subresource's spec.replicas, status_replicas its status.replicas
-    (used by External AverageValue targets; defaults to current_replicas).
+    (used by External AverageValue targets; defaults to current_replicas). demand holds, per
+    metric key, the workload's demand per closed hour (hour start ms -> mean total) that a
+    predictive HPA forecasts from.
     """
 
     now: float
@@ -66,6 +83,7 @@ class HPAInput:
     pods: Sequence[PodInfo] = ()
     metrics: Mapping[str, MetricObservation] = field(default_factory=dict)
     status_replicas: int | None = None
+    demand: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,34 @@ class MetricProposal:
 
 
 @dataclass(frozen=True)
+class MetricPrediction:
+    """One metric's forecast and what it asks for.
+
+    capacity: what one replica carries at the target, in demand units (its request times the
+    target utilisation, or the AverageValue); value: the weighted forecast peak in the target's unit
+    at the current replica count (a utilisation percent, or a value per pod); replicas: the floor
+    it asks for, None unless the forecast is usable.
+    """
+
+    metric: str
+    forecast: Forecast
+    capacity: float | None = None
+    value: float | None = None
+    replicas: int | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The predictive part of one decision: the largest floor the metrics' forecasts ask for (None
+    when none is usable: the reactive rule decides alone) and whether it raised the recommendation."""
+
+    settings: Predictive
+    metrics: tuple[MetricPrediction, ...]
+    replicas: int | None
+    raised: bool = False
+
+
+@dataclass(frozen=True)
 class Decision:
     """The outcome of one sync. `reason` is machine-readable (upstream condition reasons where one
     exists), `message` a sentence for people; `state` is the state to pass to the next decision."""
@@ -97,6 +143,7 @@ class Decision:
     alert: bool
     limits: Limits
     state: HPAState
+    prediction: Prediction | None = None
 
     @property
     def rescale(self) -> bool:
@@ -122,12 +169,13 @@ def decide(
     )
     proposals = tuple(_propose(spec, m, limits.targets[m.key], inputs, tolerances, settings) for m in spec.metrics)
     used_history = any(p.source == "history" for p in proposals)
+    prediction = _predict(spec, limits, inputs, tolerances)
     alert_since, alert = _alert(spec, limits, current, proposals, state.at_max_above_target_since, now)
     state = replace(state, at_max_above_target_since=alert_since)
 
     def done(desired: int, reason: str, message: str, metric_replicas: int | None, st: HPAState) -> Decision:
         return Decision(current, desired, reason, message, proposals, metric_replicas, used_history, alert,
-                        limits, st)
+                        limits, st, prediction)
 
     if current == 0 and limits.min_replicas != 0:
         return done(0, "ScalingDisabled", "scaling is disabled since the replica count of the target is zero",
@@ -150,8 +198,12 @@ def decide(
                    f"{first.error}; keeping {current} replicas")
         return done(current, "InvalidMetrics", message, metric_replicas, state)
 
+    wanted = metric_replicas
+    if prediction is not None and prediction.replicas is not None and prediction.replicas > metric_replicas:
+        wanted = prediction.replicas
+        prediction = replace(prediction, raised=True)
     stabilized, recommendations = stabilize(
-        current, metric_replicas, state.recommendations, spec.behavior.scale_up, spec.behavior.scale_down, now
+        current, wanted, state.recommendations, spec.behavior.scale_up, spec.behavior.scale_down, now
     )
     state = replace(state, recommendations=recommendations)
     rated = convert_with_behavior_rate(
@@ -167,8 +219,10 @@ def decide(
     )
     final = apply_max_step(current, rated.replicas, spec.metricsd.max_step) or rated
     if final is rated and rated.reason == "DesiredWithinRange":
-        if stabilized.replicas != metric_replicas:
+        if stabilized.replicas != wanted:
             final = Normalized(rated.replicas, stabilized.reason, stabilized.message)
+        elif wanted != metric_replicas:
+            final = _predicted(spec, rated.replicas, current)
         elif rated.replicas == current and all(p.rule.endswith("WithinTolerance") for p in valid):
             final = Normalized(current, "WithinTolerance", "the metrics are within tolerance of their targets")
         elif rated.replicas == current and any(p.rule == "HistoryNoScaleDown" for p in valid):
@@ -185,6 +239,49 @@ def apply_scale(spec: HPASpec, state: HPAState, previous: int, new: int, now: fl
         previous, new, now,
     )
     return replace(state, scale_up_events=ups, scale_down_events=downs)
+
+
+def _predict(spec: HPASpec, limits: Limits, inputs: HPAInput, tolerances: Tolerances) -> Prediction | None:
+    """Each metric's forecast, and the largest floor the usable ones ask for; None when not opted in."""
+    settings = spec.metricsd.predictive
+    if settings is None:
+        return None
+    rows = tuple(_predict_metric(m, limits.targets[m.key], inputs, tolerances, settings, limits.max_replicas)
+                 for m in spec.metrics if m.type != "External")
+    floors = [r.replicas for r in rows if r.replicas is not None]
+    return Prediction(settings, rows, max(floors) if floors else None)
+
+
+def _predict_metric(metric: MetricSpec, target: MetricTarget, inputs: HPAInput, tolerances: Tolerances,
+                    settings: Predictive, max_replicas: int) -> MetricPrediction:
+    fc = forecast(inputs.demand.get(metric.key, {}), int(inputs.now * 1000), settings)
+    per_pod = 1.0  # a forecast in demand units per pod becomes the target's unit through this
+    if target.type == "Utilization":
+        obs = inputs.metrics.get(metric.key)
+        requests = [v for v in obs.requests.values() if v > 0] if obs is not None else []
+        if not requests:
+            return MetricPrediction(metric.key, replace(fc, usable=False, reason="NoRequests",
+                                                        message="no pod reports a request to size replicas by"))
+        per_pod = 100.0 / (sum(requests) / len(requests))
+    capacity = target.value / per_pod
+    current = inputs.current_replicas
+    if fc.peak is None or current <= 0:
+        return MetricPrediction(metric.key, fc, capacity)
+    demand = fc.peak * settings.weight
+    value = demand / current * per_pod
+    if not fc.usable:
+        return MetricPrediction(metric.key, fc, capacity, value)
+    floor = predicted_replicas(demand, capacity, current, max_replicas, tolerances.scale_up)
+    return MetricPrediction(metric.key, fc, capacity, value, floor)
+
+
+def _predicted(spec: HPASpec, replicas: int, current: int) -> Normalized:
+    """The reason when the forecast, not the metrics, set the recommendation."""
+    predictive = spec.metricsd.predictive
+    horizon = f"{predictive.horizon_seconds / 60:g} min" if predictive is not None else "its horizon"
+    if replicas > current:
+        return Normalized(replicas, "PredictedScaleUp", f"the forecast needs more replicas within {horizon}")
+    return Normalized(replicas, "PredictionHolds", f"the forecast needs these replicas within {horizon}")
 
 
 def _tolerance(value: float | None, settings: ControllerSettings) -> float:

@@ -15,10 +15,11 @@ from typing import Any
 from metricsd.clock import Clock
 from metricsd.consumers.actuators.base import Actuator, ActuatorError, ScaleRequest, WorkloadRef
 from metricsd.consumers.history import DecisionLog, iso_time
-from metricsd.consumers.hpa.algorithm import Decision, HPAInput, HPAState, apply_scale, decide
+from metricsd.consumers.hpa.algorithm import Decision, HPAInput, HPAState, Prediction, apply_scale, decide
 from metricsd.consumers.hpa.observe import HPAObserver, ObserveSettings
 from metricsd.consumers.hpa.replicas import MetricObservation, PodInfo
 from metricsd.consumers.hpa.spec import ControllerSettings, HPASpec
+from metricsd.consumers.wording import hpa_entry_why
 from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
 __all__ = ["HPAController", "HPAControllerSettings"]
@@ -96,6 +97,15 @@ class HPAController:
         except (Unavailable, BadRequest) as e:
             errors.append(f"listing pods: {e}; using the last {len(t.pods)} known")
         metrics = {m.key: await self.observer.observe(t.spec, m, now_ms) for m in t.spec.metrics}
+        demand: dict[str, dict[int, float]] = {}
+        if t.spec.metricsd.predictive is not None:
+            for m in t.spec.metrics:
+                if m.type == "External":
+                    continue
+                try:
+                    demand[m.key] = await self.observer.demand(t.spec, m, now_ms)
+                except (Unavailable, BadRequest) as e:
+                    errors.append(f"reading the hourly demand of {m.key}: {e}")
         # Kubernetes lists a target's pods and ignores metrics of pods it does not know; without
         # requests series (a Pods metric only), the pods reporting the metric stand in.
         pods = t.pods or sorted(set().union(*(o.samples for o in metrics.values())))
@@ -109,8 +119,8 @@ class HPAController:
         if current is None:
             message = f"no pods of {t.ref} report metrics and the backend does not know its scale"
             return self._record(t, now_ms, self._entry(t, now_ms, None, "NoPods", message, metrics, errors))
-        decision = decide(t.spec, HPAInput(now, current, [PodInfo(p) for p in pods], metrics), t.state,
-                          self.settings.controller)
+        decision = decide(t.spec, HPAInput(now, current, [PodInfo(p) for p in pods], metrics, demand=demand),
+                          t.state, self.settings.controller)
         t.state = decision.state
         entry = self._entry(t, now_ms, decision, decision.reason, decision.message, metrics, errors)
         if decision.rescale:
@@ -143,6 +153,8 @@ class HPAController:
     def _entry(self, t: _Target, now_ms: int, decision: Decision | None, rule: str, message: str,
                metrics: dict[str, MetricObservation], errors: list[str]) -> dict[str, Any]:
         proposals = {p.metric: p for p in decision.proposals} if decision is not None else {}
+        prediction = decision.prediction if decision is not None else None
+        predicted = _metric_predictions(prediction)
         rows = []
         for m in t.spec.metrics:
             obs = metrics.get(m.key)
@@ -155,6 +167,8 @@ class HPAController:
                 "rule": p.rule if p else None, "error": p.error if p else None,
                 "podsReporting": len(obs.samples) if obs else 0, "available": obs.available if obs else False,
             })
+            if m.key in predicted:
+                rows[-1]["prediction"] = predicted[m.key]
         result: dict[str, Any] = {"action": "none", "errors": list(errors)}
         if decision is not None:
             result.update({
@@ -163,13 +177,17 @@ class HPAController:
                 "minReplicas": decision.limits.min_replicas, "maxReplicas": decision.limits.max_replicas,
                 "schedule": decision.limits.schedule,
             })
-        return {
+            if prediction is not None:
+                result["prediction"] = _prediction(prediction)
+        entry = {
             "time": iso_time(now_ms), "timeMs": now_ms, "consumer": "hpa",
             "hpa": f"{t.spec.namespace}/{t.spec.name}", "target": f"{t.ref.kind}/{t.ref.name}",
             "inputs": {"currentReplicas": decision.current_replicas if decision else None, "pods": len(t.pods),
                        "metrics": rows},
             "rule": rule, "message": message, "result": result,
         }
+        entry["why"] = hpa_entry_why(entry, t.spec.min_replicas, t.spec.max_replicas)  # the rule in words
+        return entry
 
     def _record(self, t: _Target, now_ms: int, entry: dict[str, Any]) -> dict[str, Any]:
         if entry["result"]["errors"]:
@@ -192,9 +210,43 @@ class HPAController:
                 "minReplicas": t.spec.min_replicas, "maxReplicas": t.spec.max_replicas,
                 "currentReplicas": last.get("inputs", {}).get("currentReplicas"),
                 "desiredReplicas": result.get("desiredReplicas"), "schedule": result.get("schedule"),
-                "rule": last.get("rule"), "message": last.get("message"), "lastSync": last.get("time"),
+                "rule": last.get("rule"), "message": last.get("message"), "why": last.get("why"),
+                "lastSync": last.get("time"),
                 "alerting": t.alerting, "alertsTotal": t.alerts_total, "syncs": t.syncs, "scales": t.scales,
                 "errors": t.errors,
             })
+            if "prediction" in result:
+                targets[-1]["prediction"] = result["prediction"]
         return {"consumer": "hpa", "backend": self.actuator.name, "intervalSeconds": self.interval_s,
                 "decisions": self.log.recorded, "targets": targets}
+
+
+def _prediction(p: Prediction) -> dict[str, Any]:
+    """The decision's predictive part for the history and status: whether a forecast was in use
+    (`active`), the floor it asked for, and, when it fell back, the first metric's reason and error."""
+    usable = [m for m in p.metrics if m.forecast.usable]
+    first = usable[0] if usable else (p.metrics[0] if p.metrics else None)
+    return {
+        "method": p.settings.method, "horizonSeconds": p.settings.horizon_seconds, "weight": p.settings.weight,
+        "active": bool(usable), "replicas": p.replicas, "raised": p.raised,
+        "reason": first.forecast.reason if first else "NoMetrics",
+        "message": first.forecast.message if first else "no metric can be forecast",
+        "error": first.forecast.error if first else None,
+    }
+
+
+def _metric_predictions(p: Prediction | None) -> dict[str, dict[str, Any]]:
+    """Per metric key: the forecast in demand units (now and its peak within the horizon), what it
+    means in the target's unit at the current replicas, the floor it asks for and its recent error."""
+    if p is None:
+        return {}
+    out = {}
+    for m in p.metrics:
+        fc = m.forecast
+        out[m.metric] = {
+            "usable": fc.usable, "reason": fc.reason, "message": fc.message, "error": fc.error,
+            "demandNow": fc.now, "demandPeak": fc.peak,
+            "peakAt": iso_time(fc.peak_at_ms) if fc.peak_at_ms is not None else None,
+            "capacityPerReplica": m.capacity, "value": m.value, "replicas": m.replicas, "days": list(fc.days),
+        }
+    return out

@@ -1,5 +1,5 @@
-"""What the HPA controller asks metricsd each sync: the target's pods, each metric per pod, and the
-same hour yesterday for the history fallback.
+"""What the HPA controller asks metricsd each sync: the target's pods, each metric per pod, the
+same hour yesterday for the history fallback, and the hourly demand a predictive HPA forecasts from.
 
 The pods of a target are those whose `kube_pod_container_resource_requests` series carry the
 target's namespace and `workload` label and have a sample in the last two minutes (a stale marker
@@ -30,10 +30,12 @@ from metricsd.consumers.queries import (
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
-__all__ = ["HPAObserver", "ObserveSettings"]
+__all__ = ["HPAObserver", "ObserveSettings", "hourly_demand"]
 
 _HOUR_MS = 3_600_000
 _DAY_MS = 86_400_000
+# Rollups are kept eight days: a predictive HPA reads all of them.
+_DEMAND_DAYS = 8
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class ObserveSettings:
 
     rate_window_ms: int = 60_000
     last_window_ms: int = 120_000
+    # How long after an hour ends its rollup is read for the forecast (late samples still arrive).
+    demand_settle_ms: int = 120_000
 
 
 def _is_counter(name: str) -> bool:
@@ -56,6 +60,7 @@ class HPAObserver:
         self.backend = backend
         self.settings = settings or ObserveSettings()
         self._yesterday: dict[tuple[str, str, int], HistoryPoint | None] = {}
+        self._demand: dict[tuple[str, str], tuple[int, dict[int, float]]] = {}
 
     @staticmethod
     def _workload(spec: HPASpec) -> list[pb.Matcher]:
@@ -118,6 +123,28 @@ class HPAObserver:
         return MetricObservation(samples={p: PodSample(v) for p, v in usage.items()},
                                  requests={k[0]: v for k, v in requests.items()}, yesterday=yesterday)
 
+    async def demand(self, spec: HPASpec, metric: MetricSpec, now_ms: int) -> dict[int, float]:
+        """The workload's demand per closed hour (hour start ms -> mean total over its pods) over the
+        last eight days. Closed hours do not change, so only hours not asked for yet are read.
+        Raises Unavailable or BadRequest (and keeps what it had)."""
+        key = (f"{spec.namespace}/{spec.name}", metric.key)
+        last = (now_ms - self.settings.demand_settle_ms) // _HOUR_MS * _HOUR_MS - _HOUR_MS
+        first = last - _DEMAND_DAYS * _DAY_MS + _HOUR_MS
+        through, hours = self._demand.get(key, (first - _HOUR_MS, {}))
+        if through >= last:
+            return hours
+        start = max(through + _HOUR_MS, first)
+        if metric.type == "Pods":
+            matchers, name = self._pods_matchers(spec, metric), metric.name
+        else:
+            name = CPU_USAGE if metric.name == "cpu" else WORKING_SET
+            matchers = self._resource_matchers(spec, metric, name)
+        fresh = hourly_demand(await rollups(self.backend, matchers, start, last), _is_counter(name))
+        kept = {h: v for h, v in hours.items() if h >= first}
+        kept.update(fresh)
+        self._demand[key] = (last, kept)
+        return kept
+
     async def _history(self, spec: HPASpec, metric: MetricSpec, now_ms: int) -> HistoryPoint | None:
         hour = (now_ms - _DAY_MS) // _HOUR_MS * _HOUR_MS
         key = (f"{spec.namespace}/{spec.name}", metric.key, hour)
@@ -174,3 +201,29 @@ def _per_pod(series: list[HourRollup], name: str) -> dict[str, float]:
         if value is not None:
             out[s.labels.get("pod", "")] += value
     return dict(out)
+
+
+def hourly_demand(series: list[HourRollup], counter: bool) -> dict[int, float]:
+    """The total over all series per hour: a counter's mean rate (`hour_rate`), a gauge's mean.
+
+    A gauge series present for part of an hour adds its sum over the samples an hour holds (the most
+    any series has that hour), so a pod that ran ten minutes adds a sixth of its level, as it did to
+    the hour's mean total. An hour no series could tell is left out, not zero.
+    """
+    totals: dict[int, float] = defaultdict(float)
+    if counter:
+        for s in series:
+            for i, hour in enumerate(s.hours):
+                rate = hour_rate(s.min[i], s.max[i], s.count[i], s.last[i])
+                if rate is not None:
+                    totals[hour] += rate
+        return dict(totals)
+    full: dict[int, float] = defaultdict(float)
+    for s in series:
+        for i, hour in enumerate(s.hours):
+            full[hour] = max(full[hour], s.count[i])
+    for s in series:
+        for i, hour in enumerate(s.hours):
+            if s.count[i] > 0 and not math.isnan(s.sum[i]):
+                totals[hour] += s.sum[i] / full[hour]
+    return dict(totals)

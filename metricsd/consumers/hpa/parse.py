@@ -20,6 +20,7 @@ from metricsd.consumers.hpa.spec import (
     MaxStep,
     MetricSpec,
     MetricTarget,
+    Predictive,
     ScaleTargetRef,
     ScalingPolicy,
     ScalingRules,
@@ -28,6 +29,7 @@ from metricsd.consumers.hpa.spec import (
     default_scale_up,
 )
 from metricsd.consumers.specfields import Node, SpecError, load_documents
+from metricsd.durations import parse_duration_ms
 
 __all__ = ["load_hpa_yaml", "parse_hpa"]
 
@@ -164,7 +166,7 @@ def _rules(behavior: Node | None, key: str, default: ScalingRules) -> ScalingRul
 def _extensions(node: Node | None, metrics: tuple[MetricSpec, ...], max_replicas: int) -> Extensions:
     if node is None:
         return Extensions()
-    node.reject_unknown(("schedules", "maxStep", "historyFallback", "alertAtMaxForSeconds"))
+    node.reject_unknown(("schedules", "maxStep", "historyFallback", "alertAtMaxForSeconds", "predictive"))
     schedules = tuple(_schedule(s, metrics) for s in node.items("schedules"))
     step_node = node.child("maxStep")
     max_step = MaxStep()
@@ -183,7 +185,54 @@ def _extensions(node: Node | None, metrics: tuple[MetricSpec, ...], max_replicas
             allow_scale_down=fb_node.boolean("allowScaleDown", False),
         )
     alert = node.optional_number("alertAtMaxForSeconds", minimum=0.0)
-    return Extensions(schedules, max_step, fallback, alert)
+    pred_node = node.child("predictive")
+    predictive = _predictive(pred_node, metrics) if pred_node is not None else None
+    return Extensions(schedules, max_step, fallback, alert, predictive)
+
+
+_FORECAST_METHODS = ("sameHour", "holtWinters")
+_HORIZON_S = (60, 6 * 3600)
+
+
+def _predictive(node: Node, metrics: tuple[MetricSpec, ...]) -> Predictive | None:
+    """The opt-in to predictive scale-up; None when `enabled: false`."""
+    node.reject_unknown(("enabled", "horizon", "method", "weight", "days", "maxError"))
+    if not node.boolean("enabled", True):
+        return None
+    if not any(m.type != "External" for m in metrics):
+        raise SpecError(node.path, "needs a Resource, ContainerResource or Pods metric: External metrics are "
+                                   "not forecast")
+    horizon = _seconds(node, "horizon", 1800.0)
+    lo, hi = _HORIZON_S
+    if not lo <= horizon <= hi:
+        raise SpecError(node.at("horizon"), f"must be between 1m and 6h, got {node.value.get('horizon')!r}")
+    method = node.string("method", "sameHour", choices=_FORECAST_METHODS)
+    weight = node.number("weight", 1.0, maximum=2.0)
+    if weight <= 0:
+        raise SpecError(node.at("weight"), f"must be > 0, got {weight}")
+    # Rollups are kept eight days; a forecast reads `days` back plus the hours it compares today on.
+    days = node.integer("days", 7, minimum=1, maximum=7)
+    if method == "holtWinters" and days < 2:
+        raise SpecError(node.at("days"), f"holtWinters needs at least 2 (the first day seeds the season), got {days}")
+    max_error = node.number("maxError", 0.25, maximum=1.0)
+    if max_error <= 0:
+        raise SpecError(node.at("maxError"), f"must be > 0, got {max_error}")
+    return Predictive(horizon, method, weight, days, max_error)  # type: ignore[arg-type]
+
+
+def _seconds(node: Node, key: str, default: float) -> float:
+    """A duration: a string like 30m or 1h30m, or a number of seconds."""
+    raw = node.value.get(key)
+    if raw is None:
+        return default
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return float(raw)
+    if isinstance(raw, str):
+        try:
+            return parse_duration_ms(raw) / 1000.0
+        except ValueError:
+            pass
+    raise SpecError(node.at(key), f"must be a duration like 30m or 1h, got {raw!r}")
 
 
 def _schedule(node: Node, metrics: tuple[MetricSpec, ...]) -> Schedule:

@@ -22,6 +22,7 @@ __all__ = [
     "MaxStep",
     "MetricSpec",
     "MetricTarget",
+    "Predictive",
     "ScaleTargetRef",
     "ScalingPolicy",
     "ScalingRules",
@@ -32,6 +33,7 @@ __all__ = [
 
 MetricType = Literal["Resource", "ContainerResource", "Pods", "External"]
 TargetType = Literal["Utilization", "AverageValue", "Value"]
+ForecastMethod = Literal["sameHour", "holtWinters"]
 PolicyType = Literal["Pods", "Percent"]
 SelectPolicy = Literal["Max", "Min", "Disabled"]
 
@@ -175,6 +177,25 @@ class HistoryFallback:
 
 
 @dataclass(frozen=True)
+class Predictive:
+    """Scale up ahead of a forecast of the workload's demand (YAML `spec.metricsd.predictive`).
+
+    horizon_seconds: how far ahead the forecast looks; the HPA prepares for the largest demand it
+    expects within that time, so it should exceed the pods' start-up time. method: how the hourly
+    history becomes a forecast (`predict.py`). weight: the forecast is multiplied by it before it
+    becomes replicas (1 as forecast, 1.2 with 20% headroom, 0.8 leaving the rest to the reactive
+    rule). days: how many past days feed the forecast. max_error: the forecast's relative error over
+    the last hours above which the HPA falls back to the reactive rule alone.
+    """
+
+    horizon_seconds: float = 1800.0
+    method: ForecastMethod = "sameHour"
+    weight: float = 1.0
+    days: int = 7
+    max_error: float = 0.25
+
+
+@dataclass(frozen=True)
 class Extensions:
     """metricsd's additions, read from `spec.metricsd`."""
 
@@ -182,6 +203,7 @@ class Extensions:
     max_step: MaxStep = field(default_factory=MaxStep)
     history_fallback: HistoryFallback = field(default_factory=HistoryFallback)
     alert_at_max_for_seconds: float | None = None
+    predictive: Predictive | None = None
 
 
 @dataclass(frozen=True)

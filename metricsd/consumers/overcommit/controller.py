@@ -41,6 +41,7 @@ from metricsd.consumers.queries import (
     hour_rate,
     rollups,
 )
+from metricsd.consumers.wording import reclaimable_words
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 
@@ -141,9 +142,8 @@ class OvercommitController:
                    key=lambda r: r.lendable.get("cpu") or 0.0, default=None)
         hours_seen = len({p.hour_start_ms for s in series for p in s.hourly})
         cluster = summary.cluster
-        message = (f"reclaimable now: {cluster.get('cpu', 0.0):.2f} cores, "
-                   f"{cluster.get('memory', 0.0) / 2**30:.2f} GiB over {len(recs)} workload containers; "
-                   f"{hours_seen} hours of history")
+        message = (f"{reclaimable_words({'cpu': cluster.get('cpu', 0.0), 'memory': cluster.get('memory', 0.0)})} "
+                   f"over {len(recs)} workload containers; {hours_seen} hours of history")
         if best is not None:
             message += f"; most to lend at {best.hour:02d}:00 ({best.lendable['cpu']:.1f} cores)"
         return {

@@ -15,7 +15,7 @@ import enum
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from metricsd.store.wal.record import (
@@ -30,7 +30,7 @@ from metricsd.store.wal.record import (
     scan_records,
 )
 
-__all__ = ["FsyncPolicy", "WalError", "WalPosition", "WalStats", "WriteAheadLog"]
+__all__ = ["FsyncPolicy", "WalDamage", "WalError", "WalPosition", "WalStats", "WriteAheadLog"]
 
 log = logging.getLogger("metricsd.store.wal")
 
@@ -61,6 +61,28 @@ class WalPosition:
     offset: int
 
 
+@dataclass(frozen=True)
+class WalDamage:
+    """Bytes a replay could not read: the segment, where the bad bytes begin, why, how many bytes
+    were dropped, and whether the segment was the newest (where a crash mid-append leaves a torn
+    record that was never acknowledged)."""
+
+    segment: int
+    offset: int
+    reason: str
+    dropped: int
+    newest: bool
+    path: str = ""  # where the unreadable bytes were kept, if anywhere
+
+    @property
+    def torn_tail(self) -> bool:
+        """Only a record cut short at the end of the newest segment (a crash while appending it):
+        it was not acknowledged, so nothing is lost. Anything else may have been."""
+        if self.reason.startswith("torn segment header"):
+            return True  # a file made but not yet written: it never held a record
+        return self.newest and self.reason.startswith("torn")
+
+
 @dataclass
 class WalStats:
     records_appended: int = 0
@@ -71,6 +93,7 @@ class WalStats:
     records_replayed: int = 0
     corrupt_tails: int = 0  # segments cut back to their last good record on replay
     bytes_truncated: int = 0
+    damage: list[WalDamage] = field(default_factory=list)  # what replay found, in order
 
 
 def segment_path(directory: Path, segment: int) -> Path:
@@ -149,12 +172,13 @@ class WriteAheadLog:
         for seg in segs:
             path = segment_path(self.directory, seg)
             buf = path.read_bytes()
+            newest = seg == segs[-1]
             try:
                 number = decode_segment_header(buf)
                 if number != seg:
                     raise WalFormatError(f"header says segment {number}")
             except WalFormatError as e:
-                self._set_aside(path, buf, str(e))
+                self._set_aside(path, buf, str(e), seg, newest)
                 done += sizes[seg]
                 continue
             first = SEGMENT_HEADER_SIZE
@@ -171,28 +195,45 @@ class WriteAheadLog:
                 if progress is not None and k % 64 == 63:
                     progress(done + off, total)
             if end.reason:
-                self._truncate(path, seg, len(buf), end)
+                self._truncate(path, seg, buf, end, newest)
             done += sizes[seg]
             if progress is not None:
                 progress(done, total)
 
-    def _set_aside(self, path: Path, buf: bytes, why: str) -> None:
+    def _set_aside(self, path: Path, buf: bytes, why: str, seg: int, newest: bool) -> None:
         self.stats.corrupt_tails += 1
         self.stats.bytes_truncated += len(buf)
         if len(buf) < SEGMENT_HEADER_SIZE:
+            # A crash right after the file was made: torn, and empty of records.
+            self.stats.damage.append(WalDamage(seg, 0, f"torn segment header ({len(buf)} bytes)", len(buf), newest))
             log.warning("WAL segment %s is empty or torn in its header (%d bytes): removed", path.name, len(buf))
             path.unlink()
             return
-        log.warning("WAL segment %s has an unreadable header (%s): moved aside to %s.corrupt, %d bytes skipped",
-                    path.name, why, path.name, len(buf))
-        path.rename(path.with_name(path.name + ".corrupt"))
+        aside = path.with_name(path.name + ".corrupt")
+        self.stats.damage.append(WalDamage(seg, 0, f"unreadable segment header ({why})", len(buf), newest, str(aside)))
+        log.error("WAL segment %s: unreadable header (%s) at offset 0; moved aside to %s, %d bytes skipped",
+                  path, why, aside.name, len(buf))
+        path.rename(aside)
 
-    def _truncate(self, path: Path, seg: int, size: int, end: ScanEnd) -> None:
-        dropped = size - end.offset
+    def _truncate(self, path: Path, seg: int, buf: bytes, end: ScanEnd, newest: bool) -> None:
+        dropped = len(buf) - end.offset
         self.stats.corrupt_tails += 1
         self.stats.bytes_truncated += dropped
-        log.warning("WAL segment %d: %s at offset %d; truncated to the last good record, %d bytes dropped", seg,
-                    end.reason, end.offset, dropped)
+        damage = WalDamage(seg, end.offset, end.reason, dropped, newest)
+        if damage.torn_tail:
+            log.warning("WAL segment %s: %s at offset %d (a crash while appending it); truncated to the last good "
+                        "record, %d bytes dropped", path, end.reason, end.offset, dropped)
+        else:  # keep the bytes for a post-mortem; losing them must not stop the start
+            aside = path.with_name(f"{path.name}.corrupt-{end.offset}")
+            try:
+                aside.write_bytes(buf[end.offset :])
+                damage = WalDamage(seg, end.offset, end.reason, dropped, newest, str(aside))
+            except OSError as e:
+                log.warning("cannot keep the unreadable bytes of %s in %s: %s", path, aside, e)
+            log.error("WAL segment %s: %s at offset %d; truncated there, %d bytes dropped (kept in %s): the records "
+                      "after it in this segment are lost from this store", path, end.reason, end.offset, dropped,
+                      damage.path or "nowhere")
+        self.stats.damage.append(damage)
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
             os.ftruncate(fd, end.offset)
@@ -218,6 +259,8 @@ class WriteAheadLog:
         return self.position
 
     def _create(self, segment: int) -> None:
+        """Make and open segment ``segment``. Raises OSError with nothing left behind (a full disk:
+        the half-made file is removed, so the number can be made again once there is room)."""
         path = segment_path(self.directory, segment)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
@@ -227,6 +270,7 @@ class WriteAheadLog:
                 fsync_dir(self.directory)
         except OSError:
             os.close(fd)
+            path.unlink(missing_ok=True)
             raise
         self._fd, self._segment, self._offset = fd, segment, SEGMENT_HEADER_SIZE
         self._dirty = False
@@ -244,7 +288,10 @@ class WriteAheadLog:
             raise WalError(f"write-ahead log unusable: {self._failed}")
         need = RECORD_HEADER_SIZE + len(payload)
         if self._offset > SEGMENT_HEADER_SIZE and self._offset + need > self.segment_bytes:
-            self.roll()
+            try:
+                self.roll()
+            except WalError as e:
+                raise WalError(f"WAL append failed: {e}") from e
         header = encode_record_header(rtype, payload)
         fd = self._fd
         assert fd is not None
@@ -256,7 +303,7 @@ class WriteAheadLog:
                 os.lseek(fd, self._offset, os.SEEK_SET)
             except OSError as e2:
                 self._failed = f"append failed ({e}) and could not be undone ({e2})"
-            raise WalError(f"WAL append failed: {e}") from e
+            raise WalError(f"WAL append failed: {e.strerror or e}") from e
         self._offset += need
         self.stats.records_appended += 1
         self.stats.bytes_appended += need
@@ -281,16 +328,22 @@ class WriteAheadLog:
         self._failed = reason
 
     def roll(self) -> WalPosition:
-        """Start a new segment unless the current one holds no record yet; returns where the next record goes."""
+        """Start a new segment unless the current one holds no record yet; returns where the next record goes.
+
+        Raises WalError when the new segment cannot be made (a full disk); the log then goes on
+        in the current segment, and the next roll tries again."""
         if self._fd is None:
             raise RuntimeError("roll() before open_for_append()")
         if self._offset == SEGMENT_HEADER_SIZE:
             return self.position
         if self.policy is not FsyncPolicy.NEVER and self._dirty:
             self._fsync(self._fd)
-        os.close(self._fd)
-        self._fd = None
-        self._create(self._segment + 1)
+        old = self._fd
+        try:
+            self._create(self._segment + 1)  # the new one first: a failure leaves the old one open
+        except OSError as e:
+            raise WalError(f"{e.strerror or e} (creating WAL segment {self._segment + 1})") from e
+        os.close(old)
         return self.position
 
     @property

@@ -1,0 +1,44 @@
+"""The event loop every metricsd process runs on: asyncio's own, or uvloop (libuv) with
+``METRICSD_EVENT_LOOP=uvloop`` when it is installed (``pip install uvloop``; the dev extra has it).
+
+asyncio's is the default by measurement, not by habit (perf/RESULTS.md, "Reads at Go speed",
+issue 23). uvloop halves what an idle-loop gRPC exchange costs in perf/bench_grpc_calls.py, but a
+metricsd process serves aiohttp and grpc.aio together, and there three A/Bs of whole processes
+(perf/bench_reads.py, the same code on either loop, interleaved) answered the literal ``1`` slower
+on uvloop (p50 4.26 against 3.24 ms at load 8, CPU per question 0.65 against 0.57 ms), and
+rate() of one pod over an hour at the same CPU within the noise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["ENV", "loop_factory", "run"]
+
+ENV = "METRICSD_EVENT_LOOP"
+T = TypeVar("T")
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """None for asyncio's default loop, or uvloop's factory with ``METRICSD_EVENT_LOOP=uvloop``.
+    Raises ValueError for another value, or for uvloop when it is not installed."""
+    choice = os.environ.get(ENV, "asyncio").strip().lower() or "asyncio"
+    if choice == "asyncio":
+        return None
+    if choice != "uvloop":
+        raise ValueError(f"{ENV}={choice!r}: use asyncio or uvloop")
+    try:
+        import uvloop
+    except ImportError:
+        raise ValueError(f"{ENV}=uvloop, but uvloop is not installed (pip install uvloop)") from None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on the loop :func:`loop_factory` picks."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)

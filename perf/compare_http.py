@@ -1,0 +1,169 @@
+"""The dashboard's questions over PromQL HTTP, asked of every system in one run (perf/compare.py;
+issue 23: the fixed cost of a read request and of the proxy -> store hop).
+
+Five questions, as a user comparing systems would send them, over the Prometheus HTTP API of one
+metricsd store (``metricsd up``), of the metricsd cluster's proxy, of Prometheus and of
+VictoriaMetrics:
+
+``1``  the literal ``1``: what a request costs before any data is touched;
+(b)   ``rate()`` of one pod's CPU counter over 1 h at a 30 s step (perf/compare_queries.py's (b));
+(c)   the top 10 pods of a namespace by CPU (compare_queries' (c));
+(a)   the HPA's question, sum of usage over sum of requests of 5,000 pods (compare_queries' (a));
+(d)   the average memory working set by workload, ``avg by (workload) (...)`` over every pod.
+
+Each is timed at concurrency 1 and 8, p50 and p99, systems interleaved (A B C D D C B A), and
+the server CPU each system spent per question is read from /proc around its own runs (for the
+cluster: all its processes, and the proxy and the stores apart). The answers of metricsd's two
+HTTP endpoints must equal Prometheus' within the run's tolerance first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from compare_queries import Question, compare_answers, from_prometheus_json, promql_get, questions, summarise
+from compare_report import measure
+
+__all__ = ["HTTP_SYSTEMS", "check_http_answers", "http_questions", "profile_pids", "time_http"]
+
+# system name in the results -> the server (perf/compare.py's ``servers`` key) whose HTTP API it asks
+HTTP_SYSTEMS = {  # the same names in compare_report.HTTP_SYSTEMS
+    "metricsd-promql": "metricsd",
+    "metricsd-cluster-promql": "metricsd-cluster",
+    "prometheus": "prometheus",
+    "victoriametrics": "victoriametrics",
+}
+MEMORY = "container_memory_working_set_bytes"
+Cpu = Callable[[], dict[str, float]]  # CPU seconds so far by role, with "all"
+
+
+def http_questions(at_ms: int, pod: str, namespace: str) -> list[Question]:
+    """``1``, (b), (c), (a) and (d), in the order of issue 23's table."""
+    qs = {q.key: q for q in questions(at_ms, pod, namespace)}
+    one = Question("1", "the literal 1: the fixed cost of a request", "1", at_ms, at_ms, 0, None)
+    d = Question("d", "average memory working set by workload", f"avg by (workload) ({MEMORY})", at_ms, at_ms, 0,
+                 None, group_label="workload")
+    return [one, qs["b"], qs["c"], qs["a"], d]
+
+
+async def check_http_answers(qs: list[Question], systems: list[str], http: aiohttp.ClientSession,
+                             urls: dict[str, str], rtol: float) -> tuple[dict[str, Any], list[str]]:
+    """Every question of every system beside Prometheus' answer; failures of metricsd's systems."""
+    report: dict[str, Any] = {}
+    failures: list[str] = []
+    for q in qs:
+        ref = from_prometheus_json(await promql_get(http, urls["prometheus"], q), q.group_label)
+        row: dict[str, Any] = {"points": sum(len(v) for v in ref.values())}
+        for name in systems:
+            if name == "prometheus":
+                continue
+            got = from_prometheus_json(await promql_get(http, urls[name], q), q.group_label)
+            c = compare_answers(ref, got)
+            row[name] = {"max_rel": c.max_rel, "median_rel": c.median_rel, "points": c.points,
+                         "missing": c.missing[:10], "extra": c.extra[:10]}
+            if name.startswith("metricsd") and not c.agrees(rtol):
+                failures.append(f"({q.key}) {name} over HTTP: max rel. diff {c.max_rel:.3g} over {c.points} "
+                                f"points, missing {c.missing[:5]}, extra {c.extra[:5]}")
+        report[q.key] = row
+    return report, failures
+
+
+async def _run(call: Callable[[], Awaitable[object]], n: int, concurrency: int) -> list[float]:
+    times: list[float] = []
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one() -> None:
+        async with sem:
+            t0 = time.perf_counter()
+            await call()
+            times.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(one() for _ in range(n)))
+    return times
+
+
+def _minus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: v - b.get(k, 0.0) for k, v in a.items()}
+
+
+async def interleaved_cpu(calls: dict[str, Callable[[], Awaitable[object]]], cpu: dict[str, Cpu], n: int,
+                          concurrency: int, warmup: int) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
+    """compare_queries.interleaved, also summing each system's server CPU over its own timed runs
+    (seconds by role)."""
+    for call in calls.values():
+        await _run(call, warmup, concurrency)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    spent: dict[str, dict[str, float]] = {name: {} for name in calls}
+    names = list(calls)
+    for order, share in ((names, n // 2), (names[::-1], n - n // 2)):
+        for name in order:
+            before = cpu[name]()
+            times[name].extend(await _run(calls[name], share, concurrency))
+            for role, v in _minus(cpu[name](), before).items():
+                spent[name][role] = spent[name].get(role, 0.0) + v
+    return times, spent
+
+
+async def time_http(qs: list[Question], systems: list[str], http: aiohttp.ClientSession, urls: dict[str, str],
+                    cpu: dict[str, Cpu], n: int, warmup: int, concurrency: list[int],
+                    profile: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
+    """The timed runs; measures ``http.<key>.c<c>.p50_ms`` / ``p99_ms`` / ``cpu_ms`` (server CPU
+    per question, all processes) and, for a cluster, ``cpu_ms_proxy`` / ``cpu_ms_store``.
+    ``profile(key)``: an async context manager wrapped around each question's runs, or None."""
+    ms: list[dict[str, Any]] = []
+    for q in qs:
+        ctx = profile(q.key) if profile is not None else None
+        async with ctx if ctx is not None else _nothing():
+            for c in concurrency:
+                print(f"timing ({q.key}) over HTTP at concurrency {c} ...", flush=True)
+                calls = {s: _asker(http, urls[s], q) for s in systems}
+                times, spent = await interleaved_cpu(calls, cpu, n, c, warmup)
+                for s, t in times.items():
+                    pct = summarise(t)
+                    base = f"http.{q.key}.c{c}"
+                    ms += [measure(s, base + ".p50_ms", pct["p50_ms"], "ms"),
+                           measure(s, base + ".p99_ms", pct["p99_ms"], "ms"),
+                           measure(s, base + ".cpu_ms", spent[s].get("all", 0.0) / len(t) * 1000, "ms")]
+                    for role in ("proxy", "store"):
+                        if role in spent[s]:
+                            ms.append(measure(s, f"{base}.cpu_ms_{role}", spent[s][role] / len(t) * 1000, "ms"))
+    return ms
+
+
+def _asker(http: aiohttp.ClientSession, url: str, q: Question) -> Callable[[], Awaitable[object]]:
+    return lambda: promql_get(http, url, q)
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
+
+
+@asynccontextmanager
+async def profile_pids(pids: dict[str, int], path_of: Callable[[str], Path]) -> AsyncIterator[None]:
+    """py-spy records each process while inside, raw folded stacks into ``path_of(name)``."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        yield
+        return
+    procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
+                               "--nonblocking", "-o", str(path_of(name))],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, pid in pids.items()]
+    try:
+        await asyncio.sleep(1.0)
+        yield
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait(timeout=60)
