@@ -8,11 +8,18 @@ So the threshold is pinned and arenas are capped at 2.
 Where it is pinned is a trade of memory for CPU. At 128 KiB (the first setting: 16% less RSS
 than glibc's own choice) every array of a 60,000-sample remote-write batch was a fresh mmap, its
 pages faulted in and unmapped again: about 2 million page faults per 14 M samples, 40% of a
-store's ingest CPU in the kernel. At 2 MiB, with the heap's top trimmed only past 16 MiB, the same
-ingest took 0.47 instead of 0.79 CPU s per million samples for 8% more RSS (perf/RESULTS.md,
-"Remote write"); the retention loop's malloc_trim hands the heap's free pages back anyway.
-Equivalent to MALLOC_MMAP_THRESHOLD_=2097152 MALLOC_TRIM_THRESHOLD_=16777216 MALLOC_ARENA_MAX=2
-in the environment, which this respects when set.
+store's ingest CPU in the kernel. At 2 MiB the same ingest took 0.47 instead of 0.79 CPU s per
+million samples for 8% more RSS (perf/RESULTS.md, "Remote write").
+
+A query's temporaries (a window matrix of 50,000 series, several MiB, above the mmap threshold)
+are likewise mmap'd afresh and page-faulted in every time, unless the heap's top has room for
+them: glibc takes a large block from the top before it calls mmap. So the heap grows in steps of
+``top_pad`` and keeps up to ``trim_threshold`` free at its top (the retention loop's malloc_trim
+still hands it back once a minute): a pushed-down question over 50,000 series took twice as long
+without (perf/RESULTS.md, "Selection over many series").
+
+Equivalent to MALLOC_MMAP_THRESHOLD_=2097152 MALLOC_ARENA_MAX=2 MALLOC_TOP_PAD_=33554432
+MALLOC_TRIM_THRESHOLD_=67108864 in the environment, which this respects when set.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import os
 from typing import Any
 
 _M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
@@ -41,18 +49,19 @@ def libc_function(name: str) -> Any | None:
         return None
 
 
-def tune_malloc(mmap_threshold: int = 2 * 2**20, trim_threshold: int = 16 * 2**20, arena_max: int = 2) -> bool:
+def tune_malloc(mmap_threshold: int = 2 * 2**20, arena_max: int = 2, top_pad: int = 32 * 2**20,
+                trim_threshold: int = 64 * 2**20) -> bool:
     """Apply the settings if this is glibc; returns whether they were applied. Call early."""
     mallopt = libc_function("mallopt")
     if mallopt is None:
         return False
     ok = True
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
-        ok = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and ok
-    if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
-        ok = bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold)) and ok
-    if "MALLOC_ARENA_MAX" not in os.environ:
-        ok = bool(mallopt(_M_ARENA_MAX, arena_max)) and ok
+    for env, param, value in (("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, mmap_threshold),
+                              ("MALLOC_ARENA_MAX", _M_ARENA_MAX, arena_max),
+                              ("MALLOC_TOP_PAD_", _M_TOP_PAD, top_pad),
+                              ("MALLOC_TRIM_THRESHOLD_", _M_TRIM_THRESHOLD, trim_threshold)):
+        if env not in os.environ:
+            ok = bool(mallopt(param, value)) and ok
     return ok
 
 

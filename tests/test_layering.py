@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "metricsd"
 
 # The bottom: plain data, time and settings. Any unit may import these.
-BOTTOM = {"metricsd", "metricsd.model", "metricsd.selector", "metricsd.clock", "metricsd.durations",
+BOTTOM = {"metricsd", "metricsd.model", "metricsd.selector", "metricsd.columns", "metricsd.clock", "metricsd.durations",
           "metricsd.defaults", "metricsd.memory", "metricsd.parentdeath", "metricsd.proto"}
 
 # unit -> the units (besides BOTTOM and itself) it may import. A unit not named here is not allowed.

@@ -30,6 +30,8 @@ def add_query_arguments(p: argparse.ArgumentParser) -> None:
                    help="queries waiting for a slot before more get 503 at once (default %(default)s)")
     g.add_argument("--query.max-samples", dest="query_max_samples", type=int, default=d.max_samples,
                    help="samples one query may load; past it 422 (default %(default)s)")
+    g.add_argument("--query.max-series", dest="query_max_series", type=int, default=q.max_series,
+                   help="series one selector may select (queries, /api/v1/series); past it 422 (default %(default)s)")
     g.add_argument("--query.max-length", dest="query_max_length", type=int, default=q.max_length,
                    help="characters of a query; past it 400 before parsing (default %(default)s)")
     g.add_argument("--query.max-depth", dest="query_max_depth", type=int, default=q.max_depth,
@@ -84,7 +86,7 @@ def http_settings_from_args(args: argparse.Namespace, base: HttpSettings | None 
     """Raises ValueError for a limit that is not positive."""
     limits = QueryLimits(max_length=args.query_max_length, max_depth=args.query_max_depth,
                          max_operators=args.query_max_operators, max_concurrency=args.query_max_concurrency,
-                         max_queued=args.query_max_queued)
+                         max_queued=args.query_max_queued, max_series=args.query_max_series)
     if args.query_timeout <= 0 or args.query_max_samples <= 0:
         raise ValueError("--query.timeout and --query.max-samples must be positive")
     settings = dataclasses.replace(base or HttpSettings(), request_timeout_s=args.query_timeout,

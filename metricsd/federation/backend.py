@@ -105,6 +105,7 @@ class FederatedBackend:
         sub.CopyFrom(request)
         del sub.matchers[:]
         sub.matchers.extend(matchers)
+        sub.columnar = False  # merge_reads relabels series one by one; a reader takes either form
         return names, sub
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:

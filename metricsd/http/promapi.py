@@ -7,28 +7,36 @@ Shapes follow Prometheus' web/api/v1: ``{"status": "success", "data": ...}``, er
 
 ``/api/v1/series``, ``/labels`` and ``/label/<name>/values`` answer from the series the stores
 hold; their ``start``/``end`` are accepted and checked, but every series held is listed (the
-stores keep about a day, which is what such requests usually cover).
+stores keep about a day, which is what such requests usually cover). The series come as columns
+(metricsd/rpc/columnar.py): label names are read off the label codes, and the series list's JSON
+is written from each distinct label pair's text, so 50,000 series cost no dict or message each.
+Past --query.max-series a series lookup is refused with 422 (a ``limit`` parameter bounds the
+answer instead); label names and values are answered from the codes, whatever the count.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from metricsd import __version__
 from metricsd.clock import Clock
+from metricsd.columns import LabelColumns, SeriesColumns
 from metricsd.http.jsonbody import json_response
 from metricsd.http.params import ApiError, Params, bad, positive_int, read_params
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.promql import to_prometheus_json
-from metricsd.promql.limits import QueryLimitError
+from metricsd.promql.limits import QueryLimitError, refused_by_store
 from metricsd.promql.queries import QueryRunner
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.rpc.backend import MetricsBackend
-from metricsd.rpc.wire import labels_from_pb, matchers_to_pb
+from metricsd.rpc.backend import LimitExceeded, MetricsBackend
+from metricsd.rpc.columnar import list_columns
+from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import Matcher, MatchOp
 
 __all__ = ["PromAPI", "success"]
@@ -120,16 +128,24 @@ class PromAPI:
         if end < start:
             raise bad("end", "end timestamp must not be before start time")
 
-    async def _series(self, selectors: list[list[Matcher]], limit: int = 0) -> dict[int, dict[str, str]]:
-        resps = await asyncio.gather(*(
-            self.backend.list_series(pb.ListSeriesRequest(matchers=matchers_to_pb(m), limit=limit))
-            for m in selectors
-        ))
-        out: dict[int, dict[str, str]] = {}
-        for resp in resps:
-            for s in resp.series:
-                out.setdefault(s.id, dict(labels_from_pb(s.labels)))
-        return out
+    async def _series(self, selectors: list[list[Matcher]], limit: int = 0, max_series: int = 0) -> SeriesColumns:
+        """The series matching any selector, once each (by id), as columns. Raises QueryLimitError
+        past ``max_series`` (0: none)."""
+        try:
+            parts = await asyncio.gather(*(
+                list_columns(self.backend, pb.ListSeriesRequest(matchers=matchers_to_pb(m), limit=limit,
+                                                                max_series=max_series))
+                for m in selectors
+            ))
+        except LimitExceeded as e:
+            err = refused_by_store(str(e))
+            self.metrics.queries_refused.labels(limit=err.limit).inc()
+            raise err from None
+        cols = SeriesColumns.concat(parts)
+        if len(parts) > 1 and cols.ids is not None:
+            _, first = np.unique(cols.ids, return_index=True)
+            cols = cols.take(np.sort(first))
+        return cols
 
     async def series(self, request: web.Request) -> web.Response:
         params = await read_params(request)
@@ -138,24 +154,19 @@ class PromAPI:
             raise ApiError("bad_data", "no match[] parameter provided")
         self._check_window(params)
         limit = positive_int(params, "limit", 0)
-        found = sorted(self._series_sorted(await self._series(selectors, limit)))
-        rows = [dict(labels) for labels in found]
-        return success(rows[:limit] if limit else rows)
-
-    @staticmethod
-    def _series_sorted(found: dict[int, dict[str, str]]) -> list[tuple[tuple[str, str], ...]]:
-        return [tuple(sorted(labels.items())) for labels in found.values()]
+        labels = (await self._series(selectors, limit, self.runner.limits.max_series)).labels
+        order = labels.sort_order()
+        if limit:
+            order = order[:limit]
+        return _raw_success(_series_json(labels.take(order)))
 
     async def labels(self, request: web.Request) -> web.Response:
         params = await read_params(request)
         self._check_window(params)
         selectors = params.matchers() or [_ANY_SERIES]
-        names: set[str] = set()
-        for labels in (await self._series(selectors)).values():
-            names.update(labels)
+        names = (await self._series(selectors)).labels.present_names()
         limit = positive_int(params, "limit", 0)
-        out = sorted(names)
-        return success(out[:limit] if limit else out)
+        return success(names[:limit] if limit else names)
 
     async def label_values(self, request: web.Request) -> web.Response:
         params = await read_params(request)
@@ -168,7 +179,8 @@ class PromAPI:
             self.backend.label_values(pb.LabelValuesRequest(name=name, matchers=matchers_to_pb(m)))
             for m in selectors
         ))
-        values = sorted({v for r in resps for v in r.values})
+        # one store's answer is sorted and distinct already
+        values = list(resps[0].values) if len(resps) == 1 else sorted({v for r in resps for v in r.values})
         limit = positive_int(params, "limit", 0)
         return success(values[:limit] if limit else values)
 
@@ -195,3 +207,22 @@ class PromAPI:
 
     async def metadata(self, request: web.Request) -> web.Response:
         return success({})
+
+
+def _raw_success(data_json: str) -> web.Response:
+    """success() for a ``data`` member already in JSON."""
+    return web.Response(text='{"status":"success","data":' + data_json + "}", content_type="application/json")
+
+
+def _series_json(labels: LabelColumns) -> str:
+    """The series' label sets as a JSON list of objects, in their order: each distinct
+    ``"name":"value"`` pair is encoded once, then joined per series."""
+    if len(labels) == 0:
+        return "[]"
+    cols = []
+    for name, codes, values in zip(labels.names, labels.codes, labels.values, strict=True):
+        used = np.unique(codes)
+        text = {int(c): json.dumps(name) + ":" + json.dumps(values[int(c)]) for c in used.tolist() if c >= 0}
+        text[-1] = ""
+        cols.append([text[c] for c in codes.tolist()])
+    return "[" + ",".join("{" + ",".join(p for p in row if p) + "}" for row in zip(*cols, strict=True)) + "]"

@@ -18,7 +18,7 @@ from metricsd.promql.kahan import kahan_inc_arr
 from metricsd.promql.rangefuncs import quantile
 from metricsd.promql.values import NAME_LABELS, PromQLError, StepSeries, format_float
 
-__all__ = ["aggregate", "count_values", "top_bottom_k"]
+__all__ = ["FAST_OPS", "aggregate", "count_values", "reduce_groups", "top_bottom_k"]
 
 
 def group_key(labels: Labels, by: bool, names: Sequence[str]) -> Labels:
@@ -136,7 +136,7 @@ def aggregate(
     return out
 
 
-_FAST_OPS = ("sum", "avg", "count", "min", "max", "group")
+FAST_OPS = ("sum", "avg", "count", "min", "max", "group")
 # Below this magnitude a plain sum of a few thousand values is as exact as Kahan's.
 _FAST_SUM_LIMIT = 2.0**40
 
@@ -147,13 +147,26 @@ def _aggregate_fast(op: str, groups: dict[Labels, list[StepSeries]]) -> list[Ste
     Fast path: the per-member loop costs a few NumPy calls per series. Sums fall back to the
     Kahan loop when a value could make a plain sum inexact (huge magnitudes, Inf, NaN).
     """
-    if op not in _FAST_OPS or not groups:
+    if op not in FAST_OPS or not groups:
         return None
     members = [m for ms in groups.values() for m in ms]
     sizes = np.array([len(ms) for ms in groups.values()], dtype=np.int64)
     starts = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(sizes)[:-1]])
-    values = np.stack([m.values for m in members])
-    present = np.stack([m.present for m in members])
+    reduced = reduce_groups(op, np.stack([m.values for m in members]), np.stack([m.present for m in members]), starts)
+    if reduced is None:
+        return None
+    res, present = reduced
+    return [
+        StepSeries(key, res[i], present[i], drop_name=_group_drop_name(key, ms))
+        for i, (key, ms) in enumerate(groups.items())
+    ]
+
+
+def reduce_groups(op: str, values: np.ndarray, present: np.ndarray, starts: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+    """sum, avg, count, group, min or max of each group of rows (rows ``starts[g]`` to the next
+    start, series x steps): (values, where the group has one), or None for a sum that a plain
+    addition could make inexact (the caller takes the Kahan path)."""
     if op in ("sum", "avg"):
         used = values[present]
         if used.size and not (np.isfinite(used).all() and np.abs(used).max() < _FAST_SUM_LIMIT):
@@ -170,10 +183,7 @@ def _aggregate_fast(op: str, groups: dict[Labels, list[StepSeries]]) -> list[Ste
     else:
         ufunc = np.fmax if op == "max" else np.fmin
         res = ufunc.reduceat(np.where(present, values, np.nan), starts, axis=0)
-    return [
-        StepSeries(key, res[i], count[i] > 0, drop_name=_group_drop_name(key, ms))
-        for i, (key, ms) in enumerate(groups.items())
-    ]
+    return res, count > 0
 
 
 def _k_values(param: np.ndarray) -> np.ndarray:

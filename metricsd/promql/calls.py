@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from metricsd.promql.blocks import math_block
 from metricsd.promql.functions import MATH_FUNCTIONS, apply_math, clamp, histogram_quantile, round_to, scalar_of
 from metricsd.promql.rangefuncs import RANGE_FUNCTIONS, eval_range_function
 from metricsd.promql.selectors import RangeArg
-from metricsd.promql.values import PromQLError, StepSeries
+from metricsd.promql.values import PromQLError, StepSeries, VectorBlock
 
 if TYPE_CHECKING:
     from metricsd.promql.engine import Value, _Evaluator
@@ -34,7 +35,11 @@ def eval_call(ev: _Evaluator, node: Any) -> Value:
         q = ev.scalar(args[0])
         return eval_range_function(name, _range_arg(ev, args[1]), [q])
     if name in MATH_FUNCTIONS:
-        return apply_math(name, ev.vector(args[0]))
+        vec = ev.block_or_list(args[0])
+        if isinstance(vec, VectorBlock):
+            with np.errstate(all="ignore"):
+                return math_block(MATH_FUNCTIONS[name](vec.values), vec)
+        return apply_math(name, vec)
     if name == "time":
         return ev.ctx.steps / 1000.0
     if name == "vector":

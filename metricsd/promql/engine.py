@@ -21,6 +21,7 @@ import promql_parser as pp
 
 from metricsd.promql import aggregations as agg
 from metricsd.promql.binops import Matching, scalar_binop, set_binop, vector_binop, vector_scalar_binop
+from metricsd.promql.blocks import aggregate_block, scalar_binop_block
 from metricsd.promql.selectors import EvalContext, RangeArg, eval_matrix_selector, eval_vector_selector
 from metricsd.promql.source import SeriesSource
 from metricsd.promql.values import (
@@ -33,6 +34,7 @@ from metricsd.promql.values import (
     StepSeries,
     String,
     Vector,
+    VectorBlock,
     drop_name_labels,
 )
 
@@ -42,7 +44,7 @@ DEFAULT_MAX_SAMPLES = 50_000_000
 MAX_POINTS = 11_000  # points per series in a range query, as Prometheus' HTTP API allows
 DUPLICATE_LABELSET = "vector cannot contain metrics with the same labelset"
 
-Value = np.ndarray | list[StepSeries] | RangeArg | str
+Value = np.ndarray | list[StepSeries] | VectorBlock | RangeArg | str
 
 _NEG_AT_RE = re.compile(r"@\s*-\s*((?:\d+(?:ms|[smhdwy]))+|\d*\.?\d+(?:[eE][+-]?\d+)?)")
 _PLACEHOLDER_BASE_S = 9_000_000_000  # year 2255; far beyond any real data
@@ -117,7 +119,7 @@ class Engine:
             return Scalar(time_ms, float(value[0]))
         if isinstance(value, RangeArg):
             return _range_arg_to_matrix(value)
-        vec = _finish(value, 1)
+        vec = _finish(_as_list(value), 1)
         return Vector(time_ms, [Sample(s.labels, float(s.values[0])) for s in vec])
 
     def range(self, expr: str, start_ms: int, end_ms: int, step_ms: int,
@@ -146,7 +148,7 @@ class Engine:
         if isinstance(value, np.ndarray):
             return Matrix([Series((), ctx.steps.copy(), value.astype(np.float64))])
         out = []
-        for s in sorted(_finish(value, ctx.n), key=lambda s: s.labels):
+        for s in sorted(_finish(_as_list(value), ctx.n), key=lambda s: s.labels):
             out.append(Series(s.labels, ctx.steps[s.present], s.values[s.present]))
         return Matrix(out)
 
@@ -154,6 +156,10 @@ class Engine:
         steps = np.arange(start, end + 1, step, dtype=np.int64)
         return EvalContext(self.source, start, end, step, steps, self.lookback_ms, self.max_samples, neg,
                            deadline=self.deadline)
+
+
+def _as_list(v: list[StepSeries] | VectorBlock) -> list[StepSeries]:
+    return v.to_series() if isinstance(v, VectorBlock) else v
 
 
 def _finish(vec: list[StepSeries], n: int) -> list[StepSeries]:
@@ -203,8 +209,13 @@ class _Evaluator:
         return v
 
     def vector(self, node: Any) -> list[StepSeries]:
+        """An instant vector as one StepSeries per series (the general operators' form)."""
+        return _as_list(self.block_or_list(node))
+
+    def block_or_list(self, node: Any) -> list[StepSeries] | VectorBlock:
+        """An instant vector in whichever form it was made (columns stay columns)."""
         v = self.eval(node)
-        if not isinstance(v, list):
+        if not isinstance(v, list | VectorBlock):
             raise PromQLError("bad_data", f"expected an instant vector, got {node}")
         return v
 
@@ -221,6 +232,8 @@ class _Evaluator:
         v = self.eval(node.expr)
         if isinstance(v, np.ndarray):
             return -v
+        if isinstance(v, VectorBlock):
+            return VectorBlock(v.labels, -v.values, v.present, drop_name=True)
         if isinstance(v, list):
             return [StepSeries(s.labels, -s.values, s.present, drop_name=True) for s in v]
         raise PromQLError("bad_data", "unary expression only allowed on expressions of type scalar or instant vector")
@@ -252,7 +265,12 @@ class _Evaluator:
             param = self.scalar(node.param)
             return agg.aggregate(op, self.vector(node.expr), by, names, n, param)
         if op in ("sum", "avg", "min", "max", "count", "group", "stddev", "stdvar"):
-            return agg.aggregate(op, self.vector(node.expr), by, names, n)
+            vec = self.block_or_list(node.expr)
+            if isinstance(vec, VectorBlock):
+                fast = aggregate_block(op, vec, by, names)
+                if fast is not None:
+                    return fast
+            return agg.aggregate(op, _as_list(vec), by, names, n)
         raise PromQLError("execution", f"aggregation {op}() is not supported")
 
     def _eval_BinaryExpr(self, node: Any) -> Value:
@@ -263,6 +281,12 @@ class _Evaluator:
         n = self.ctx.n
         if isinstance(lhs, np.ndarray) and isinstance(rhs, np.ndarray):
             return scalar_binop(op, lhs, rhs)
+        if isinstance(lhs, VectorBlock) and isinstance(rhs, np.ndarray):
+            return scalar_binop_block(op, lhs, rhs, False, return_bool)
+        if isinstance(lhs, np.ndarray) and isinstance(rhs, VectorBlock):
+            return scalar_binop_block(op, rhs, lhs, True, return_bool)
+        lhs = _as_list(lhs) if isinstance(lhs, VectorBlock) else lhs
+        rhs = _as_list(rhs) if isinstance(rhs, VectorBlock) else rhs
         if isinstance(lhs, list) and isinstance(rhs, np.ndarray):
             return vector_scalar_binop(op, lhs, rhs, False, return_bool)
         if isinstance(lhs, np.ndarray) and isinstance(rhs, list):

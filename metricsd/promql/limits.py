@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from metricsd.promql.values import ErrorKind, PromQLError
 
-__all__ = ["Admission", "QueryLimitError", "QueryLimits", "count_operators", "prescan"]
+__all__ = ["Admission", "QueryLimitError", "QueryLimits", "count_operators", "prescan", "refused_by_store"]
 
 _OPEN, _CLOSE = "([{", ")]}"
 _OPERATOR_CHARS = frozenset("+-*/%^<>=!")
@@ -31,22 +31,35 @@ class QueryLimitError(PromQLError):
         self.limit = limit
 
 
+def refused_by_store(message: str) -> QueryLimitError:
+    """A store's LimitExceeded on a query (its message starts with the limit: ``query.max-series:``
+    or ``query.max-samples:``) as the 422 that names it."""
+    name = message.split(":", 1)[0].removeprefix("query.").replace("-", "_")
+    return QueryLimitError("execution", message, name if name in ("max_series", "max_samples") else "store")
+
+
 @dataclass(frozen=True)
 class QueryLimits:
     """max_length: characters (VictoriaMetrics' -search.maxQueryLen is 16 KiB too);
     max_depth: nested (), [] and {}; max_operators: binary operators (a chain of 256 ``x+`` terms
     parses in about 15 ms); max_concurrency: queries evaluated at once (Prometheus'
     --query.max-concurrency); max_queued: queries waiting for a slot, beyond which a query is
-    refused at once (503) rather than piling up."""
+    refused at once (503) rather than piling up; max_series: series one selector may select, in a
+    query (on every path: the engine's reads, aggregates pushed down, and the series and label-name
+    lookups), refused with 422 naming --query.max-series before any sample is read (VictoriaMetrics'
+    -search.maxUniqueTimeseries is 300,000; a store here answers a selection of 500,000 series in
+    a few seconds)."""
 
     max_length: int = 16 * 1024
     max_depth: int = 128
     max_operators: int = 256
     max_concurrency: int = 20
     max_queued: int = 200
+    max_series: int = 500_000
 
     def __post_init__(self) -> None:
-        if min(self.max_length, self.max_depth, self.max_operators, self.max_concurrency) < 1 or self.max_queued < 0:
+        if min(self.max_length, self.max_depth, self.max_operators, self.max_concurrency,
+               self.max_series) < 1 or self.max_queued < 0:
             raise ValueError("query limits must be positive (max_queued may be 0)")
 
 

@@ -15,14 +15,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from metricsd.columns import SeriesColumns
 from metricsd.promql.selectors import EvalContext, td_ms, to_matchers
 from metricsd.promql.source import SeriesData
 from metricsd.promql.values import PromQLError
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import MetricsBackend
-from metricsd.rpc.wire import labels_from_pb, matchers_to_pb
+from metricsd.rpc.columnar import read_columns
+from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import Matcher
 
 __all__ = ["Fetch", "PrefetchedSource", "fetch_all", "plan_fetches"]
@@ -85,38 +85,34 @@ class PrefetchedSource:
     Immutable after construction, so the engine may run on a worker thread.
     """
 
-    def __init__(self, fetched: dict[tuple[Matcher, ...], tuple[Fetch, list[SeriesData]]]) -> None:
+    def __init__(self, fetched: dict[tuple[Matcher, ...], tuple[Fetch, SeriesColumns]]) -> None:
         self._fetched = fetched
 
-    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+    def select_columns(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> SeriesColumns:
         got = self._fetched.get(tuple(matchers))
         if got is None or start_ms < got[0].start_ms or end_ms > got[0].end_ms:
             raise PromQLError("execution", f"internal error: selector {list(matchers)} was not prefetched")
-        out = []
-        for sd in got[1]:
-            lo = int(np.searchsorted(sd.timestamps, start_ms, side="left"))
-            hi = int(np.searchsorted(sd.timestamps, end_ms, side="right"))
-            if hi > lo:
-                out.append(SeriesData(sd.labels, sd.timestamps[lo:hi], sd.values[lo:hi]))
-        return out
+        return got[1].window(start_ms, end_ms)
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        cols = self.select_columns(matchers, start_ms, end_ms)
+        return [SeriesData(*cols.series_at(i)) for i in range(len(cols))]
 
     @property
     def samples(self) -> int:
-        return sum(int(sd.timestamps.size) for _, data in self._fetched.values() for sd in data)
+        return sum(data.samples for _, data in self._fetched.values())
+
+    @property
+    def widest(self) -> int:
+        """The most series one selector read."""
+        return max((len(data) for _, data in self._fetched.values()), default=0)
 
 
-def _series_of(resp: pb.ReadResponse) -> list[SeriesData]:
-    return [
-        SeriesData(labels_from_pb(s.labels), np.array(s.timestamps, dtype=np.int64),
-                   np.array(s.values, dtype=np.float64))
-        for s in resp.series
-    ]
-
-
-async def fetch_all(backend: MetricsBackend, fetches: Sequence[Fetch]) -> PrefetchedSource:
-    """Read every planned selector concurrently. Raises what the backend raises."""
-    reqs = [pb.ReadRequest(matchers=matchers_to_pb(f.matchers), start_ms=f.start_ms, end_ms=f.end_ms)
-            for f in fetches]
-    resps = await asyncio.gather(*(backend.read(r) for r in reqs))
-    return PrefetchedSource({f.matchers: (f, _series_of(r)) for f, r in zip(fetches, resps, strict=True)})
-
+async def fetch_all(backend: MetricsBackend, fetches: Sequence[Fetch], max_series: int = 0,
+                    max_samples: int = 0) -> PrefetchedSource:
+    """Read every planned selector concurrently, each within the limits (0: none; a store refuses
+    past them before it reads, LimitExceeded). Raises what the backend raises."""
+    reqs = [pb.ReadRequest(matchers=matchers_to_pb(f.matchers), start_ms=f.start_ms, end_ms=f.end_ms,
+                           max_series=max_series, max_samples=max_samples) for f in fetches]
+    got = await asyncio.gather(*(read_columns(backend, r) for r in reqs))
+    return PrefetchedSource({f.matchers: (f, cols) for f, cols in zip(fetches, got, strict=True)})

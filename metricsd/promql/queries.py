@@ -19,10 +19,10 @@ import numpy as np
 
 from metricsd.promql import Engine, Matrix, MemorySource, PromQLError, Result, pushdown
 from metricsd.promql.engine import MAX_POINTS, parse, prettify
-from metricsd.promql.limits import Admission, QueryLimitError, QueryLimits, prescan
+from metricsd.promql.limits import Admission, QueryLimitError, QueryLimits, prescan, refused_by_store
 from metricsd.promql.prefetch import PrefetchedSource, fetch_all, plan_fetches
 from metricsd.promql.selectors import TOO_MANY_SAMPLES, EvalContext
-from metricsd.rpc.backend import BadRequest, MetricsBackend
+from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
 
 __all__ = ["QueryRunner", "check_range"]
 
@@ -109,13 +109,17 @@ class QueryRunner:
                 self._parsed.clear()
             self._parsed[expr] = parsed
         ast, negative_at = parsed
+        max_series = self.limits.max_series
         if self.allow_pushdown and not negative_at:
             p = pushdown.plan(ast, start_ms, end_ms, step_ms, self.lookback_ms, instant=instant)
             if p is not None:
+                p.request.max_series = max_series
                 try:
                     resp = await self.backend.aggregate(p.request)
                 except BadRequest:
-                    pass  # a shape the stores refuse (a limit, say): the engine answers instead
+                    pass  # a shape the stores refuse: the engine answers instead
+                except LimitExceeded as e:  # each store checks its own series (cheap there)
+                    raise refused_by_store(str(e)) from None
                 else:
                     if len(resp.timestamps) == (end_ms - start_ms) // step_ms + 1 and pushdown.trustworthy(p, resp):
                         return pushdown.result_of(p, resp), "pushdown"
@@ -123,10 +127,19 @@ class QueryRunner:
         ctx = EvalContext(MemorySource(), start_ms, end_ms, step_ms, steps, self.lookback_ms, self.max_samples,
                           negative_at)
         fetches = plan_fetches(ast, ctx)
-        source = await fetch_all(self.backend, fetches) if fetches else PrefetchedSource({})
+        try:
+            source = await fetch_all(self.backend, fetches, max_series, self.max_samples) if fetches \
+                else PrefetchedSource({})
+        except LimitExceeded as e:
+            raise refused_by_store(str(e)) from None
         samples = source.samples
         if samples > self.max_samples:
-            raise PromQLError("execution", TOO_MANY_SAMPLES)
+            raise QueryLimitError("execution", f"{TOO_MANY_SAMPLES} (--query.max-samples {self.max_samples:,})",
+                                  "max_samples")
+        widest = source.widest
+        if widest > max_series:  # the stores of a cluster each held fewer
+            raise QueryLimitError("execution", f"query.max-series: a selector of the query matches {widest:,} series, "
+                                  f"more than the limit of {max_series:,} (--query.max-series)", "max_series")
         engine = Engine(source, lookback_ms=self.lookback_ms, max_samples=self.max_samples, deadline=deadline)
         if samples <= INLINE_SAMPLES and steps.size <= INLINE_SAMPLES:
             if instant:

@@ -1,7 +1,8 @@
 """Functions of a range vector: rate, irate, increase, delta, deriv and the ``*_over_time`` family.
 
-Each takes a :class:`RangeArg` (windows for all steps) and returns one :class:`StepSeries` per
-input series, present at the steps whose window had enough samples. rate/increase/delta follow
+Each takes a :class:`RangeArg` (windows for all steps) and returns a :class:`VectorBlock` of the
+input series present at some step (a step is present when its window had enough samples): one
+NumPy pass over every series' flat samples, no object per series. rate/increase/delta follow
 Prometheus' extrapolation exactly (``extrapolatedRate`` in promql/functions.go).
 """
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from metricsd.promql.kahan import kahan_inc, kahan_mean, kahan_sum
 from metricsd.promql.selectors import RangeArg
-from metricsd.promql.values import StepSeries
+from metricsd.promql.values import VectorBlock
 
 __all__ = ["RANGE_FUNCTIONS", "eval_range_function", "quantile"]
 
@@ -26,19 +27,22 @@ def _take(arr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return arr[np.clip(idx, 0, arr.size - 1)]
 
 
-def _rows(arg: RangeArg, values: np.ndarray, ok: np.ndarray, *, drop_name: bool = True) -> list[StepSeries]:
-    out = []
-    for i, (labels, _, _) in enumerate(arg.series):
-        if ok[i].any():
-            out.append(StepSeries(labels, np.where(ok[i], values[i], np.nan), ok[i], drop_name=drop_name))
-    return out
+def _rows(arg: RangeArg, values: np.ndarray, ok: np.ndarray, *, drop_name: bool = True) -> VectorBlock:
+    keep = np.flatnonzero(ok.any(axis=1)) if ok.size else np.zeros(0, dtype=np.int64)
+    ok = ok[keep]
+    return VectorBlock(arg.data.labels.take(keep), np.where(ok, values[keep], np.nan), ok, drop_name=drop_name)
 
 
-def extrapolated_rate(arg: RangeArg, *, is_counter: bool, is_rate: bool) -> list[StepSeries]:
+def _empty(arg: RangeArg) -> VectorBlock:
+    n = len(arg.ends)
+    return _rows(arg, np.zeros((0, n)), np.zeros((0, n), dtype=bool))
+
+
+def extrapolated_rate(arg: RangeArg, *, is_counter: bool, is_rate: bool) -> VectorBlock:
     fw = arg.flat()
     ts, vals, lo, hi = fw.ts, fw.vals, fw.lo, fw.hi
     if ts.size == 0:
-        return []
+        return _empty(arg)
     n = hi - lo
     ok = n >= 2
     first, last = _take(vals, lo), _take(vals, hi - 1)
@@ -70,11 +74,11 @@ def extrapolated_rate(arg: RangeArg, *, is_counter: bool, is_rate: bool) -> list
     return _rows(arg, result, ok)
 
 
-def instant_rate(arg: RangeArg, *, is_rate: bool) -> list[StepSeries]:
+def instant_rate(arg: RangeArg, *, is_rate: bool) -> VectorBlock:
     fw = arg.flat()
     ts, vals, lo, hi = fw.ts, fw.vals, fw.lo, fw.hi
     if ts.size == 0:
-        return []
+        return _empty(arg)
     ok = (hi - lo) >= 2
     last, prev = _take(vals, hi - 1), _take(vals, hi - 2)
     dt_ms = _take(ts, hi - 1) - _take(ts, hi - 2)
@@ -87,26 +91,22 @@ def instant_rate(arg: RangeArg, *, is_rate: bool) -> list[StepSeries]:
 
 def _windowed(
     arg: RangeArg, fn: Callable[[np.ndarray, np.ndarray, int], float], *, drop_name: bool = True, min_n: int = 1
-) -> list[StepSeries]:
+) -> VectorBlock:
     """Apply ``fn(timestamps, values, step)`` to each step's window: the general, per-window path."""
-    out: list[StepSeries] = []
-    for labels, ts, vals in arg.series:
-        lo, hi = arg.windows(ts)
-        ok = (hi - lo) >= min_n
-        if not ok.any():
-            continue
-        res = np.full(ok.size, np.nan)
-        for i in np.flatnonzero(ok).tolist():
-            res[i] = fn(ts[lo[i] : hi[i]], vals[lo[i] : hi[i]], i)
-        out.append(StepSeries(labels, res, ok, drop_name=drop_name))
-    return out
+    fw = arg.flat()
+    ok = (fw.hi - fw.lo) >= min_n
+    res = np.full(ok.shape, np.nan)
+    for r, i in zip(*np.nonzero(ok), strict=True):
+        lo, hi = int(fw.lo[r, i]), int(fw.hi[r, i])
+        res[r, i] = fn(fw.ts[lo:hi], fw.vals[lo:hi], int(i))
+    return _rows(arg, res, ok, drop_name=drop_name)
 
 
-def _reduce(arg: RangeArg, ufunc: np.ufunc) -> list[StepSeries] | None:
+def _reduce(arg: RangeArg, ufunc: np.ufunc) -> VectorBlock | None:
     """Vectorised window reduction with ``ufunc.reduceat``; None when a sum could lose precision."""
     fw = arg.flat()
     if fw.ts.size == 0:
-        return []
+        return _empty(arg)
     if ufunc is np.add and not (np.isfinite(fw.vals).all() and np.abs(fw.vals).max() < _FAST_SUM_LIMIT):
         return None
     lo, hi = fw.lo.ravel(), fw.hi.ravel()
@@ -117,29 +117,29 @@ def _reduce(arg: RangeArg, ufunc: np.ufunc) -> list[StepSeries] | None:
     return _rows(arg, res, fw.hi > fw.lo)
 
 
-def _count_over_time(arg: RangeArg) -> list[StepSeries]:
+def _count_over_time(arg: RangeArg) -> VectorBlock:
     fw = arg.flat()
     return _rows(arg, (fw.hi - fw.lo).astype(np.float64), fw.hi > fw.lo)
 
 
-def _last_over_time(arg: RangeArg) -> list[StepSeries]:
+def _last_over_time(arg: RangeArg) -> VectorBlock:
     fw = arg.flat()
     if fw.ts.size == 0:
-        return []
+        return _empty(arg)
     return _rows(arg, _take(fw.vals, fw.hi - 1), fw.hi > fw.lo, drop_name=False)
 
 
-def _sum_over_time(arg: RangeArg) -> list[StepSeries]:
+def _sum_over_time(arg: RangeArg) -> VectorBlock:
     fast = _reduce(arg, np.add)
     return fast if fast is not None else _windowed(arg, lambda _t, v, _i: kahan_sum(v))
 
 
-def _avg_over_time(arg: RangeArg) -> list[StepSeries]:
+def _avg_over_time(arg: RangeArg) -> VectorBlock:
     fast = _reduce(arg, np.add)
     if fast is None:
         return _windowed(arg, lambda _t, v, _i: kahan_mean(v))
-    for s, c in zip(fast, _count_over_time(arg), strict=True):  # the same rows, in the same order
-        s.values = s.values / np.maximum(c.values, 1)
+    count = _count_over_time(arg)  # the same rows, in the same order
+    fast.values = fast.values / np.maximum(count.values, 1)
     return fast
 
 
@@ -195,13 +195,13 @@ def linear_regression(ts: np.ndarray, vals: np.ndarray, intercept_ms: int) -> tu
     return slope, sy / n - slope * sx / n
 
 
-def _min_max(arg: RangeArg, is_max: bool) -> list[StepSeries]:
+def _min_max(arg: RangeArg, is_max: bool) -> VectorBlock:
     fast = _reduce(arg, np.fmax if is_max else np.fmin)
     assert fast is not None
     return fast
 
 
-def eval_range_function(name: str, arg: RangeArg, scalar_args: list[np.ndarray]) -> list[StepSeries]:
+def eval_range_function(name: str, arg: RangeArg, scalar_args: list[np.ndarray]) -> VectorBlock:
     """Evaluate ``name`` over ``arg``; ``scalar_args`` are the per-step values of other arguments."""
     if name in RANGE_FUNCTIONS:
         return RANGE_FUNCTIONS[name](arg)
@@ -211,7 +211,7 @@ def eval_range_function(name: str, arg: RangeArg, scalar_args: list[np.ndarray])
     raise KeyError(name)
 
 
-RANGE_FUNCTIONS: dict[str, Callable[[RangeArg], list[StepSeries]]] = {
+RANGE_FUNCTIONS: dict[str, Callable[[RangeArg], VectorBlock]] = {
     "rate": lambda a: extrapolated_rate(a, is_counter=True, is_rate=True),
     "increase": lambda a: extrapolated_rate(a, is_counter=True, is_rate=False),
     "delta": lambda a: extrapolated_rate(a, is_counter=False, is_rate=False),

@@ -11,15 +11,18 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import promql_parser as pp
 
+from metricsd.columns import LabelColumns, SeriesColumns
+from metricsd.columns import search_each as search_rows
 from metricsd.model import METRIC_NAME, Labels
 from metricsd.promql.source import SeriesSource, stale_mask
-from metricsd.promql.values import PromQLError, StepSeries
+from metricsd.promql.values import PromQLError, VectorBlock
 from metricsd.selector import InvalidSelector, Matcher, MatchOp
 
 __all__ = ["EvalContext", "RangeArg", "eval_matrix_selector", "eval_vector_selector", "td_ms"]
@@ -164,34 +167,38 @@ def to_matchers(vs: Any) -> list[Matcher]:
     return out
 
 
-def eval_vector_selector(ctx: EvalContext, vs: Any) -> list[StepSeries]:
+def eval_vector_selector(ctx: EvalContext, vs: Any) -> VectorBlock:
     times = ctx.selector_times(vs.at, vs.offset)
     lo_t = int(times.min()) - ctx.lookback_ms + 1
-    data = sorted(ctx.source.select(to_matchers(vs), lo_t, int(times.max())), key=lambda s: s.labels)
-    data = [sd for sd in data if sd.timestamps.size]
-    ts, vals, offsets = _flatten([sd.timestamps for sd in data], [sd.values for sd in data])
+    data = ctx.source.select_columns(to_matchers(vs), lo_t, int(times.max()))
+    ts, vals, offsets = data.timestamps, data.values, data.offsets
     if ts.size == 0:
-        return []
+        return VectorBlock(LabelColumns.empty(), np.zeros((0, times.size)), np.zeros((0, times.size), dtype=bool))
     idx = search_rows(ts, offsets, times) - 1  # newest sample at or before each step
     ok = idx >= offsets[:-1, None]
     idx = np.where(ok, idx, 0)
     ok &= ts[idx] > times[None, :] - ctx.lookback_ms
     ok &= ~stale_mask(vals)[idx]
     ctx.charge(int(ok.sum()))
-    values = np.where(ok, vals[idx], np.nan)
-    return [StepSeries(sd.labels, values[i], ok[i]) for i, sd in enumerate(data) if ok[i].any()]
+    keep = np.flatnonzero(ok.any(axis=1))
+    ok = ok[keep]
+    return VectorBlock(data.labels.take(keep), np.where(ok, vals[idx[keep]], np.nan), ok)
 
 
 @dataclass
 class RangeArg:
-    """A range vector across steps: each series' non-stale samples and every step's window.
+    """A range vector across steps: each series' non-stale samples (every series has some) and
+    every step's window, step i's being (ends[i] - range_ms, ends[i]]."""
 
-    Step i's window is (ends[i] - range_ms, ends[i]], as ``lo[i]:hi[i]`` into the series' arrays.
-    """
-
-    series: list[tuple[Labels, np.ndarray, np.ndarray]]
+    data: SeriesColumns
     ends: np.ndarray
     range_ms: int
+    _flat: FlatWindows | None = field(default=None, repr=False)
+
+    @property
+    def series(self) -> Iterator[tuple[Labels, np.ndarray, np.ndarray]]:
+        """Each series' labels, timestamps and values (one tuple per series: the general path)."""
+        return (self.data.series_at(i) for i in range(len(self.data)))
 
     def windows(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         lo = np.searchsorted(ts, self.ends - self.range_ms, side="right")
@@ -199,40 +206,13 @@ class RangeArg:
         return lo, hi
 
     def flat(self) -> FlatWindows:
-        """All series in one array, every (series, step) window found in one search."""
-        ts, vals, offsets = _flatten([t for _, t, _ in self.series], [v for _, _, v in self.series])
-        lo = search_rows(ts, offsets, self.ends - self.range_ms)
-        hi = search_rows(ts, offsets, self.ends)
-        return FlatWindows(ts, vals, offsets, lo, hi)
-
-
-def _flatten(ts_list: list[np.ndarray], vals_list: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    sizes = np.array([t.size for t in ts_list], dtype=np.int64)
-    offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(sizes)])
-    if not ts_list:
-        return np.zeros(0, dtype=np.int64), np.zeros(0), offsets
-    return np.concatenate(ts_list), np.concatenate(vals_list), offsets
-
-
-def search_rows(ts: np.ndarray, offsets: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """For each series i of the flat array, ``offsets[i] + searchsorted(series_i, times, "right")``.
-
-    Fast path: a NumPy call per series costs tens of microseconds, which dominates with
-    thousands of series; searching one key of (series number, time) removes that loop.
-    """
-    rows = offsets.size - 1
-    if rows == 0 or ts.size == 0:
-        return np.repeat(offsets[:-1, None], times.size, axis=1)
-    base = min(int(ts.min()), int(times.min()))
-    span = max(int(ts.max()), int(times.max())) - base + 1
-    if span * (rows + 1) < 2**62:
-        sid = np.repeat(np.arange(rows, dtype=np.int64), np.diff(offsets))
-        key = sid * span + (ts - base)
-        row = (np.arange(rows, dtype=np.int64) * span)[:, None]
-        return np.searchsorted(key, row + (times - base)[None, :], side="right")
-    return np.stack(
-        [offsets[i] + np.searchsorted(ts[offsets[i] : offsets[i + 1]], times, side="right") for i in range(rows)]
-    )
+        """All series in one array, every (series, step) window found in one search (kept)."""
+        if self._flat is None:
+            d = self.data
+            lo = search_rows(d.timestamps, d.offsets, self.ends - self.range_ms)
+            hi = search_rows(d.timestamps, d.offsets, self.ends)
+            self._flat = FlatWindows(d.timestamps, d.values, d.offsets, lo, hi)
+        return self._flat
 
 
 @dataclass
@@ -250,17 +230,14 @@ def eval_matrix_selector(ctx: EvalContext, ms: Any) -> RangeArg:
     vs = ms.vector_selector
     range_ms = td_ms(ms.range)
     ends = ctx.selector_times(vs.at, vs.offset)
-    data = sorted(
-        ctx.source.select(to_matchers(vs), int(ends.min()) - range_ms + 1, int(ends.max())), key=lambda s: s.labels
-    )
-    arg = RangeArg([], ends, range_ms)
-    ts, vals, offsets = _flatten([sd.timestamps for sd in data], [sd.values for sd in data])
-    fresh = ~stale_mask(vals)
-    kept = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(fresh)])[offsets]  # offsets without stale
-    ts, vals = ts[fresh], vals[fresh]
-    for i, sd in enumerate(data):
-        if kept[i + 1] > kept[i]:
-            arg.series.append((sd.labels, ts[kept[i] : kept[i + 1]], vals[kept[i] : kept[i + 1]]))
+    data = ctx.source.select_columns(to_matchers(vs), int(ends.min()) - range_ms + 1, int(ends.max()))
+    fresh = ~stale_mask(data.values)
+    if not bool(fresh.all()):
+        kept = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(fresh)])[data.offsets]  # offsets without stale
+        data = SeriesColumns(data.labels, kept, data.timestamps[fresh], data.values[fresh], data.ids)
+    if bool((np.diff(data.offsets) == 0).any()):
+        data = data.take(np.flatnonzero(np.diff(data.offsets) > 0))
+    arg = RangeArg(data, ends, range_ms)
     fw = arg.flat()
     ctx.charge(int((fw.hi - fw.lo).sum()))
     return arg

@@ -4,6 +4,9 @@ The engine never sees shards, chunks or replicas. The store (and the proxy that 
 quorum of stores) implements :class:`SeriesSource`; tests and the script runner use
 :class:`MemorySource`. Stale markers are ordinary samples here (their NaN payload is
 ``STALE_NAN_BITS``); the engine decides what they mean.
+
+The answer is columnar (metricsd/columns.py: label codes and flat sample arrays), so a selection
+of 50,000 series reaches the evaluator without an object per series.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from metricsd.columns import SeriesColumns
 from metricsd.model import Labels
 from metricsd.selector import Matcher, matches_all
 
@@ -30,8 +34,9 @@ class SeriesData:
 
 
 class SeriesSource(Protocol):
-    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
-        """Series matching every matcher, with their samples in ``[start_ms, end_ms]`` (inclusive).
+    def select_columns(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> SeriesColumns:
+        """Series matching every matcher, with their samples in ``[start_ms, end_ms]`` (inclusive),
+        in any order.
 
         Series with no sample in the range may be left out.
         """
@@ -87,3 +92,8 @@ class MemorySource:
             if hi > lo:
                 out.append(SeriesData(labels, ts[lo:hi], vs[lo:hi]))
         return out
+
+    def select_columns(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> SeriesColumns:
+        found = self.select(matchers, start_ms, end_ms)
+        return SeriesColumns.from_arrays([s.labels for s in found], [s.timestamps for s in found],
+                                         [s.values for s in found])

@@ -1,8 +1,10 @@
 """What a PromQL query returns, the error it raises, and Prometheus' JSON shape for both.
 
-Also the engine's internal per-step representation (:class:`StepSeries`): every expression is
-evaluated for all steps of a query at once, so an instant query is a range query of one step and
-NumPy does the work across steps.
+Also the engine's internal per-step representations: every expression is evaluated for all steps
+of a query at once, so an instant query is a range query of one step and NumPy does the work
+across steps. An instant vector is either a :class:`VectorBlock` (many series as columns: label
+codes and a values matrix, what selectors, range functions and the common aggregations produce)
+or a list of :class:`StepSeries` (one object per series, what the other operators work on).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from metricsd.columns import LabelColumns
 from metricsd.model import METRIC_NAME, Labels
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "StepSeries",
     "String",
     "Vector",
+    "VectorBlock",
     "format_float",
     "format_labels",
     "to_prometheus_json",
@@ -94,6 +98,31 @@ class StepSeries:
     present: np.ndarray  # bool, one per step
     drop_name: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class VectorBlock:
+    """An instant vector across all query steps as columns: series i has labels
+    ``labels.labels_at(i)``, ``values[i]`` and ``present[i]`` (series x steps). ``drop_name``
+    marks every series for delayed ``__name__`` removal, as StepSeries.drop_name does one."""
+
+    labels: LabelColumns
+    values: np.ndarray  # float64, series x steps
+    present: np.ndarray  # bool, series x steps
+    drop_name: bool = False
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def to_series(self) -> list[StepSeries]:
+        """One StepSeries per series present at some step, in label order (as selectors list them)."""
+        keep = np.flatnonzero(self.present.any(axis=1))
+        labels = self.labels.take(keep)
+        order = labels.sort_order()
+        tuples = labels.take(order).to_list()
+        rows = keep[order]
+        return [StepSeries(lab, self.values[r], self.present[r], drop_name=self.drop_name)
+                for lab, r in zip(tuples, rows.tolist(), strict=True)]
 
 
 def drop_name_labels(labels: Labels) -> Labels:

@@ -150,16 +150,22 @@ class MissingCluster(_message.Message):
     def __init__(self, cluster: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("matchers", "start_ms", "end_ms", "slots")
+    __slots__ = ("matchers", "start_ms", "end_ms", "slots", "columnar", "max_series", "max_samples")
     MATCHERS_FIELD_NUMBER: _ClassVar[int]
     START_MS_FIELD_NUMBER: _ClassVar[int]
     END_MS_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_FIELD_NUMBER: _ClassVar[int]
+    MAX_SERIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     matchers: _containers.RepeatedCompositeFieldContainer[Matcher]
     start_ms: int
     end_ms: int
     slots: SlotFilter
-    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ...) -> None: ...
+    columnar: bool
+    max_series: int
+    max_samples: int
+    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., columnar: _Optional[bool] = ..., max_series: _Optional[int] = ..., max_samples: _Optional[int] = ...) -> None: ...
 
 class SeriesData(_message.Message):
     __slots__ = ("id", "labels", "timestamps", "values")
@@ -174,12 +180,14 @@ class SeriesData(_message.Message):
     def __init__(self, id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ..., timestamps: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("series", "missing_clusters")
+    __slots__ = ("series", "missing_clusters", "batch")
     SERIES_FIELD_NUMBER: _ClassVar[int]
     MISSING_CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     series: _containers.RepeatedCompositeFieldContainer[SeriesData]
     missing_clusters: _containers.RepeatedCompositeFieldContainer[MissingCluster]
-    def __init__(self, series: _Optional[_Iterable[_Union[SeriesData, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ...) -> None: ...
+    batch: SeriesBatch
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesData, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ..., batch: _Optional[_Union[SeriesBatch, _Mapping]] = ...) -> None: ...
 
 class AggregateQuery(_message.Message):
     __slots__ = ("matchers", "series_fn", "window_ms")
@@ -192,7 +200,7 @@ class AggregateQuery(_message.Message):
     def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., series_fn: _Optional[_Union[SeriesFn, str]] = ..., window_ms: _Optional[int] = ...) -> None: ...
 
 class AggregateRequest(_message.Message):
-    __slots__ = ("query", "denominator", "across", "quantile", "group_by", "start_ms", "end_ms", "step_ms", "per_series", "slots", "slot_digests", "data_slots", "top_k", "bottom_k")
+    __slots__ = ("query", "denominator", "across", "quantile", "group_by", "start_ms", "end_ms", "step_ms", "per_series", "slots", "slot_digests", "data_slots", "top_k", "bottom_k", "max_series")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     DENOMINATOR_FIELD_NUMBER: _ClassVar[int]
     ACROSS_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +215,7 @@ class AggregateRequest(_message.Message):
     DATA_SLOTS_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     BOTTOM_K_FIELD_NUMBER: _ClassVar[int]
+    MAX_SERIES_FIELD_NUMBER: _ClassVar[int]
     query: AggregateQuery
     denominator: AggregateQuery
     across: AcrossFn
@@ -221,7 +230,8 @@ class AggregateRequest(_message.Message):
     data_slots: _containers.RepeatedScalarFieldContainer[int]
     top_k: int
     bottom_k: int
-    def __init__(self, query: _Optional[_Union[AggregateQuery, _Mapping]] = ..., denominator: _Optional[_Union[AggregateQuery, _Mapping]] = ..., across: _Optional[_Union[AcrossFn, str]] = ..., quantile: _Optional[float] = ..., group_by: _Optional[_Iterable[str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., step_ms: _Optional[int] = ..., per_series: _Optional[bool] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., slot_digests: _Optional[bool] = ..., data_slots: _Optional[_Iterable[int]] = ..., top_k: _Optional[int] = ..., bottom_k: _Optional[int] = ...) -> None: ...
+    max_series: int
+    def __init__(self, query: _Optional[_Union[AggregateQuery, _Mapping]] = ..., denominator: _Optional[_Union[AggregateQuery, _Mapping]] = ..., across: _Optional[_Union[AcrossFn, str]] = ..., quantile: _Optional[float] = ..., group_by: _Optional[_Iterable[str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., step_ms: _Optional[int] = ..., per_series: _Optional[bool] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., slot_digests: _Optional[bool] = ..., data_slots: _Optional[_Iterable[int]] = ..., top_k: _Optional[int] = ..., bottom_k: _Optional[int] = ..., max_series: _Optional[int] = ...) -> None: ...
 
 class SlotDigests(_message.Message):
     __slots__ = ("slots", "series", "samples", "hash")
@@ -320,22 +330,28 @@ class RollupsResponse(_message.Message):
     def __init__(self, series: _Optional[_Iterable[_Union[SeriesRollups, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ...) -> None: ...
 
 class ListSeriesRequest(_message.Message):
-    __slots__ = ("matchers", "limit", "slots")
+    __slots__ = ("matchers", "limit", "slots", "columnar", "max_series")
     MATCHERS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNAR_FIELD_NUMBER: _ClassVar[int]
+    MAX_SERIES_FIELD_NUMBER: _ClassVar[int]
     matchers: _containers.RepeatedCompositeFieldContainer[Matcher]
     limit: int
     slots: SlotFilter
-    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., limit: _Optional[int] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ...) -> None: ...
+    columnar: bool
+    max_series: int
+    def __init__(self, matchers: _Optional[_Iterable[_Union[Matcher, _Mapping]]] = ..., limit: _Optional[int] = ..., slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., columnar: _Optional[bool] = ..., max_series: _Optional[int] = ...) -> None: ...
 
 class ListSeriesResponse(_message.Message):
-    __slots__ = ("series", "missing_clusters")
+    __slots__ = ("series", "missing_clusters", "batch")
     SERIES_FIELD_NUMBER: _ClassVar[int]
     MISSING_CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     series: _containers.RepeatedCompositeFieldContainer[SeriesLabels]
     missing_clusters: _containers.RepeatedCompositeFieldContainer[MissingCluster]
-    def __init__(self, series: _Optional[_Iterable[_Union[SeriesLabels, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ...) -> None: ...
+    batch: SeriesBatch
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesLabels, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ..., batch: _Optional[_Union[SeriesBatch, _Mapping]] = ...) -> None: ...
 
 class LabelValuesRequest(_message.Message):
     __slots__ = ("name", "matchers", "slots")
@@ -483,3 +499,27 @@ class StatsResponse(_message.Message):
     rejected: _containers.ScalarMap[str, int]
     rollup_buckets: int
     def __init__(self, series: _Optional[int] = ..., samples: _Optional[int] = ..., chunk_bytes: _Optional[int] = ..., chunk_samples: _Optional[int] = ..., bytes_per_sample: _Optional[float] = ..., head_samples: _Optional[int] = ..., pods: _Optional[int] = ..., rejected: _Optional[_Mapping[str, int]] = ..., rollup_buckets: _Optional[int] = ...) -> None: ...
+
+class LabelColumn(_message.Message):
+    __slots__ = ("name", "values", "codes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    CODES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    values: _containers.RepeatedScalarFieldContainer[str]
+    codes: bytes
+    def __init__(self, name: _Optional[str] = ..., values: _Optional[_Iterable[str]] = ..., codes: _Optional[bytes] = ...) -> None: ...
+
+class SeriesBatch(_message.Message):
+    __slots__ = ("ids", "labels", "counts", "timestamps", "values")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    ids: bytes
+    labels: _containers.RepeatedCompositeFieldContainer[LabelColumn]
+    counts: bytes
+    timestamps: bytes
+    values: bytes
+    def __init__(self, ids: _Optional[bytes] = ..., labels: _Optional[_Iterable[_Union[LabelColumn, _Mapping]]] = ..., counts: _Optional[bytes] = ..., timestamps: _Optional[bytes] = ..., values: _Optional[bytes] = ...) -> None: ...

@@ -39,9 +39,11 @@ from google.protobuf.message import Message
 
 from metricsd.clock import Clock
 from metricsd.cluster.shardmap import ShardMap
+from metricsd.columns import SeriesColumns
 from metricsd.maths.slotdigest import differing
 from metricsd.maths.slots import slot_of, slot_of_labels
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.batchmerge import merge_read_batches
 from metricsd.proxy.fanout import QuorumFailure, ReadPlans, Replies, read_fanout, slot_filter
 from metricsd.proxy.hedge import one_fanout
 from metricsd.proxy.latency import LatencyTracker
@@ -52,7 +54,7 @@ from metricsd.proxy.view import ClusterView
 from metricsd.rpc import consistency
 from metricsd.rpc.backend import MetricsBackend, Unavailable
 from metricsd.rpc.consistency import Consistency
-from metricsd.rpc.wire import labels_from_pb, slot_digests_from_pb
+from metricsd.rpc.wire import batch_bytes, columns_from_read, labels_from_pb, length_delimited, slot_digests_from_pb
 
 __all__ = ["ReadPath", "groups_within_slots", "slots_for"]
 
@@ -142,14 +144,21 @@ class ReadPath:
             return await b.read(sub)
 
         replies, shard_map = await self._fanout([request.matchers], call)
-        return self._merge_reads(replies, shard_map)
-
-    def _merge_reads(self, replies: Replies[pb.ReadResponse], shard_map: ShardMap) -> pb.ReadResponse:
+        most = max((len(ms) for ms in replies.answered.values()), default=0)
+        if request.columnar:  # batches: series the replicas agree on stay columns (proxy/batchmerge.py)
+            agreed, differ = merge_read_batches([(r.member, r.response) for r in replies.replies], most)
+            cols = SeriesColumns.concat([agreed, columns_from_read(self._merge_reads(differ, most, replies,
+                                                                                     shard_map))])
+            cols = cols.take(cols.labels.sort_order())
+            return pb.ReadResponse.FromString(length_delimited(2, batch_bytes(cols)))
         found: dict[int, list[tuple[str, pb.SeriesData]]] = {}
         for r in replies.replies:
             for s in r.response.series:
                 found.setdefault(s.id, []).append((r.member, s))
-        most = max((len(ms) for ms in replies.answered.values()), default=0)
+        return self._merge_reads(found, most, replies, shard_map)
+
+    def _merge_reads(self, found: dict[int, list[tuple[str, pb.SeriesData]]], most: int,
+                     replies: Replies[pb.ReadResponse], shard_map: ShardMap) -> pb.ReadResponse:
         repairs: dict[str, pb.WriteRequest] = {}
         out = pb.ReadResponse()
         for sid in sorted(found, key=lambda i: _label_key(found[i][0][1].labels)):

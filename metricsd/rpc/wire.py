@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from metricsd.columns import LabelColumns, SeriesColumns
 from metricsd.maths.partials import AcrossFn, Partials
 from metricsd.maths.slotdigest import SlotDigestArrays
 from metricsd.maths.slots import SlotFilter
@@ -24,6 +25,10 @@ __all__ = [
     "SERIES_FNS",
     "aggregate_result_to_pb",
     "aggregate_spec_from_pb",
+    "batch_bytes",
+    "columns_from_batch",
+    "columns_from_list",
+    "columns_from_read",
     "float_array",
     "groups_field",
     "labels_from_pb",
@@ -248,3 +253,82 @@ def slot_digests_from_pb(d: pb.SlotDigests) -> dict[int, tuple[int, int, int]]:
 def values_matrix(resp: pb.AggregateResponse) -> np.ndarray:
     """The response's final values as groups x times."""
     return np.array(resp.values, dtype=np.float64).reshape(len(resp.groups), len(resp.timestamps))
+
+
+# --- SeriesBatch: many series as columns (rpc/FORMAT.md) -----------------------------------------
+
+
+def _label_column_bytes(name: str, codes: np.ndarray, values: Sequence[str]) -> bytes:
+    """A LabelColumn with only the values the codes use, renumbered densely (a store's table holds
+    every value it ever saw: a batch carries those of its own series)."""
+    used, dense = np.unique(codes, return_inverse=True)
+    if len(used) and used[0] < 0:
+        dense = dense - 1  # -1 (absent) stays -1
+        used = used[1:]
+    tag = varint(2 << 3 | 2)
+    vals = b"".join(tag + varint(len(e)) + e for e in (values[int(u)].encode() for u in used.tolist()))
+    body = length_delimited(1, name.encode()) + vals + length_delimited(3, dense.astype("<i4").tobytes())
+    return length_delimited(2, body)
+
+
+def batch_bytes(cols: SeriesColumns, samples: bool = True) -> bytes:
+    """A SeriesBatch message, serialised: the bytes fields straight from the arrays, one LabelColumn
+    per label name some series has. ``samples``: include counts, timestamps and values."""
+    ids = cols.ids if cols.ids is not None else np.zeros(len(cols), dtype=np.uint64)
+    parts = [length_delimited(1, np.ascontiguousarray(ids, dtype="<u8").tobytes())]
+    for name, codes, values in zip(cols.labels.names, cols.labels.codes, cols.labels.values, strict=True):
+        if len(codes) and bool((codes >= 0).any()):
+            parts.append(_label_column_bytes(name, codes, values))
+    if samples:
+        parts += [length_delimited(3, np.diff(cols.offsets).astype("<u4").tobytes()),
+                  length_delimited(4, np.ascontiguousarray(cols.timestamps, dtype="<i8").tobytes()),
+                  length_delimited(5, np.ascontiguousarray(cols.values, dtype="<f8").tobytes())]
+    return b"".join(parts)
+
+
+def columns_from_batch(b: pb.SeriesBatch) -> SeriesColumns:
+    """Raises InvalidSeries when the batch's arrays do not agree in length."""
+    ids = np.frombuffer(b.ids, dtype="<u8").astype(np.uint64)
+    n = len(ids)
+    names, codes, values = [], [], []
+    for col in sorted(b.labels, key=lambda c: c.name):
+        c = np.frombuffer(col.codes, dtype="<i4").astype(np.int32)
+        if len(c) != n or (n and (int(c.max()) >= len(col.values) or int(c.min()) < -1)):
+            raise InvalidSeries(f"label column {col.name!r} has {len(c)} codes for {n} series or a code out of range")
+        names.append(col.name)
+        codes.append(c)
+        values.append(list(col.values))
+    if len(set(names)) != len(names):
+        raise InvalidSeries("a label column appears twice in the batch")
+    counts = np.frombuffer(b.counts, dtype="<u4").astype(np.int64)
+    ts = np.frombuffer(b.timestamps, dtype="<i8").astype(np.int64)
+    vals = np.frombuffer(b.values, dtype="<f8").astype(np.float64)
+    if b.counts and len(counts) != n:
+        raise InvalidSeries(f"batch has {len(counts)} counts for {n} series")
+    if int(counts.sum()) != len(ts) or len(ts) != len(vals):
+        raise InvalidSeries(f"batch counts add up to {int(counts.sum())}, with {len(ts)} timestamps and "
+                            f"{len(vals)} values")
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    if len(counts):
+        np.cumsum(counts, out=offsets[1:])
+    return SeriesColumns(LabelColumns(names, codes, values, n), offsets, ts, vals, ids)
+
+
+def columns_from_read(resp: pb.ReadResponse) -> SeriesColumns:
+    """A Read reply as columns, whichever form it came in (batch, or a SeriesData per series)."""
+    if resp.HasField("batch"):
+        return columns_from_batch(resp.batch)
+    return SeriesColumns.from_arrays([labels_from_pb(s.labels) for s in resp.series],
+                                     [np.array(s.timestamps, dtype=np.int64) for s in resp.series],
+                                     [np.array(s.values, dtype=np.float64) for s in resp.series],
+                                     np.array([s.id for s in resp.series], dtype=np.uint64))
+
+
+def columns_from_list(resp: pb.ListSeriesResponse) -> SeriesColumns:
+    """A ListSeries reply as columns (no samples), whichever form it came in."""
+    if resp.HasField("batch"):
+        return columns_from_batch(resp.batch)
+    n = len(resp.series)
+    return SeriesColumns(LabelColumns.from_labels([labels_from_pb(s.labels) for s in resp.series]),
+                         np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(0),
+                         np.array([s.id for s in resp.series], dtype=np.uint64))

@@ -14,10 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+import numpy as np
 
 from metricsd import __version__
 from metricsd.clock import Clock, SystemClock
+from metricsd.columns import SeriesColumns
 from metricsd.maths.spec import InvalidAggregate
 from metricsd.memory import release_free_memory
 from metricsd.model import InvalidSeries
@@ -29,22 +32,36 @@ from metricsd.rpc.servicer import MetricsServicer
 from metricsd.rpc.wire import (
     aggregate_result_to_pb,
     aggregate_spec_from_pb,
+    batch_bytes,
     labels_to_pb,
+    length_delimited,
     matchers_from_pb,
     slot_filter_from_pb,
 )
-from metricsd.selector import InvalidSelector
+from metricsd.selector import InvalidSelector, Matcher, selector_string
 from metricsd.store.admission import admit_columns, answer
 from metricsd.store.engine import Store, WriteResult
 from metricsd.store.limits import SeriesLimitExceeded
 from metricsd.store.query import run_aggregate
+from metricsd.store.scan import SampleLimitReached, read_rows
 
-__all__ = ["LocalBackend", "StoreAPI", "StoreServicer", "gc_loop"]
+__all__ = ["LocalBackend", "StoreAPI", "StoreServicer", "gc_loop", "series_limit_message"]
 
 
 log = logging.getLogger("metricsd.store")
 
 _BAD_INPUT = (InvalidSeries, InvalidSelector, InvalidAggregate)
+
+
+def series_limit_message(matchers: list[Matcher], found: int, limit: int) -> str:
+    """The refusal of a selection past --query.max-series (LimitExceeded; HTTP 422 from a query)."""
+    return (f"query.max-series: the selector {selector_string(matchers)} matches {found:,} series, more than the "
+            f"limit of {limit:,} (--query.max-series)")
+
+
+def samples_limit_message(matchers: list[Matcher], limit: int) -> str:
+    return (f"query.max-samples: the selector {selector_string(matchers)} would load more than {limit:,} samples "
+            f"(--query.max-samples)")
 
 
 class StoreAPI:
@@ -106,23 +123,54 @@ class StoreAPI:
         return self.store.write(batch.ids, batch.counts, batch.timestamps, batch.values, batch.labels,
                                 now_s=self.clock.monotonic())
 
-    def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+    def _selected(self, matchers_pb: Iterable[pb.Matcher], slots_pb: pb.SlotFilter, max_series: int
+                  ) -> tuple[list[Matcher], np.ndarray]:
         try:
-            series = self.store.read(matchers_from_pb(request.matchers), request.start_ms, request.end_ms,
-                                     slot_filter_from_pb(request.slots))
+            matchers = matchers_from_pb(matchers_pb)
+            rows = self.store.select(matchers, slot_filter_from_pb(slots_pb))
         except _BAD_INPUT as e:
             raise BadRequest(str(e)) from e
+        if max_series and len(rows) > max_series:
+            raise LimitExceeded(series_limit_message(matchers, len(rows), max_series))
+        return matchers, rows
+
+    def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:
+        """A Read's series (every one matching, with or without samples in the range) and samples
+        as columns, no message made (LocalBackend hands them to the PromQL engine as they are).
+        Raises BadRequest, or LimitExceeded past the request's max_series or max_samples, before
+        reading any sample or as soon as the samples found pass the limit."""
+        matchers, rows = self._selected(request.matchers, request.slots, request.max_series)
+        try:
+            got = read_rows(self.store, rows, request.start_ms, request.end_ms, request.max_samples)
+        except SampleLimitReached as e:
+            raise LimitExceeded(samples_limit_message(matchers, e.limit)) from e
+        index = self.store.index
+        return SeriesColumns(index.label_columns(rows), got.offsets, got.timestamps, got.values, index.id_column[rows])
+
+    def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        cols = self.read_columns(request)
+        if request.columnar:  # one message: ReadResponse.batch (field 2)
+            return pb.ReadResponse.FromString(length_delimited(2, batch_bytes(cols)))
         resp = pb.ReadResponse()
-        for s in series:
-            out = resp.series.add(id=s.id)
-            out.labels.extend(labels_to_pb(s.labels))
-            out.timestamps.extend(s.timestamps.tolist())
-            out.values.extend(s.values.tolist())
+        ids = cols.ids if cols.ids is not None else np.zeros(len(cols), np.uint64)
+        for i, labels in enumerate(cols.labels.to_list()):
+            lo, hi = int(cols.offsets[i]), int(cols.offsets[i + 1])
+            out = resp.series.add(id=int(ids[i]))
+            out.labels.extend(labels_to_pb(labels))
+            out.timestamps.extend(cols.timestamps[lo:hi].tolist())
+            out.values.extend(cols.values[lo:hi].tolist())
         return resp
 
     def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        """Raises BadRequest, or LimitExceeded when a side selects more than request.max_series."""
         try:
             spec = aggregate_spec_from_pb(request)
+            if request.max_series:
+                for side in (spec.query, spec.denominator):
+                    if side is not None:  # the selection is kept by the index: run_aggregate finds it made
+                        found = len(self.store.select(side.matchers, spec.slots))
+                        if found > request.max_series:
+                            raise LimitExceeded(series_limit_message(list(side.matchers), found, request.max_series))
             res = run_aggregate(self.store, spec)
         except _BAD_INPUT as e:
             raise BadRequest(str(e)) from e
@@ -146,18 +194,24 @@ class StoreAPI:
             out.last.extend(p.last.tolist())
         return resp
 
-    def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
-        try:
-            rows = self.store.select(matchers_from_pb(request.matchers), slot_filter_from_pb(request.slots))
-        except _BAD_INPUT as e:
-            raise BadRequest(str(e)) from e
+    def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
+        """The series a ListSeries names, as columns (ids and label codes, no samples). With a
+        ``limit`` the answer is bounded, so max_series does not apply."""
+        _, rows = self._selected(request.matchers, request.slots, 0 if request.limit else request.max_series)
         if request.limit:
             rows = rows[: request.limit]
+        index = self.store.index
+        return SeriesColumns(index.label_columns(rows), np.zeros(len(rows) + 1, np.int64), np.zeros(0, np.int64),
+                             np.zeros(0), index.id_column[rows])
+
+    def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
+        cols = self.list_columns(request)
+        if request.columnar:  # ListSeriesResponse.batch (field 2)
+            return pb.ListSeriesResponse.FromString(length_delimited(2, batch_bytes(cols, samples=False)))
         resp = pb.ListSeriesResponse()
-        for row in rows.tolist():
-            labels = self.store.index.labels[row]
-            assert labels is not None
-            resp.series.add(id=self.store.index.ids[row]).labels.extend(labels_to_pb(labels))
+        ids = cols.ids.tolist() if cols.ids is not None else [0] * len(cols)
+        for sid, labels in zip(ids, cols.labels.to_list(), strict=True):
+            resp.series.add(id=sid).labels.extend(labels_to_pb(labels))
         return resp
 
     def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
@@ -199,6 +253,14 @@ class LocalBackend:
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         return self.api.read(request)
+
+    async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:
+        """read() without a message: what the PromQL prefetch asks of a store in its process."""
+        return self.api.read_columns(request)
+
+    async def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
+        """list_series() without a message (the HTTP API's series, labels and values lookups)."""
+        return self.api.list_columns(request)
 
     async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
         return self.api.aggregate(request)

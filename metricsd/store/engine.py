@@ -458,7 +458,7 @@ class Store:
             "chunk_samples": chunk_samples,
             "bytes_per_sample": chunk_bytes / chunk_samples if chunk_samples else 0.0,
             "head_samples": head_samples,
-            "pods": len(self.index.pods),
+            "pods": self.index.n_pods,
             "rollup_buckets": self.rollups.n_buckets(),
         }
 

@@ -1,51 +1,39 @@
-"""The series index: rows, a SortedDict keyed by pod, label codes and postings.
+"""The series index: rows, label codes, postings, and selection by matchers as set operations.
 
 Every series gets a row number, never reused while the store runs (a deleted row is a
-tombstone), so per-row NumPy columns elsewhere line up with it. Two structures answer selectors
-without scanning label sets:
+tombstone), so per-row NumPy columns elsewhere line up with it. Everything per row is a column:
 
-- postings: for each (label, value), the increasing array of rows that carry it;
-- label codes: for each label name, an int32 column holding the id of the row's value (-1 when
-  absent), so a regex or a negative matcher is one vectorised lookup over the candidate rows,
-  and grouping by labels is ``np.unique`` over codes rather than a tuple per series.
+- ``id_column`` (uint64), ``pod_hash`` (uint64: a slot filter of any slot count is one modulo
+  away), ``alive`` (bool);
+- per label name, an int32 code per row into that name's table of distinct values (-1: the row
+  lacks the label). A series' labels are its codes (:meth:`labels_of`, :meth:`label_columns`):
+  each distinct value is held once, and no tuple, dict entry or list slot is kept per series;
+- per label name, postings: the rows of every value as one sorted array (CSR, rebuilt lazily
+  when enough rows were added since; newer rows are scanned from the codes);
+- the live ids sorted, with their rows, so a batch of ids maps to rows in one searchsorted.
 
-The pod index (``SortedDict`` by ``namespace/pod``) lists a namespace by prefix and a pod's
-series, as the design asks.
+A selection is set operations on these (Prometheus' PostingsForMatchers): each matcher becomes
+a lookup table over its label's codes (a regular expression runs once per distinct value, and the
+table is kept and extended as values appear), the cheapest matcher that requires its label
+seeds the candidates from postings, and the others filter them through their tables, one
+vectorised step each. A matcher that the empty value satisfies (``!=``, ``!~``, ``=""``) also
+matches series without the label, as in Prometheus.
+
+bytes per series at 1,000,000 series: perf/bench_index.py, perf/RESULTS.md ("The series index").
 """
 
 from __future__ import annotations
 
-import math
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
-from sortedcontainers import SortedDict
 
+from metricsd.columns import LabelColumns
 from metricsd.maths.slots import pod_hash
 from metricsd.model import Labels, pod_key
 from metricsd.selector import Matcher, MatchOp
 
 __all__ = ["SeriesIndex"]
-
-
-class _IntColumn:
-    """A growable int32 array (amortised O(1) append)."""
-
-    __slots__ = ("arr", "n")
-
-    def __init__(self, capacity: int = 8) -> None:
-        self.arr = np.zeros(capacity, dtype=np.int32)
-        self.n = 0
-
-    def append(self, v: int) -> None:
-        if self.n == len(self.arr):
-            self.arr = np.concatenate([self.arr, np.zeros(len(self.arr), np.int32)])
-        self.arr[self.n] = v
-        self.n += 1
-
-    def view(self) -> np.ndarray:
-        return self.arr[: self.n]
 
 
 BATCH_CACHE_MIN = 64
@@ -63,77 +51,188 @@ MAX_SELECTED_ROWS = 4_000_000
 """Rows the remembered selections hold together (4 bytes a row: 16 MB). A selection of more rows
 than that is made each time (a catch-up listing every series of a big store's slots, say)."""
 
+MAX_MATCH_TABLES = 1024
+"""Matchers whose per-value lookup tables are kept (a regex over 100,000 pod names runs once per
+name, not once per question); past it they are cleared."""
+
+MAX_MATCH_TABLE_BYTES = 16 * 1024 * 1024
+"""Bytes the kept tables hold together (a byte per value: 160 tables over 100,000 pod names)."""
+
+_EMPTY = np.zeros(0, dtype=np.int32)
+
+
+def _grown(arr: np.ndarray, n: int, fill: int | bool = 0) -> np.ndarray:
+    """``arr`` with room for at least ``n`` rows, growing by a quarter (doubling wastes up to half)."""
+    if n <= len(arr):
+        return arr
+    out = np.full(max(n, len(arr) + max(1024, len(arr) // 4)), fill, dtype=arr.dtype)
+    out[: len(arr)] = arr
+    return out
+
 
 class _LabelColumn:
-    """One label name: its distinct values, and a code per row (-1 = label absent)."""
+    """One label name: its distinct values, a code per row, and postings by code."""
 
-    __slots__ = ("codes", "ids", "postings", "values")
+    __slots__ = ("built", "codes", "ids", "post_rows", "post_start", "values")
 
-    def __init__(self) -> None:
-        self.values: list[str] = []
+    def __init__(self, capacity: int) -> None:
+        self.values: list[str] = []  # code -> value; append-only (selections share it)
         self.ids: dict[str, int] = {}
-        self.codes = np.full(64, -1, dtype=np.int32)
-        self.postings: list[_IntColumn] = []
-
-    def ensure_rows(self, n: int) -> None:
-        if n > len(self.codes):
-            grown = np.full(max(n, 2 * len(self.codes)), -1, dtype=np.int32)
-            grown[: len(self.codes)] = self.codes
-            self.codes = grown
-
-    def at(self, rows: np.ndarray) -> np.ndarray:
-        """The codes of ``rows``: -1 for a row past the column's end, which only grows when a row
-        with this label arrives (series without it may be added after the last one that has it)."""
-        if len(rows) == 0 or int(rows.max()) < len(self.codes):
-            return self.codes[rows]
-        out = np.full(len(rows), -1, dtype=np.int32)
-        inside = rows < len(self.codes)
-        out[inside] = self.codes[rows[inside]]
-        return out
+        self.codes = np.full(capacity, -1, dtype=np.int32)
+        # postings of rows [0, built): rows by (code, row); code c: post_rows[post_start[c]:post_start[c + 1]]
+        self.built = 0
+        self.post_rows = _EMPTY
+        self.post_start = np.zeros(1, dtype=np.int64)
 
     def value_id(self, value: str) -> int:
         vid = self.ids.get(value)
         if vid is None:
-            vid = len(self.values)
-            self.ids[value] = vid
+            vid = self.ids[value] = len(self.values)
             self.values.append(value)
-            self.postings.append(_IntColumn())
         return vid
+
+    def build(self, n_rows: int) -> None:
+        codes = self.codes[:n_rows]
+        has = np.flatnonzero(codes >= 0)
+        order = np.argsort(codes[has], kind="stable")
+        self.post_rows = has[order].astype(np.int32)
+        counts = np.bincount(codes[has], minlength=len(self.values))
+        self.post_start = np.zeros(len(self.values) + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.post_start[1 : len(counts) + 1])
+        self.post_start[len(counts) + 1 :] = self.post_start[len(counts)]
+        self.built = n_rows
+
+    def refresh(self, n_rows: int) -> None:
+        """Rebuild the postings once the rows added since are more than an eighth of all (their
+        codes are scanned meanwhile): O(n log n) now and then instead of a list per value."""
+        if n_rows - self.built > max(1024, n_rows // 8):
+            self.build(n_rows)
+
+    def postings(self, hits: np.ndarray, n_rows: int) -> np.ndarray:
+        """Increasing rows whose code is one of ``hits`` (sorted codes), dead rows included."""
+        self.refresh(n_rows)
+        known = hits[hits < len(self.post_start) - 1]
+        parts = [self.post_rows[self.post_start[h] : self.post_start[h + 1]] for h in known.tolist()]
+        if self.built < n_rows:
+            tail = self.codes[self.built : n_rows]
+            want = np.zeros(len(self.values) + 1, dtype=bool)
+            want[hits] = True
+            parts.append((np.flatnonzero(want[tail]) + self.built).astype(np.int32))
+        if not parts:
+            return _EMPTY
+        if len(parts) == 1:
+            return parts[0]
+        return np.sort(np.concatenate(parts))
+
+    def postings_size(self, hits: np.ndarray, n_rows: int) -> int:
+        """At least len(postings(hits)): the built postings' share, and every row added since."""
+        self.refresh(n_rows)
+        known = hits[hits < len(self.post_start) - 1]
+        built = int((self.post_start[known + 1] - self.post_start[known]).sum())
+        return built + (n_rows - self.built)
+
+
+class _Rows(Sequence[int]):
+    """``index.ids``: each row's series id, as a Python int (a view of id_column)."""
+
+    def __init__(self, index: SeriesIndex) -> None:
+        self._index = index
+
+    def __len__(self) -> int:
+        return self._index.n_rows
+
+    def __getitem__(self, row: int) -> int:  # type: ignore[override]
+        if not 0 <= row < self._index.n_rows:
+            raise IndexError(row)
+        return int(self._index.id_column[row])
+
+
+class _LabelView(Sequence["Labels | None"]):
+    """``index.labels``: each row's label tuple, made from its codes (None for a removed row)."""
+
+    def __init__(self, index: SeriesIndex) -> None:
+        self._index = index
+
+    def __len__(self) -> int:
+        return self._index.n_rows
+
+    def __getitem__(self, row: int) -> Labels | None:  # type: ignore[override]
+        if not 0 <= row < self._index.n_rows:
+            raise IndexError(row)
+        return self._index.labels_of(row) if self._index.alive[row] else None
+
+
+class _ById:
+    """``index.by_id``: the row of a live series id (a mapping view over the sorted ids)."""
+
+    def __init__(self, index: SeriesIndex) -> None:
+        self._index = index
+
+    def get(self, sid: int, default: int | None = None) -> int | None:
+        row = self._index.row_of(sid)
+        return default if row is None else row
+
+    def __contains__(self, sid: object) -> bool:
+        return isinstance(sid, int) and self._index.row_of(sid) is not None
+
+    def __len__(self) -> int:
+        return self._index.n_alive
 
 
 class SeriesIndex:
     """Rows of series and the structures that find them. Not safe for concurrent use."""
 
     def __init__(self) -> None:
-        self.labels: list[Labels | None] = []
-        self.ids: list[int] = []
-        self.id_column = np.zeros(64, dtype=np.uint64)  # ids[row] as a column, for vectorised replies
-        # pod_hash(namespace/pod) per row: a slot filter of any slot count is one modulo away.
-        self.pod_hash = np.zeros(64, dtype=np.uint64)
-        self.by_id: dict[int, int] = {}
-        self.pods: SortedDict = SortedDict()  # pod key -> list of rows
-        self.columns: dict[str, _LabelColumn] = {}
-        self.alive = np.zeros(64, dtype=bool)
+        self._n = 0
+        self.id_column = np.zeros(0, dtype=np.uint64)  # id per row, for vectorised replies
+        self.pod_hash = np.zeros(0, dtype=np.uint64)  # pod_hash(namespace/pod) per row
+        self.alive = np.zeros(0, dtype=bool)
         self.n_alive = 0
-        self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
+        self.columns: dict[str, _LabelColumn] = {}
+        self.ids = _Rows(self)
+        self.labels = _LabelView(self)
+        self.by_id = _ById(self)
         # ids of live series sorted, with their rows: a batch of ids maps to rows in one
         # searchsorted instead of a dict lookup per series (the write path's hot spot).
         self._sorted_ids = np.zeros(0, dtype=np.uint64)
-        self._sorted_rows = np.zeros(0, dtype=np.int64)
-        self._pending: list[tuple[int, int]] = []
+        self._sorted_rows = np.zeros(0, dtype=np.int32)
+        self._pending: dict[int, int] = {}  # id -> row of the series added since the sorted ids were merged
         self._ranks: dict[str, tuple[int, np.ndarray]] = {}  # label name -> (values seen, rank per value id)
         self._dead_sorted = 0  # removed series still in _sorted_ids
         self._batch_rows: dict[bytes, np.ndarray] = {}  # a write batch's ids, as bytes -> their rows (rows_of)
         # (matchers, slot count, slots) -> rows, read-only; emptied by add and remove (selected)
         self._selected: dict[tuple[tuple[Matcher, ...], int, tuple[int, ...]], np.ndarray] = {}
         self._selected_rows = 0
+        self._tables: dict[Matcher, np.ndarray] = {}  # regex matcher -> does each value match (index 0: absent)
+        self._table_bytes = 0
+        self._names: list[str] = []  # sorted(columns)
 
     @property
     def n_rows(self) -> int:
-        return len(self.labels)
+        return self._n
+
+    @property
+    def n_pods(self) -> int:
+        """Distinct live pod keys (namespace/pod): a NumPy pass over the rows (for stats)."""
+        ns, pod = self.columns.get("namespace"), self.columns.get("pod")
+        rows = np.flatnonzero(self.alive[: self._n])
+        if ns is None or pod is None or len(rows) == 0:
+            return 0
+        key = ns.codes[rows].astype(np.int64) * (len(pod.values) + 1) + pod.codes[rows]
+        return len(np.unique(key))
+
+    # --- ids -> rows -----------------------------------------------------------------------
 
     def row_of(self, sid: int) -> int | None:
-        return self.by_id.get(sid)
+        """The row of a live series id; O(log n), merges nothing."""
+        row = self._pending.get(sid)
+        if row is not None and self.alive[row]:
+            return row
+        if len(self._sorted_ids) == 0:
+            return None
+        pos = max(int(np.searchsorted(self._sorted_ids, np.uint64(sid), side="right")) - 1, 0)
+        row = int(self._sorted_rows[pos])
+        return row if int(self._sorted_ids[pos]) == sid and self.alive[row] else None
 
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
         """Rows of many ids at once (uint64 array); -1 where the id is not a live series.
@@ -144,6 +243,7 @@ class SeriesIndex:
         touched twenty, and missed cache on most (it was 39% of a live write's time at a million
         series). A remembered batch that fails the check is searched again; rows are never
         reused, so a live row holding the id is that series' row."""
+        ids = np.asarray(ids, dtype=np.uint64)
         key = ids.tobytes()
         cached = self._batch_rows.get(key)
         if cached is not None and bool(self.alive[cached].all()) and bool((self.id_column[cached] == ids).all()):
@@ -159,7 +259,7 @@ class SeriesIndex:
         # last match and check that its row is live.
         pos = np.searchsorted(self._sorted_ids, ids, side="right") - 1
         pos_c = np.maximum(pos, 0)
-        cand = self._sorted_rows[pos_c]
+        cand = self._sorted_rows[pos_c].astype(np.int64)
         found = (self._sorted_ids[pos_c] == ids) & self.alive[cand]
         rows = np.where(found, cand, -1)
         if len(ids) >= BATCH_CACHE_MIN and bool(found.all()):
@@ -169,156 +269,172 @@ class SeriesIndex:
         return rows
 
     def _merge_pending(self) -> None:
-        new = np.array(self._pending, dtype=np.uint64)
+        """Insert the rows added since into the sorted ids: a sort of the new ones and one O(n)
+        insertion, not a sort of every id."""
+        rows = np.fromiter(self._pending.values(), dtype=np.int32, count=len(self._pending))
         self._pending.clear()
-        ids = np.concatenate([self._sorted_ids, new[:, 0]])
-        rows = np.concatenate([self._sorted_rows, new[:, 1].astype(np.int64)])
-        order = np.argsort(ids, kind="stable")
-        self._sorted_ids, self._sorted_rows = ids[order], rows[order]
+        new = self.id_column[rows]
+        order = np.argsort(new, kind="stable")
+        new, rows = new[order], rows[order]
+        at = np.searchsorted(self._sorted_ids, new, side="right")  # after equal ids: the newest row last
+        self._sorted_ids = np.insert(self._sorted_ids, at, new)
+        self._sorted_rows = np.insert(self._sorted_rows, at, rows)
 
     def _rebuild_sorted(self) -> None:
-        self._pending.clear()
+        self._pending.clear()  # every live row is in the rebuilt arrays
         self._dead_sorted = 0
-        live = [(sid, row) for sid, row in self.by_id.items()]
-        self._sorted_ids = np.array([sid for sid, _ in live], dtype=np.uint64)
-        self._sorted_rows = np.array([row for _, row in live], dtype=np.int64)
-        order = np.argsort(self._sorted_ids, kind="stable")
-        self._sorted_ids, self._sorted_rows = self._sorted_ids[order], self._sorted_rows[order]
+        live = np.flatnonzero(self.alive[: self._n]).astype(np.int32)
+        order = np.argsort(self.id_column[live], kind="stable")
+        self._sorted_ids, self._sorted_rows = self.id_column[live][order], live[order]
 
-    def _intern(self, labels: Labels) -> Labels:
-        """Share each (name, value) pair between series: most pairs (namespace, workload, node,
-        metric name) repeat across thousands of series, and a pod's pairs across its series."""
-        pairs = self._pairs
-        out = []
-        for pair in labels:
-            shared = pairs.get(pair)
-            if shared is None:
-                shared = pairs[pair] = (sys.intern(pair[0]), sys.intern(pair[1]))
-            out.append(shared)
-        return tuple(out)
+    # --- adding and removing -----------------------------------------------------------------
+
+    def _grow(self, n: int) -> None:
+        if n <= len(self.alive):
+            return
+        self.alive = _grown(self.alive, n, False)
+        cap = len(self.alive)
+        self.id_column = _grown(self.id_column, cap)
+        self.pod_hash = _grown(self.pod_hash, cap)
+        for col in self.columns.values():
+            col.codes = _grown(col.codes, cap, -1)
 
     def add(self, sid: int, labels: Labels) -> int:
         """Register a new series and return its row. Raises KeyError if the id is known."""
-        if sid in self.by_id:
+        if self.row_of(sid) is not None:
             raise KeyError(f"series id {sid:#x} already present")
-        labels = self._intern(labels)
         self._forget_selected()
-        row = len(self.labels)
-        self.labels.append(labels)
-        self.ids.append(sid)
-        self.by_id[sid] = row
-        self._pending.append((sid, row))
-        if row >= len(self.alive):
-            self.alive = np.concatenate([self.alive, np.zeros(len(self.alive), dtype=bool)])
-            self.id_column = np.concatenate([self.id_column, np.zeros(len(self.id_column), dtype=np.uint64)])
-            self.pod_hash = np.concatenate([self.pod_hash, np.zeros(len(self.pod_hash), dtype=np.uint64)])
+        row = self._n
+        self._grow(row + 1)
+        self._n += 1
         self.alive[row] = True
         self.id_column[row] = sid
         self.pod_hash[row] = pod_hash(pod_key(labels))
         self.n_alive += 1
-        self.pods.setdefault(pod_key(labels), []).append(row)
+        self._pending[sid] = row
         for name, value in labels:
             col = self.columns.get(name)
             if col is None:
-                col = self.columns[name] = _LabelColumn()
-            col.ensure_rows(row + 1)
-            vid = col.value_id(value)
-            col.codes[row] = vid
-            col.postings[vid].append(row)
+                col = self.columns[name] = _LabelColumn(len(self.alive))
+                self._names = sorted(self.columns)
+            col.codes[row] = col.value_id(value)
         return row
 
     def remove(self, row: int) -> None:
-        """Tombstone a row: it no longer matches anything; its number is not reused. O(labels):
-        it rebuilt the sorted id column each time, 180 ms a series at 200,000 series, so a
-        retention pass dropping a day's churned pods held the store for minutes."""
-        labels = self.labels[row]
-        if labels is None:
+        """Tombstone a row: it no longer matches anything; its number is not reused. O(1): the
+        sorted ids keep it until a quarter of them are dead (rows_of checks ``alive``)."""
+        if not self.alive[row]:
             return
-        self.labels[row] = None
         self._forget_selected()
-        del self.by_id[self.ids[row]]
-        self._dead_sorted += 1  # left in the sorted arrays; rows_of checks alive, rebuilds past a quarter
+        self._dead_sorted += 1
         self.alive[row] = False
         self.n_alive -= 1
-        key = pod_key(labels)
-        rows = self.pods[key]
-        rows.remove(row)
-        if not rows:
-            del self.pods[key]
+
+    # --- labels of rows ------------------------------------------------------------------------
+
+    def labels_of(self, row: int) -> Labels:
+        """The row's labels, sorted by name (from its codes)."""
+        out = []
+        for name in self._names:
+            col = self.columns[name]
+            code = int(col.codes[row])
+            if code >= 0:
+                out.append((name, col.values[code]))
+        return tuple(out)
+
+    def label_columns(self, rows: np.ndarray) -> LabelColumns:
+        """The rows' labels as codes (label names no row has are left out); the value tables are
+        the index's own, which only ever grow, so the codes stay valid."""
+        rows = np.asarray(rows, dtype=np.int64)
+        names, codes, values = [], [], []
+        for name in self._names:
+            col = self.columns[name]
+            c = col.codes[rows]
+            if len(c) and bool((c >= 0).any()):
+                names.append(name)
+                codes.append(c)
+                values.append(col.values)
+        return LabelColumns(names, codes, values, len(rows))
+
+    def live_rows(self) -> Iterable[int]:
+        return np.flatnonzero(self.alive[: self._n]).tolist()
 
     # --- selection -------------------------------------------------------------------------
 
-    def _value_mask(self, col: _LabelColumn, m: Matcher) -> np.ndarray:
-        """For each value id of the column (+1 slot for 'absent' at index 0): does it match."""
-        lut = np.empty(len(col.values) + 1, dtype=bool)
-        lut[0] = m.matches("")
-        if m.op is MatchOp.EQ:
-            lut[1:] = False
+    def _table(self, col: _LabelColumn, m: Matcher) -> np.ndarray:
+        """For each value code of the column (+1: index 0 is 'absent'), does it match. A regex's
+        table is kept and extended with the values added since, so it runs once per value."""
+        n = len(col.values)
+        if m.op is MatchOp.EQ or m.op is MatchOp.NEQ:
+            lut = np.full(n + 1, m.op is MatchOp.NEQ, dtype=bool)
+            lut[0] = m.matches("")
             vid = col.ids.get(m.value)
             if vid is not None:
-                lut[vid + 1] = True
-        elif m.op is MatchOp.NEQ:
-            lut[1:] = True
-            vid = col.ids.get(m.value)
-            if vid is not None:
-                lut[vid + 1] = False
+                lut[vid + 1] = m.op is MatchOp.EQ
+            return lut
+        have = self._tables.get(m)
+        if have is not None and len(have) == n + 1:
+            return have
+        done = 0 if have is None else len(have) - 1
+        lut = np.empty(n + 1, dtype=bool)
+        if have is not None:
+            lut[: done + 1] = have
         else:
-            lut[1:] = [m.matches(v) for v in col.values]
+            lut[0] = m.matches("")
+        lut[done + 1 :] = [m.matches(v) for v in col.values[done:]]
+        if len(self._tables) >= MAX_MATCH_TABLES or self._table_bytes + lut.nbytes > MAX_MATCH_TABLE_BYTES:
+            self._tables.clear()
+            self._table_bytes = 0
+        self._table_bytes += lut.nbytes - (0 if have is None else have.nbytes)
+        self._tables[m] = lut
         return lut
-
-    def _postings_for(self, m: Matcher) -> np.ndarray | None:
-        """Candidate rows for a matcher that only series carrying the label can satisfy."""
-        if m.matches(""):
-            return None
-        col = self.columns.get(m.name)
-        if col is None:
-            return np.zeros(0, dtype=np.int32)
-        if m.op is MatchOp.EQ:
-            vid = col.ids.get(m.value)
-            return col.postings[vid].view() if vid is not None else np.zeros(0, dtype=np.int32)
-        lut = self._value_mask(col, m)[1:]
-        hits = np.flatnonzero(lut)
-        if len(hits) == 0:
-            return np.zeros(0, dtype=np.int32)
-        if len(hits) == 1:
-            return col.postings[int(hits[0])].view()
-        return np.unique(np.concatenate([col.postings[int(h)].view() for h in hits]))
 
     def select(self, matchers: Sequence[Matcher]) -> np.ndarray:
         """Rows (increasing int32) of live series matching every matcher.
 
-        Seeds from the smallest postings list among equality matchers (else from any matcher
-        that excludes the empty value, else from all live rows), then filters the candidates
-        through each other matcher's value lookup table: one vectorised step per matcher.
-        """
-        seed_i: int | None = None
-        seed: np.ndarray | None = None
-        for i, m in enumerate(matchers):
-            if m.op is MatchOp.EQ and not m.matches(""):
-                p = self._postings_for(m)
-                if p is not None and (seed is None or len(p) < len(seed)):
-                    seed_i, seed = i, p
-        if seed is None:
-            for i, m in enumerate(matchers):
-                p = self._postings_for(m)
-                if p is not None:
-                    seed_i, seed = i, p
-                    break
-        if seed is None:
-            candidates = np.flatnonzero(self.alive[: self.n_rows]).astype(np.int32)
-        else:
-            candidates = seed[self.alive[seed]]
-        for i, m in enumerate(matchers):
-            if i == seed_i or len(candidates) == 0:
-                continue
+        Matchers that the empty value does not satisfy need their label: the one whose postings
+        are smallest seeds the candidates (past a quarter of the rows, every live row is taken
+        instead); every other matcher filters them, an equality by comparing codes, the others
+        through their lookup tables. Without such a matcher the candidates are every live row."""
+        n = self._n
+        # (column, code for an equality, or the lookup table, whether it needs the label)
+        conds: list[tuple[_LabelColumn, int, np.ndarray | None, bool]] = []
+        cond: tuple[_LabelColumn, int, np.ndarray | None, bool]
+        seed_at, seed_size = -1, n + 1
+        for m in matchers:
             col = self.columns.get(m.name)
             if col is None:
                 if not m.matches(""):
-                    return np.zeros(0, dtype=np.int32)
-                continue
-            lut = self._value_mask(col, m)
-            candidates = candidates[lut[col.at(candidates) + 1]]
-        return candidates
+                    return _EMPTY.copy()
+                continue  # every series lacks the label, and the empty value matches
+            if m.op is MatchOp.EQ and m.value:
+                vid = col.ids.get(m.value)
+                if vid is None:
+                    return _EMPTY.copy()
+                hits, cond = np.array([vid]), (col, vid, None, True)
+            else:
+                lut = self._table(col, m)
+                cond = (col, -1, lut, not lut[0])
+                hits = np.flatnonzero(lut[1:]) if not lut[0] else np.zeros(0, np.int64)
+                if not lut[0] and len(hits) == 0:
+                    return _EMPTY.copy()
+            if cond[3]:
+                size = col.postings_size(hits, n) if len(hits) <= 64 else n
+                if size < seed_size:
+                    seed_at, seed_size = len(conds), size
+            conds.append(cond)
+        if seed_at >= 0 and seed_size <= n // 4:
+            col, vid, table, _ = conds.pop(seed_at)
+            cand = col.postings(np.array([vid]) if table is None else np.flatnonzero(table[1:]), n)
+            cand = cand[self.alive[cand]]
+        else:
+            cand = np.flatnonzero(self.alive[:n]).astype(np.int32)
+        for col, vid, table, _ in sorted(conds, key=lambda c: not c[3]):  # label-requiring matchers first
+            if len(cand) == 0:
+                break
+            codes = col.codes[cand]
+            cand = cand[codes == vid] if table is None else cand[table[codes + 1]]
+        return cand
 
     def selected(self, matchers: Sequence[Matcher], slot_count: int = 0, slots: Sequence[int] = ()) -> np.ndarray:
         """select, then in_slots when ``slot_count``; kept (a read-only array) until a series is
@@ -354,12 +470,9 @@ class SeriesIndex:
         col = self.columns.get(name)
         if col is None:
             return []
-        if rows is None:
-            present = [i for i, p in enumerate(col.postings) if bool(self.alive[p.view()].any())]
-        else:
-            codes = col.at(rows)
-            present = [int(c) for c in np.unique(codes[codes >= 0])]
-        return sorted(col.values[i] for i in present)
+        codes = col.codes[: self._n][self.alive[: self._n]] if rows is None else col.codes[rows]
+        present = np.unique(codes[codes >= 0])
+        return sorted(col.values[i] for i in present.tolist())
 
     def label_names(self) -> list[str]:
         return sorted(self.columns)
@@ -368,82 +481,39 @@ class SeriesIndex:
         """Group rows by the values of ``by``: (group label sets sorted, group index per row).
 
         Vectorised, because an answer grouped by pod and container has tens of thousands of
-        groups: the codes of the label columns are folded into one int64 key per row, and
-        groups are ordered by each value's rank among its column's values, not by comparing
-        tuples (only when some row lacks a label, as tuples order such groups differently)."""
+        groups: LabelColumns.group folds the codes into one key per row."""
         if not by:
             return [()], np.zeros(len(rows), dtype=np.int64)
-        if len(rows) == 0:
-            return [], np.zeros(0, dtype=np.int64)
-        names = sorted(set(by))
-        cols = [self.columns.get(n) for n in names]
-        # code + 1 per row and column (0: the label is absent); the radix of each column
-        codes = [c.at(rows).astype(np.int64) + 1 if c is not None else np.zeros(len(rows), np.int64) for c in cols]
-        sizes = [len(c.values) + 1 if c is not None else 1 for c in cols]
-        if math.prod(sizes) < 2**62:
-            key = codes[0]
-            for code, size in zip(codes[1:], sizes[1:], strict=True):
-                key = key * size + code
-            uniq, inverse = np.unique(key, return_inverse=True)
-            ucodes: list[np.ndarray] = [np.zeros(0, np.int64)] * len(cols)
-            for j in range(len(cols) - 1, -1, -1):
-                ucodes[j] = uniq % sizes[j]
-                uniq = uniq // sizes[j]
-        else:
-            stacked, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
-            ucodes = [stacked[:, j] for j in range(len(cols))]
-        n = len(ucodes[0])
-        pairs = [[(name, c.values[k - 1]) if k else None for k in uc.tolist()] if c is not None else [None] * n
-                 for name, c, uc in zip(names, cols, ucodes, strict=True)]
-        if all(int(uc.min(initial=1)) > 0 for uc in ucodes):
-            groups: list[Labels] = list(zip(*pairs, strict=True))
-            ranks = [self._value_ranks(name)[uc - 1] for name, uc in zip(names, ucodes, strict=True)]
-            order = np.lexsort(ranks[::-1]) if n else np.zeros(0, np.int64)
-        else:
-            groups = [tuple(p for p in g if p is not None) for g in zip(*pairs, strict=True)]
-            order = np.array(sorted(range(n), key=lambda i: groups[i]), dtype=np.int64)
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(n)
-        return [groups[i] for i in order.tolist()], rank[inverse.reshape(-1)]
-
-    def _value_ranks(self, name: str) -> np.ndarray:
-        """Each value id's rank in sorted order among the column's values, kept until it grows."""
-        col = self.columns[name]
-        cached = self._ranks.get(name)
-        if cached is None or cached[0] != len(col.values):
-            ranks = np.empty(len(col.values), dtype=np.int64)
-            ranks[sorted(range(len(col.values)), key=col.values.__getitem__)] = np.arange(len(col.values))
-            cached = self._ranks[name] = (len(col.values), ranks)
-        return cached[1]
+        groups, idx = self.label_columns(rows).keep(by).group(sorted(set(by)), True)
+        return groups.to_list(), idx
 
     def pods_with_prefix(self, prefix: str) -> Iterator[str]:
-        return iter(self.pods.irange(prefix, prefix + "\uffff"))
-
-    def live_rows(self) -> Iterable[int]:
-        return (r for r, lab in enumerate(self.labels) if lab is not None)
+        """Pod keys (namespace/pod) of live series that start with ``prefix``, sorted."""
+        ns, pod = self.columns.get("namespace"), self.columns.get("pod")
+        if ns is None or pod is None:
+            return iter(())
+        rows = np.flatnonzero(self.alive[: self._n] & (ns.codes[: self._n] >= 0) & (pod.codes[: self._n] >= 0))
+        keys = {f"{ns.values[a]}/{pod.values[b]}" for a, b in zip(ns.codes[rows].tolist(), pod.codes[rows].tolist(),
+                                                                    strict=True)}
+        return iter(sorted(k for k in keys if k.startswith(prefix)))
 
     def _check(self) -> None:
-        """Invariants, for randomised tests: every structure agrees with the label lists."""
-        assert len(self.ids) == len(self.labels)
-        live = [r for r, lab in enumerate(self.labels) if lab is not None]
-        assert self.n_alive == len(live) == len(self.by_id)
-        for r in live:
-            labels = self.labels[r]
-            assert labels is not None
-            assert self.by_id[self.ids[r]] == r
-            assert int(self.id_column[r]) == self.ids[r]
+        """Invariants, for randomised tests: every structure agrees with the label codes."""
+        n = self._n
+        live = np.flatnonzero(self.alive[:n])
+        assert self.n_alive == len(live)
+        for col in self.columns.values():
+            assert len(col.codes) >= n and len(col.values) == len(col.ids)
+            assert all(col.ids[v] == i for i, v in enumerate(col.values))
+            for c in range(len(col.post_start) - 1):
+                rows = col.post_rows[col.post_start[c] : col.post_start[c + 1]]
+                assert bool((col.codes[rows] == c).all()) and bool(np.all(np.diff(rows) > 0))
+            assert len(col.post_rows) == int((col.codes[: col.built] >= 0).sum())
+        for r in live.tolist():
+            labels = self.labels_of(r)
             assert int(self.pod_hash[r]) == pod_hash(pod_key(labels))
-            assert r in self.pods[pod_key(labels)]
-            for name, value in labels:
-                col = self.columns[name]
-                assert col.values[int(col.codes[r])] == value
-        for rows in self.pods.values():
-            assert rows and all(self.alive[r] for r in rows)
-        got = self.rows_of(np.array(self.ids, dtype=np.uint64)) if self.ids else np.zeros(0, np.int64)
+            assert self.row_of(int(self.id_column[r])) == r
+        got = self.rows_of(self.id_column[:n]) if n else np.zeros(0, np.int64)
         for r, g in enumerate(got.tolist()):
             # a dead row's id may belong to a newer row of the same series (written again after retention)
-            assert g == (r if self.labels[r] is not None else self.by_id.get(self.ids[r], -1))
-        for col in self.columns.values():
-            for p in col.postings:
-                v = p.view()
-                assert bool(np.all(np.diff(v) > 0)), "postings must be strictly increasing"
+            assert g == r if self.alive[r] else (g == -1 or (g > r and bool(self.alive[g])))

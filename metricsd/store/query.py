@@ -17,6 +17,7 @@ from metricsd.maths.spec import AggregateResult, AggregateSpec, InvalidAggregate
 from metricsd.maths.window import SeriesFn, reduce_windows
 from metricsd.store.engine import Store
 from metricsd.store.head import NO_TS
+from metricsd.store.scan import read_rows, window_counts
 
 __all__ = ["eval_times", "run_aggregate"]
 
@@ -145,16 +146,19 @@ def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.nda
         out_v[fast], out_s[fast] = v, s
         scanned += int(s.sum())
     slow = np.flatnonzero(~covered)
-    if len(slow):
-        parts = [store.series_samples(int(r), lo + 1, hi) for r in rows[slow].tolist()]
-        width = max(1, max(len(p[0]) for p in parts))
-        ts = np.zeros((len(parts), width), dtype=np.int64)
-        vals = np.zeros((len(parts), width))
-        cnt = np.zeros(len(parts), dtype=np.int64)
-        for i, (t, v) in enumerate(parts):
-            ts[i, : len(t)] = t
-            vals[i, : len(v)] = v
-            cnt[i] = len(t)
+    if len(slow) and side.fn is SeriesFn.COUNT:  # whole chunks are counted from their headers (store/scan.py)
+        c = window_counts(store, rows[slow], times, side.window_ms)
+        out_v[slow], out_s[slow] = np.where(c > 0, c, np.nan), c
+        scanned += int(c.sum())
+    elif len(slow):
+        got = read_rows(store, rows[slow], lo + 1, hi)
+        cnt = np.diff(got.offsets)
+        width = max(1, int(cnt.max()))
+        r = np.repeat(np.arange(len(slow)), cnt)
+        c = np.arange(len(got.timestamps)) - np.repeat(got.offsets[:-1], cnt)
+        ts = np.zeros((len(slow), width), dtype=np.int64)
+        vals = np.zeros((len(slow), width))
+        ts[r, c], vals[r, c] = got.timestamps, got.values
         v, s = reduce_windows(ts, vals, cnt, times, side.window_ms, side.fn)
         out_v[slow], out_s[slow] = v, s
         scanned += int(s.sum())

@@ -130,6 +130,7 @@ async def test_unavailable_backend_is_503(env: Env) -> None:
         raise Unavailable("no quorum for slot 3")
 
     env.backend.read = down  # type: ignore[method-assign,assignment]
+    env.backend.read_columns = None  # type: ignore[attr-defined]  # no in-process shortcut: reads go through read()
     env.backend.aggregate = down  # type: ignore[method-assign,assignment]
     for query in ("sum(requests)", "requests"):
         status, body = await _get(env, "/api/v1/query", query=query)

@@ -57,6 +57,7 @@ async def test_a_request_past_the_timeout_is_503() -> None:
         raise AssertionError("unreachable")
 
     env.backend.read = stuck  # type: ignore[method-assign]
+    env.backend.read_columns = None  # type: ignore[attr-defined]  # no in-process shortcut: reads go through read()
     try:
         async with env.session.get(env.url + "/api/v1/query", params={"query": "up"}) as r:
             assert r.status == 503
@@ -80,6 +81,7 @@ async def test_shutdown_lets_requests_in_flight_finish() -> None:
         return await real_read(request)
 
     env.backend.read = slow  # type: ignore[method-assign]
+    env.backend.read_columns = None  # type: ignore[attr-defined]  # no in-process shortcut: reads go through read()
     port = int(env.url.rsplit(":", 1)[1])
     in_flight = asyncio.create_task(env.session.get(env.url + "/api/v1/query", params={"query": "up"}))
     await entered.wait()

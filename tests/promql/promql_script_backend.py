@@ -75,4 +75,12 @@ def _http_backend() -> Backend:
     return HttpBackend()
 
 
-BACKENDS: dict[str, Callable[[], Backend]] = {"inprocess": InProcessBackend, "http": _http_backend}
+def _grpc_backend() -> Backend:
+    """The HTTP API reading from a real gRPC store (columnar batches on the wire)."""
+    from promql_script_http import HttpBackend
+
+    return HttpBackend(over_grpc=True)
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {"inprocess": InProcessBackend, "http": _http_backend,
+                                              "grpc": _grpc_backend}

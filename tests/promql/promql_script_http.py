@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import grpc
 from prometheus_client import CollectorRegistry
 from promql_script_backend import LoadSeries
 
@@ -27,13 +28,21 @@ from metricsd.clock import ManualClock
 from metricsd.http import HttpSettings, build_app, start_http, stop_http
 from metricsd.model import series_id
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.rpc.backend import BadRequest
+from metricsd.rpc.client import GrpcBackend
+from metricsd.rpc.server import start_grpc_server
+from metricsd.rpc.servicer import MetricsServicer
 from metricsd.rpc.wire import labels_to_pb
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
 
 __all__ = ["HttpBackend"]
+
+
+async def _channel(address: str) -> Any:
+    return grpc.aio.insecure_channel(address)
 
 T = TypeVar("T")
 
@@ -55,13 +64,23 @@ def _request(series: list[LoadSeries]) -> pb.WriteRequest:
 
 
 class HttpBackend:
-    def __init__(self) -> None:
+    """``over_grpc``: the HTTP API reads through a GrpcBackend from a real gRPC server of the store
+    (the columnar Read, one SeriesBatch message a selector), not from the store in its process."""
+
+    def __init__(self, over_grpc: bool = False) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="promql-http", daemon=True)
         self.thread.start()
         self.backend = LocalBackend(StoreAPI(Store(STORE_SETTINGS)))
         self.skipped: list[str] = []  # series the store refused (e.g. without a metric name)
-        app = build_app(self.backend, settings=HttpSettings(access_log=False), registry=CollectorRegistry(),
+        self.grpc: tuple[Any, Any] | None = None
+        served: Any = self.backend
+        if over_grpc:
+            server, grpc_port = self._call(start_grpc_server(MetricsServicer(self.backend), "127.0.0.1", 0))
+            channel = self._call(_channel(f"127.0.0.1:{grpc_port}"))
+            self.grpc = (server, channel)
+            served = GrpcBackend(pb_grpc.MetricsStub(channel))
+        app = build_app(served, settings=HttpSettings(access_log=False), registry=CollectorRegistry(),
                         clock=ManualClock(0))
         self.runner, port = self._call(start_http(app, "127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{port}"
@@ -114,6 +133,9 @@ class HttpBackend:
     def close(self) -> None:
         try:
             self._call(stop_http(self.runner))
+            if self.grpc is not None:
+                self._call(self.grpc[1].close())
+                self._call(self.grpc[0].stop(None))
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=10)

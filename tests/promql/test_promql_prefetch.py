@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from metricsd.columns import SeriesColumns
 from metricsd.promql import MemorySource, PromQLError
 from metricsd.promql.engine import parse
 from metricsd.promql.prefetch import Fetch, PrefetchedSource, plan_fetches
@@ -43,7 +44,7 @@ def test_planned_ranges(expr: str, start: int, end: int, want: dict[str, tuple[i
 
 def test_a_selector_that_was_not_planned_is_an_error_not_empty() -> None:
     m = (Matcher(MatchOp.EQ, NAME, "a"),)
-    src = PrefetchedSource({m: (Fetch(m, 0, 100), [])})
+    src = PrefetchedSource({m: (Fetch(m, 0, 100), SeriesColumns.empty())})
     assert src.select(list(m), 10, 100) == []
     with pytest.raises(PromQLError, match="not prefetched"):
         src.select(list(m), -1, 100)

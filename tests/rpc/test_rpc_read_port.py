@@ -16,13 +16,13 @@ import pytest
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.members import MemberClient
-from metricsd.rpc.backend import BadRequest, Unavailable
+from metricsd.rpc.backend import BadRequest, LimitExceeded, Unavailable
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.frames import HEADER, MAX_BODY, FrameError, Kind, Method, decode_header, encode
 from metricsd.rpc.health import start_cluster_grpc
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortClient, ReadPortServer
 from metricsd.rpc.servicer import MetricsServicer
-from metricsd.rpc.wire import labels_to_pb, matchers_to_pb
+from metricsd.rpc.wire import columns_from_list, columns_from_read, labels_from_pb, labels_to_pb, matchers_to_pb
 from metricsd.security.auth import Authenticator
 from metricsd.security.certs import LocalPKI
 from metricsd.security.settings import ClientSecurity, ServerSecurity
@@ -101,6 +101,31 @@ async def test_reads_over_the_read_port_answer_what_the_store_answers(served: Se
         with pytest.raises(BadRequest):  # the store's own refusal, as over gRPC
             await client.call(Method.READ, pb.ReadRequest(matchers=[pb.Matcher(type=pb.Matcher.RE, name="pod",
                                                                               value="(")], end_ms=1))
+    finally:
+        await client.close()
+
+
+async def test_columnar_reads_and_listings_travel_the_read_port_whole_and_limits_hold_there(served: Served) -> None:
+    """A proxy's member reads a store's columns (ReadRequest.columnar: one SeriesBatch) over the read
+    port as over gRPC: the same batch the store gives, the same series as the per-series form, and a
+    selection past the request's max_series refused as RESOURCE_EXHAUSTED before any sample is read."""
+    backend = LocalBackend(StoreAPI(served.store))
+    client = served.client()
+    try:
+        req = _read()
+        req.columnar = True
+        got = await client.call(Method.READ, req)
+        assert got.HasField("batch") and not got.series and got == await backend.read(req)
+        cols = columns_from_read(got)
+        per_series = await backend.read(_read())
+        assert [(lab, ts.tolist(), v.tolist()) for lab, ts, v in (cols.series_at(i) for i in range(len(cols)))] == [
+            (labels_from_pb(s.labels), list(s.timestamps), list(s.values)) for s in per_series.series]
+        listing = pb.ListSeriesRequest(matchers=_read().matchers, columnar=True)
+        listed = await client.call(Method.LIST_SERIES, listing)
+        assert listed.HasField("batch") and len(columns_from_list(listed)) == PODS
+        req.max_series = PODS - 1
+        with pytest.raises(LimitExceeded, match="max-series"):
+            await client.call(Method.READ, req)
     finally:
         await client.close()
 
