@@ -142,3 +142,26 @@ def pack_rows(values: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.nd
     out[dest + 1] += np.add.reduceat(lo, first)
     raw = out[: k * per].astype(">u8").view(np.uint8).reshape(k, 8 * per)
     return raw[np.arange(8 * per)[None, :] < nbytes[:, None]], nbytes
+
+
+def pack_into(words: np.ndarray, bit_start: np.ndarray, values: np.ndarray, widths: np.ndarray) -> None:
+    """Add row i of the k x n uint64 matrix ``values``, ``widths[i]`` bits a value, MSB first, into
+    the bit stream ``words`` (native uint64 words read as big-endian, bit 0 the top bit of word 0)
+    from bit ``bit_start[i]``. Rows must lie in increasing, disjoint bit ranges of zero bits, and
+    every row's width be at least 1; ``words`` needs a spare word past the last bit written."""
+    values = np.asarray(values, dtype=np.uint64)
+    k, n = values.shape
+    if k == 0 or n == 0:
+        return
+    w = np.asarray(widths, dtype=np.int64)[:, None]
+    bit = np.asarray(bit_start, dtype=np.int64)[:, None] + np.arange(n, dtype=np.int64)[None, :] * w
+    word = (bit >> 6).ravel()
+    shift = (bit & 63).astype(np.uint64)
+    top = values << (64 - w).astype(np.uint64)
+    hi = (top >> shift).ravel()
+    spill = shift > 0
+    lo = np.where(spill, top << np.where(spill, _SIXTY_FOUR - shift, _U64(0)), _U64(0)).ravel()
+    first = np.flatnonzero(np.concatenate(([True], word[1:] != word[:-1])))
+    dest = word[first]
+    words[dest] += np.add.reduceat(hi, first)
+    words[dest + 1] += np.add.reduceat(lo, first)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from metricsd.codec import bitpack as bp
-from metricsd.codec.bits import bit_length, pack_rows, segment_index, unpack_segments, unzigzag, zigzag
+from metricsd.codec.bits import bit_length, pack_into, unpack_segments, unzigzag, zigzag
 from metricsd.codec.errors import CorruptChunk
 
 __all__ = ["MAX_BLOCK", "MAX_SCALE", "NO_CHUNK", "XOR_FAMILY", "Chain", "Encoded", "chunk_header_size",
@@ -106,17 +106,17 @@ def _trailing_zeros(u: np.ndarray) -> np.ndarray:
     return np.where(u > 0, bit_length(u & (_U64(0) - u)) - 1, 0)
 
 
-def _scale_fit(v: np.ndarray, k: np.ndarray) -> np.ndarray:
+def _scale_fit(v: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Whether every value of each row is m / 10**k[row] exactly for int |m| < 2**52 (bit for bit,
-    so -0.0, NaN and infinities never fit)."""
+    so -0.0, NaN and infinities never fit), and the integers m."""
     p = _POW10[k][:, None]
     with np.errstate(invalid="ignore", over="ignore"):
         scaled = v * p
         ok = np.abs(scaled) < _MAX_EXACT  # also false for NaN
         m = np.rint(np.where(ok, scaled, 0.0)).astype(np.int64)
         back = m.astype(np.float64)
-        back = np.where(k[:, None] > 0, back / p, back)
-    return (ok & (back.view(np.uint64) == v.view(np.uint64))).all(axis=1)
+        np.divide(back, p, out=back, where=k[:, None] > 0)
+    return (ok & (back.view(np.uint64) == v.view(np.uint64))).all(axis=1), m
 
 
 def _choose_family(v: np.ndarray) -> np.ndarray:
@@ -127,7 +127,7 @@ def _choose_family(v: np.ndarray) -> np.ndarray:
     for scale in range(MAX_SCALE + 1):
         if len(todo) == 0:
             break
-        fit = _scale_fit(v[todo], np.full(len(todo), scale, np.int64))
+        fit, _ = _scale_fit(v[todo], np.full(len(todo), scale, np.int64))
         fam[todo[fit]] = scale
         todo = todo[~fit]
     return fam
@@ -155,8 +155,10 @@ def encode_blocks(t: np.ndarray, v: np.ndarray, chain: Chain, block_size: int) -
     # a block whose values leave its decimal chunk's scale starts a new chunk (a value equal to
     # the one before is a sample of the chunk already, so it fits)
     check = np.flatnonzero(continuing & (family <= MAX_SCALE) & ~same)
+    m_check = None
     if len(check):
-        family[check[~_scale_fit(v[check], family[check])]] = NO_CHUNK
+        fit, m_check = _scale_fit(v[check], family[check])
+        family[check[~fit]] = NO_CHUNK
     started = family == NO_CHUNK
     any_started = bool(started.any())
     if any_started:
@@ -194,15 +196,17 @@ def encode_blocks(t: np.ndarray, v: np.ndarray, chain: Chain, block_size: int) -
     mode = np.full(k, SAME, np.int64)
     wv = np.zeros(k, np.int64)
     val_rows = np.flatnonzero(~same)
-    y = np.zeros((len(val_rows), n), np.uint64)
     decimal = family <= MAX_SCALE
     head_c1 = np.zeros(k, np.int64)  # chunk header: m_-1 (decimal) or the bits before (XOR)
     head_e1 = np.zeros(k, np.int64)
-    dec_sel = decimal[val_rows]
-    if bool(dec_sel.any()):
-        rows = val_rows[dec_sel]
+    dec_rows = val_rows[decimal[val_rows]]
+    xor_rows = val_rows[~decimal[val_rows]]
+    y_dec = y_xor = None
+    if len(dec_rows):
+        rows = dec_rows
         p = _POW10[family[rows]][:, None]
-        mv = np.rint(v[rows] * p).astype(np.int64)
+        # without new chunks these are the scale check's rows: its integers serve
+        mv = m_check if m_check is not None and not any_started else np.rint(v[rows] * p).astype(np.int64)
         with np.errstate(invalid="ignore", over="ignore"):
             c1 = np.rint(chain.v1[rows] * p[:, 0]).astype(np.int64)
             c2 = np.rint(chain.v2[rows] * p[:, 0]).astype(np.int64)
@@ -225,10 +229,9 @@ def encode_blocks(t: np.ndarray, v: np.ndarray, chain: Chain, block_size: int) -
         mode[rows] = np.where(use_dod, DOD, DELTA)
         new_shift[rows] = s
         wv[rows] = np.where(use_dod, wo, wd)
-        y[dec_sel] = zigzag(np.where(use_dod[:, None], dd, delta) >> s[:, None])
-    xor_sel = ~dec_sel
-    if bool(xor_sel.any()):
-        rows = val_rows[xor_sel]
+        y_dec = zigzag(np.where(use_dod[:, None], dd, delta) >> s[:, None])
+    if len(xor_rows):
+        rows = xor_rows
         b = bits[rows]
         prev = np.where(started[rows], b[:, 0], prev_bits[rows])
         x = b ^ np.concatenate([prev[:, None], b[:, :-1]], axis=1)
@@ -236,9 +239,8 @@ def encode_blocks(t: np.ndarray, v: np.ndarray, chain: Chain, block_size: int) -
         s = _best_shift(np.bitwise_or.reduce(x, axis=1), cur, n)
         mode[rows] = XOR
         new_shift[rows] = s
-        yx = x >> s.astype(np.uint64)[:, None]
-        y[xor_sel] = yx
-        wv[rows] = bit_length(np.bitwise_or.reduce(yx, axis=1))
+        y_xor = x >> s.astype(np.uint64)[:, None]
+        wv[rows] = bit_length(np.bitwise_or.reduce(y_xor, axis=1))
     if any_started:
         xs = np.flatnonzero(started & ~decimal)
         head_c1[xs] = bits[xs, 0].view(np.int64)  # the bits before a new XOR chunk: its first value's
@@ -259,35 +261,35 @@ def encode_blocks(t: np.ndarray, v: np.ndarray, chain: Chain, block_size: int) -
         if bool(present.any()):
             head[rk[present], hl[present]] = value[present]
             hl += present
-    ts_bytes, ts_len = pack_rows(zt, wt[ts_rows]) if zt is not None else (np.zeros(0, np.uint8), np.zeros(0, np.int64))
-    v_bytes, v_len = pack_rows(y, wv[val_rows])
     chunk_len = np.zeros(k, np.int64)
     if any_started:
         ch, chunk_len = _chunk_headers(started, family, block_size, t1, t2, decimal, head_c1, head_e1)
-    tl = np.zeros(k, np.int64)
-    tl[ts_rows] = ts_len
-    vl = np.zeros(k, np.int64)
-    vl[val_rows] = v_len
+    tl = (n * wt + 7) // 8
+    vl = (n * wv + 7) // 8
     offsets = np.zeros(k + 1, np.int64)
     np.cumsum(chunk_len + hl + tl + vl, out=offsets[1:])
-    out = np.empty(int(offsets[-1]), np.uint8)
+    total = int(offsets[-1])
+    # payloads straight into their places in the output, as a big-endian bit stream
+    words = np.zeros(total // 8 + 2, np.uint64)
+    pay = 8 * (offsets[:-1] + chunk_len + hl)
+    if zt is not None:
+        keep = wt[ts_rows] > 0
+        pack_into(words, pay[ts_rows[keep]], zt[keep], wt[ts_rows[keep]])
+    pay += 8 * tl
+    for rows, y in ((dec_rows, y_dec), (xor_rows, y_xor)):
+        if y is not None:
+            keep = wv[rows] > 0
+            pack_into(words, pay[rows[keep]], y[keep], wv[rows[keep]])
+    out = words.astype(">u8").view(np.uint8)[:total]
     at = offsets[:-1]
     if any_started:
         _scatter(out, at, chunk_len, ch)
         at = at + chunk_len
     _scatter(out, at, hl, head)
-    at = at + hl
-    if len(ts_bytes):
-        seg, pos = segment_index(ts_len)
-        out[at[ts_rows][seg] + pos] = ts_bytes
-    at = at + tl
-    if len(v_bytes):
-        seg, pos = segment_index(v_len)
-        out[at[val_rows][seg] + pos] = v_bytes
 
     after = Chain(t[:, -1].copy(), t[:, -2].copy() if n >= 2 else t1.copy(), v[:, -1].copy(),
                   v[:, -2].copy() if n >= 2 else np.where(started, v[:, 0], chain.v1), new_shift, family)
-    return Encoded(out, offsets, started, after)
+    return Encoded(np.ascontiguousarray(out), offsets, started, after)
 
 
 def _best_shift(orr: np.ndarray, cur: np.ndarray, n: int) -> np.ndarray:
@@ -374,107 +376,106 @@ def decode_chunks(buf: bytes | memoryview, starts: list[int], ends: list[int], c
 
     Raises CorruptChunk, and nothing else, for bytes this codec did not write (the expected
     counts bound every allocation); timestamps must strictly increase within each chunk."""
-    view = memoryview(buf)
-    if view.ndim != 1 or view.itemsize != 1:
-        view = view.cast("B")
-    # per block: n, flags, wt, wv, shift, ts payload start, value payload start; per chunk: header
-    b_n: list[int] = []
-    b_mode: list[int] = []
-    b_wt: list[int] = []
-    b_wv: list[int] = []
-    b_shift: list[int] = []
-    b_tpos: list[int] = []
-    b_vpos: list[int] = []
+    data = buf if isinstance(buf, bytes) else bytes(memoryview(buf).cast("B"))
+    size = len(data)
+    view = memoryview(data)
+    blocks: list[tuple[int, int, int, int, int, int]] = []  # n, mode, wt, wv, shift, ts payload start
     heads: list[_Header] = []
     per_chunk_blocks: list[int] = []
     for start, end, want in zip(starts, ends, counts, strict=True):
-        if not 0 <= start <= end <= len(view):
+        if not 0 <= start <= end <= size:
             raise CorruptChunk("chunk bounds outside the buffer")
         h, pos = _read_header(view, start)
         heads.append(h)
-        got = 0
-        shift = 0
-        nblocks = 0
-        while pos < end:
-            flags = view[pos]
+        got = shift = 0
+        first_block = len(blocks)
+        xor_family = h.family == XOR_FAMILY
+        while pos < end:  # FORMAT.md "Block": one Python step per block, the payloads are NumPy's
+            flags = data[pos]
             pos += 1
             if flags & 0x07:
                 raise CorruptChunk(f"block flags {flags:#x}")
             n = h.block
-            if flags & F_COUNT:
-                if pos >= end:
-                    raise CorruptChunk("block truncated")
-                n = view[pos]
-                pos += 1
-                if n == 0:
-                    raise CorruptChunk("empty block")
-            mode = (flags >> F_VAL_SHIFT) & 3
             wt = wv = 0
-            if flags & F_TS:
-                if pos >= end:
+            mode = (flags >> F_VAL_SHIFT) & 3
+            if flags & (F_COUNT | F_TS | F_SHIFT) or mode:
+                if pos + 4 > end:  # the optional bytes: each is read only if there
+                    tail = data[pos:end] + bytes(4)
+                    if flags & F_COUNT and pos >= end:
+                        raise CorruptChunk("block truncated")
+                else:
+                    tail = data[pos : pos + 4]
+                j = 0
+                if flags & F_COUNT:
+                    n = tail[j]
+                    j += 1
+                    if n == 0:
+                        raise CorruptChunk("empty block")
+                if flags & F_TS:
+                    wt = tail[j]
+                    j += 1
+                if mode:
+                    wv = tail[j]
+                    j += 1
+                    if (mode == XOR) != xor_family:
+                        raise CorruptChunk(f"value mode {mode} in a chunk of family {h.family:#x}")
+                if flags & F_SHIFT:
+                    shift = tail[j]
+                    j += 1
+                pos += j
+                if pos > end:
                     raise CorruptChunk("block truncated")
-                wt = view[pos]
-                pos += 1
-            if mode != SAME:
-                if pos >= end:
-                    raise CorruptChunk("block truncated")
-                wv = view[pos]
-                pos += 1
-            if flags & F_SHIFT:
-                if pos >= end:
-                    raise CorruptChunk("block truncated")
-                shift = view[pos]
-                pos += 1
-            if wt > 64 or wv > 64 or shift > 63:
-                raise CorruptChunk(f"block widths {wt}, {wv}, shift {shift}")
-            if (mode == XOR) != (h.family == XOR_FAMILY) and mode != SAME:
-                raise CorruptChunk(f"value mode {mode} in a chunk of family {h.family:#x}")
+                if wt > 64 or wv > 64 or shift > 63:
+                    raise CorruptChunk(f"block widths {wt}, {wv}, shift {shift}")
             got += n
             if got > want:
                 raise CorruptChunk(f"chunk holds more than the {want} samples expected")
-            b_n.append(n)
-            b_mode.append(mode)
-            b_wt.append(wt)
-            b_wv.append(wv)
-            b_shift.append(shift)
-            b_tpos.append(pos)
-            pos += (n * wt + 7) // 8
-            b_vpos.append(pos)
-            pos += (n * wv + 7) // 8
-            nblocks += 1
+            blocks.append((n, mode, wt, wv, shift, pos))
+            pos += (n * wt + 7) // 8 + (n * wv + 7) // 8
         if pos != end or got != want:
             raise CorruptChunk(f"chunk ends at byte {pos} of {end} after {got} of {want} samples")
-        per_chunk_blocks.append(nblocks)
+        per_chunk_blocks.append(len(blocks) - first_block)
     total = sum(counts)
     if total == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    raw = np.frombuffer(view, dtype=np.uint8)
-    n_arr = np.array(b_n, np.int64)
-    mode_arr = np.array(b_mode, np.int64)
-    shift_arr = np.array(b_shift, np.uint64)
-    zt = unpack_segments(raw, np.array(b_tpos, np.int64), n_arr, np.array(b_wt, np.int64))
-    y = unpack_segments(raw, np.array(b_vpos, np.int64), n_arr, np.array(b_wv, np.int64))
-    blk = np.repeat(np.arange(len(b_n)), n_arr)
-    chunk_of_block = np.repeat(np.arange(len(heads)), per_chunk_blocks)
-    chunk = chunk_of_block[blk]
-    cstart = np.cumsum(counts) - np.array(counts, np.int64)  # first sample of each chunk
+    return _reconstruct(np.frombuffer(data, dtype=np.uint8), np.array(blocks, np.int64).reshape(-1, 6), heads,
+                        np.array(per_chunk_blocks, np.int64), np.array(counts, np.int64))
 
+
+def _reconstruct(raw: np.ndarray, blocks: np.ndarray, heads: list[_Header], per_chunk_blocks: np.ndarray,
+                 counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The samples of blocks walked by decode_chunks: every payload unpacked, every chain summed."""
+    n_arr, mode_arr, wt_arr, wv_arr, shift_arr, tpos = (blocks[:, j] for j in range(6))
+    total = int(counts.sum())
+    one_chunk = len(heads) == 1
+    blk = np.repeat(np.arange(len(blocks)), n_arr)
+    chunk = np.zeros(total, np.int64) if one_chunk else np.repeat(np.repeat(np.arange(len(heads)),
+                                                                            per_chunk_blocks), n_arr)
+    cstart = np.cumsum(counts) - counts  # first sample of each chunk
+    local = np.arange(total) - cstart[chunk]  # position of each sample in its chunk
     with np.errstate(over="ignore"):
-        # timestamps: t_i = t1 + sum(d), d_i = d1 + sum(dod), each chunk its own chain
-        d1 = np.array([h.d1 for h in heads], np.int64)
-        t1 = np.array([h.t1 for h in heads], np.int64)
-        dsum = _segment_cumsum(unzigzag(zt), cstart)
-        d = d1[chunk] + dsum
-        t = t1[chunk] + _segment_cumsum(d, cstart)
-        if bool(np.any((t[1:] <= t[:-1]) & (chunk[1:] == chunk[:-1]))):
-            raise CorruptChunk("timestamps do not increase")
+        # timestamps: d_i = d1 + sum(dod), t_i = t1 + sum(d), each chunk its own chain
+        d1 = np.array([h.d1 for h in heads], np.int64)[chunk]
+        t1 = np.array([h.t1 for h in heads], np.int64)[chunk]
+        if bool(wt_arr.any()):
+            d = d1 + _segment_cumsum(unzigzag(unpack_segments(raw, tpos, n_arr, wt_arr)), cstart)
+            t = t1 + _segment_cumsum(d, cstart)
+            if bool(np.any((t[1:] <= t[:-1]) & (local[1:] > 0))):
+                raise CorruptChunk("timestamps do not increase")
+        else:  # every scrape on its chunk's grid: no payload at all
+            if bool(np.any(d1 <= 0)):
+                raise CorruptChunk("timestamps do not increase")
+            t = t1 + d1 * (local + 1)
         vals = np.empty(total, np.float64)
         fam = np.array([h.family for h in heads], np.int64)
+        y = unpack_segments(raw, tpos + (n_arr * wt_arr + 7) // 8, n_arr, wv_arr) if bool(wv_arr.any()) \
+            else np.zeros(total, np.uint64)
         smode = mode_arr[blk]
         sshift = shift_arr[blk]
-        xor_chunk = (fam == XOR_FAMILY)[chunk]
-        if bool(xor_chunk.any()):
-            x = np.where(smode == XOR, y << sshift, _U64(0))
+        is_xor = fam == XOR_FAMILY
+        xor_chunk = is_xor[chunk]
+        if bool(is_xor.any()):
+            x = np.where(smode == XOR, y << sshift.astype(np.uint64), _U64(0))
             c1 = np.array([h.c1 if h.family == XOR_FAMILY else 0 for h in heads], np.uint64)
             acc = np.bitwise_xor.accumulate(x)
             # per chunk: its own running XOR from its first sample, from the header's bits
@@ -482,29 +483,39 @@ def decode_chunks(buf: bytes | memoryview, starts: list[int], ends: list[int], c
             before[1:] = acc[cstart[1:] - 1]
             bits = acc ^ before[chunk] ^ c1[chunk]
             vals[xor_chunk] = bits[xor_chunk].view(np.float64)
-        if bool((~xor_chunk).any()):
-            signed = unzigzag(y) << sshift.astype(np.int64)
-            absolute = smode != DOD  # SAME and DELTA give the delta itself; DOD its change
-            delta_given = np.where(smode == DELTA, signed, 0)
-            e1 = np.array([h.e1 for h in heads], np.int64)
-            m1 = np.array([0 if h.family == XOR_FAMILY else h.c1 for h in heads], np.int64)
-            # delta at each sample: the last absolute delta before it (or the chunk's e1), plus
-            # the deltas of deltas since
-            idx = np.arange(total)
-            anchor = np.maximum.accumulate(np.where(absolute, idx, -1))
-            anchor = np.where(anchor >= cstart[chunk], anchor, -1)
-            inc = np.where(absolute, 0, signed)
-            csum = _segment_cumsum(inc, cstart)
-            base = np.where(anchor >= 0, delta_given[np.maximum(anchor, 0)], e1[chunk])
-            since = csum - np.where(anchor >= 0, csum[np.maximum(anchor, 0)], 0)
-            delta = np.where(absolute, delta_given, base + since)
-            m = m1[chunk] + _segment_cumsum(delta, cstart)
-            if bool(np.any(np.abs(m[~xor_chunk]) >= 2**52)):
+        if not bool(is_xor.all()):
+            e1 = np.array([h.e1 for h in heads], np.int64)[chunk]
+            m1 = np.array([0 if h.family == XOR_FAMILY else h.c1 for h in heads], np.int64)[chunk]
+            signed = unzigzag(y) << sshift
+            dod = smode == DOD
+            if bool(dod.all()):  # the delta of every sample is the one before plus its change
+                delta = e1 + _segment_cumsum(signed, cstart)
+            elif not bool(dod.any()):  # SAME (0) and DELTA give every delta itself
+                delta = np.where(smode == DELTA, signed, 0)
+            else:  # the last delta given before each sample (or e1), plus the changes since
+                given = np.where(smode == DELTA, signed, 0)
+                idx = np.arange(total)
+                anchor = np.maximum.accumulate(np.where(dod, -1, idx))
+                anchor = np.where(anchor >= cstart[chunk], anchor, -1)
+                csum = _segment_cumsum(np.where(dod, signed, 0), cstart)
+                at = np.maximum(anchor, 0)
+                base = np.where(anchor >= 0, given[at], e1)
+                delta = np.where(dod, base + csum - np.where(anchor >= 0, csum[at], 0), given)
+            m = m1 + _segment_cumsum(delta, cstart)
+            if bool(np.any((np.abs(m) >= 2**52) & ~xor_chunk)):
                 raise CorruptChunk("decimal value out of range")
             f = m.astype(np.float64)
-            scale = np.where(xor_chunk, 0, fam[chunk])
-            f = np.where(scale > 0, f / _POW10[np.minimum(scale, MAX_SCALE)], f)
-            vals[~xor_chunk] = f[~xor_chunk]
+            scale = np.where(is_xor, 0, fam)
+            if one_chunk:
+                if scale[0]:
+                    f /= _POW10[scale[0]]
+            else:
+                per = scale[chunk]
+                np.divide(f, _POW10[per], out=f, where=per > 0)
+            if bool(is_xor.any()):
+                vals[~xor_chunk] = f[~xor_chunk]
+            else:
+                vals = f
     return t, vals
 
 

@@ -13,11 +13,12 @@ from metricsd.store.limits import SeriesLimits
 class StoreSettings:
     """How a store keeps data.
 
-    chunk_samples: samples per sealed chunk (Gorilla's 120: 20 minutes at 10 s).
-    head_keep: samples kept in the head after sealing, so that windows up to head_keep
-        samples (5 minutes at 10 s, PromQL's lookback) are answered from the head without
-        decoding a chunk. The head of a series holds between head_keep and
-        chunk_samples + head_keep samples.
+    chunk_samples: samples per chunk: blocks are appended to a series' open chunk until it
+        holds this many (720: 2 hours at 10 s), then it is closed. Larger chunks cost fewer
+        bytes of header and index; retention drops whole chunks.
+    head_keep: samples per block, and the newest samples kept raw in each series' ring (16:
+        2.5 minutes at 10 s), so that short windows (a rate over a minute, the last value) are
+        answered without decoding (metricsd/store/head.py). At most 255.
     retention_ms: raw samples older than the newest sample in the store minus this are dropped
         (relative to the data, as Prometheus does, so replayed or historic data is not dropped
         by the wall clock).
@@ -34,8 +35,8 @@ class StoreSettings:
     request_limits: series and samples per Write request, checked by StoreAPI before anything else.
     """
 
-    chunk_samples: int = 120
-    head_keep: int = 32
+    chunk_samples: int = 720
+    head_keep: int = 16
     retention_ms: int = 24 * 3600 * 1000
     rollup_retention_ms: int = 8 * 24 * 3600 * 1000
     ooo_window_ms: int = 3600 * 1000
@@ -46,11 +47,7 @@ class StoreSettings:
     request_limits: RequestLimits = field(default_factory=RequestLimits)
 
     def __post_init__(self) -> None:
-        if self.chunk_samples < 2 or self.head_keep < 1:
-            raise ValueError("chunk_samples must be >= 2 and head_keep >= 1")
+        if self.chunk_samples < 1 or not 1 <= self.head_keep <= 255:
+            raise ValueError("chunk_samples must be >= 1 and head_keep in 1..255")
         if self.retention_ms <= 0 or self.rollup_retention_ms <= 0 or self.ooo_window_ms < 0:
             raise ValueError("retention and windows must be positive")
-
-    @property
-    def head_capacity(self) -> int:
-        return self.chunk_samples + self.head_keep
