@@ -350,11 +350,12 @@ class Store:
 
     def rollup_points(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, slots: SlotFilter | None = None
                       ) -> list[tuple[int, Labels, RollupPoints]]:
+        rows = self.select(matchers, slots)
         out = []
-        for row in self.select(matchers, slots).tolist():
+        for row, points in zip(rows.tolist(), self.rollups.points_many(rows, start_ms, end_ms), strict=True):
             labels = self.index.labels[row]
             assert labels is not None
-            out.append((self.index.ids[row], labels, self.rollups.points(row, start_ms, end_ms)))
+            out.append((self.index.ids[row], labels, points))
         return out
 
     # --- retention -------------------------------------------------------------------------

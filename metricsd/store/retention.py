@@ -41,7 +41,7 @@ def drop_expired(store: Store, cutoff: int) -> int:
     if len(rows) == 0:
         return 0
     store._generation += 1
-    removed = 0
+    removed: list[int] = []
     kept: list[int] = []
     for row in rows.tolist():
         chunks.drop_before(row, cutoff)
@@ -52,12 +52,12 @@ def drop_expired(store: Store, cutoff: int) -> int:
                 index.remove(row)
                 head.reset_row(row)
                 chunks.reset_row(row)
-                store.rollups.forget(row)
-                removed += 1
+                removed.append(row)
                 continue
         kept.append(row)
+    store.rollups.forget(np.array(removed, dtype=np.int64))
     _set_floors(store, np.array(kept, dtype=np.int64))
-    return removed
+    return len(removed)
 
 
 def _set_floors(store: Store, rows: np.ndarray) -> None:

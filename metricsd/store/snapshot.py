@@ -18,7 +18,6 @@ import logging
 import os
 import struct
 import zlib
-from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,7 +58,7 @@ _SCHEMA: dict[bytes, int] = {
     b"CNUM": 2, b"CIDX": 2, b"CDAT": 0, b"CMAX": 2,
     b"OCNT": 2, b"OMIN": 2, b"OHSH": 3, b"OLEN": 2, b"ODAT": 0,
     b"KT2 ": 2, b"KV1 ": 4, b"KV2 ": 4, b"KSFT": 1, b"KFAM": 1,
-    b"RHOU": 2, b"ROPN": 4, b"RCLN": 2, b"RCLD": 4,
+    b"RHOU": 2, b"ROPN": 4, b"RBHR": 2, b"RBSZ": 2, b"RROW": 1, b"RVAL": 4, b"RCNT": 1,
 }
 _END = b"END "
 
@@ -106,8 +105,11 @@ class StoreImage:
     chain_family: np.ndarray  # int32[n]
     roll_hour: np.ndarray  # int64[n]
     roll_open: np.ndarray  # float64[n, 5]: min, max, sum, count, last of the open hour
-    closed_hours: np.ndarray  # int64[n]
-    closed: np.ndarray  # float64[6 * sum(closed_hours)]: hour, min, max, sum, count, last
+    block_hours: np.ndarray  # int64[b] closed rollup hours, oldest first
+    block_sizes: np.ndarray  # int64[b] series with a rollup in each
+    closed_rows: np.ndarray  # int32[sum(block_sizes)] series (0..n-1), increasing within a block
+    closed_vals: np.ndarray  # float64[4 * sum(block_sizes)]: min, max, sum, last
+    closed_count: np.ndarray  # int32[sum(block_sizes)]
 
 
 def capture(store: Store, position: WalPosition) -> StoreImage:
@@ -126,7 +128,7 @@ def capture(store: Store, position: WalPosition) -> StoreImage:
     width = max(1, int(filled.max()) if len(rows) else 1)
     ht, hv, _ = h.newest(rows, width)
     mask = np.arange(width)[None, :] < filled[:, None]
-    closed_bufs = [ro.closed.get(r) for r in row_list]
+    bh, bs, brow, bval, bcnt = ro.closed_of(rows)
     open_bufs = [c.open[r] for r in row_list]
     return StoreImage(
         position=position,
@@ -156,8 +158,7 @@ def capture(store: Store, position: WalPosition) -> StoreImage:
         chain_family=c.family[rows].astype(np.int32),
         roll_hour=ro.hour[rows].astype(np.int64),
         roll_open=np.stack([ro.min[rows], ro.max[rows], ro.sum[rows], ro.count[rows], ro.last[rows]], axis=1),
-        closed_hours=np.array([len(b) // 6 if b else 0 for b in closed_bufs], dtype=np.int64),
-        closed=np.frombuffer(b"".join(b.tobytes() for b in closed_bufs if b), dtype=np.float64),
+        block_hours=bh, block_sizes=bs, closed_rows=brow, closed_vals=bval, closed_count=bcnt,
     )
 
 
@@ -214,7 +215,8 @@ def _sections(img: StoreImage) -> list[tuple[bytes, bytes | np.ndarray]]:
         (b"ODAT", img.open_data),
         (b"KT2 ", img.chain_t2), (b"KV1 ", img.chain_v1), (b"KV2 ", img.chain_v2), (b"KSFT", img.chain_shift),
         (b"KFAM", img.chain_family),
-        (b"RHOU", img.roll_hour), (b"ROPN", img.roll_open), (b"RCLN", img.closed_hours), (b"RCLD", img.closed),
+        (b"RHOU", img.roll_hour), (b"ROPN", img.roll_open), (b"RBHR", img.block_hours), (b"RBSZ", img.block_sizes),
+        (b"RROW", img.closed_rows), (b"RVAL", img.closed_vals), (b"RCNT", img.closed_count),
     ]
 
 
@@ -373,7 +375,8 @@ def _image(found: dict[bytes, memoryview]) -> StoreImage:
         open_len=a[b"OLEN"], open_data=bytes(found[b"ODAT"]), chain_t2=a[b"KT2 "], chain_v1=a[b"KV1 "],
         chain_v2=a[b"KV2 "], chain_shift=a[b"KSFT"], chain_family=a[b"KFAM"], roll_hour=a[b"RHOU"],
         roll_open=a[b"ROPN"].reshape(-1, 5) if len(a[b"ROPN"]) % 5 == 0 else a[b"ROPN"],
-        closed_hours=a[b"RCLN"], closed=a[b"RCLD"],
+        block_hours=a[b"RBHR"], block_sizes=a[b"RBSZ"], closed_rows=a[b"RROW"], closed_vals=a[b"RVAL"],
+        closed_count=a[b"RCNT"],
     )
     _check_shapes(img, n)
     return img
@@ -382,15 +385,24 @@ def _image(found: dict[bytes, memoryview]) -> StoreImage:
 def _check_shapes(img: StoreImage, n: int) -> None:
     per_series = [img.ids, img.head_filled, img.head_unsealed, img.head_last_ts, img.chunk_counts, img.chunk_max,
                   img.open_count, img.open_min, img.open_hash, img.open_len, img.chain_t2, img.chain_v1,
-                  img.chain_v2, img.chain_shift, img.chain_family, img.roll_hour, img.closed_hours]
+                  img.chain_v2, img.chain_shift, img.chain_family, img.roll_hour]
     if len(img.labels) != n or any(len(x) != n for x in per_series) or img.roll_open.shape != (n, 5):
         raise SnapshotError(f"per-series sections do not all hold {n} series")
     if len(img.head_ts) != int(img.head_filled.sum()) or len(img.head_vals) != len(img.head_ts):
         raise SnapshotError("head samples do not match head counts")
     if len(img.chunk_index) != STRIDE * int(img.chunk_counts.sum()):
         raise SnapshotError("chunk index does not match chunk counts")
-    if len(img.closed) != 6 * int(img.closed_hours.sum()):
+    records = int(img.block_sizes.sum())
+    if (len(img.block_hours) != len(img.block_sizes) or len(img.closed_rows) != records
+            or len(img.closed_vals) != 4 * records or len(img.closed_count) != records):
         raise SnapshotError("closed rollups do not match their counts")
+    ends = np.cumsum(img.block_sizes)
+    inner = np.ones(records, bool)
+    inner[(ends - img.block_sizes)[img.block_sizes > 0]] = False
+    if bool((img.block_sizes < 0).any() or np.any(np.diff(img.block_hours) <= 0)
+            or (records and (int(img.closed_rows.min()) < 0 or int(img.closed_rows.max()) >= n))
+            or np.any(np.diff(img.closed_rows.astype(np.int64))[inner[1:]] <= 0)):
+        raise SnapshotError("closed rollups out of order or out of range")
     if bool((img.head_unsealed < 0).any() or (img.head_unsealed > img.head_filled).any()
             or (img.head_filled > img.meta.head_keep).any()):
         raise SnapshotError("head counts out of range")
@@ -445,11 +457,7 @@ def restore(img: StoreImage, settings: StoreSettings,
     ro = store.rollups
     ro.hour[:n] = img.roll_hour
     ro.min[:n], ro.max[:n], ro.sum[:n], ro.count[:n], ro.last[:n] = img.roll_open.T
-    pos = 0
-    for i, k in enumerate(img.closed_hours.tolist()):
-        if k:
-            ro.set_closed(i, array("d", img.closed[pos : pos + 6 * k].tobytes()))
-            pos += 6 * k
+    ro.restore_closed(img.block_hours, img.block_sizes, img.closed_rows, img.closed_vals, img.closed_count)
     store.max_ts = img.meta.max_ts
     store.samples_written = img.meta.samples_written
     store.rejected = Counter(img.meta.rejected)

@@ -10,7 +10,6 @@ written in the current version.
 from __future__ import annotations
 
 import json
-from array import array
 from collections import Counter
 
 import numpy as np
@@ -113,10 +112,11 @@ def read_v1(buf: bytes) -> Store:
     ro = store.rollups
     ro.hour[:n] = a[b"RHOU"]
     ro.min[:n], ro.max[:n], ro.sum[:n], ro.count[:n], ro.last[:n] = a[b"ROPN"].reshape(-1, 5).T
-    pos = 0
-    for i, k in enumerate(a[b"RCLN"].tolist()):
-        if k:
-            ro.set_closed(i, array("d", a[b"RCLD"][pos : pos + 6 * k].tobytes()))
-            pos += 6 * k
+    closed = a[b"RCLD"].reshape(-1, 6)  # per series, its hours: hour, min, max, sum, count, last
+    rows = np.repeat(np.arange(n), a[b"RCLN"])
+    order = np.lexsort((rows, closed[:, 0]))  # by hour, then series
+    hours, sizes = np.unique(closed[order, 0].astype(np.int64), return_counts=True)
+    ro.restore_closed(hours, sizes, rows[order].astype(np.int32), closed[order][:, [1, 2, 3, 5]].reshape(-1),
+                      closed[order, 4].astype(np.int32))
     store.max_ts, store.samples_written, store.rejected = max_ts, written, Counter(rejected)
     return store
