@@ -25,7 +25,6 @@ Not safe for concurrent use; the store serialises access.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,7 +40,7 @@ NO_TS = np.iinfo(np.int64).min
 
 _EMPTY_T = np.zeros(0, np.int64)
 _EMPTY_V = np.zeros(0, np.float64)
-_NO_INDEX = array("q")  # shared by every series without closed chunks; never changed in place
+_NO_ENTRIES = np.zeros((0, STRIDE), np.int64)
 
 
 def _as_int64(h: int) -> int:
@@ -77,13 +76,14 @@ class Chunks:
             raise ValueError("a block holds 1..255 samples and a chunk at least one")
         self.block = block
         self.chunk_samples = chunk_samples
-        self.data: list[bytes] = []  # closed chunks back to back
-        self.index: list[array] = []  # STRIDE int64 per closed chunk
+        # closed chunks back to back, then their index: STRIDE int64 (little-endian) per chunk
+        self.data: list[bytes] = []
         self.open: list[bytes] = []  # the open chunk's bytes (b"": none)
+        self.n_closed = np.zeros(rows, np.int32)
         self.max_ts = np.full(rows, NO_TS, np.int64)  # newest sealed sample (NO_TS: none)
-        self.samples = np.zeros(rows, np.int64)  # sealed samples, closed and open
+        self.samples = np.zeros(rows, np.int32)  # sealed samples, closed and open
         self.open_min = np.zeros(rows, np.int64)
-        self.open_count = np.zeros(rows, np.int64)
+        self.open_count = np.zeros(rows, np.int32)
         self.open_hash = np.zeros(rows, np.uint64)
         # the chain before the next block: t1 is max_ts
         self.t2 = np.zeros(rows, np.int64)
@@ -97,7 +97,6 @@ class Chunks:
     def ensure_rows(self, n: int) -> None:
         while len(self.data) < n:
             self.data.append(b"")
-            self.index.append(_NO_INDEX)
             self.open.append(b"")
         have = len(self.max_ts)
         if n <= have:
@@ -105,16 +104,18 @@ class Chunks:
         extra = max(n, have + max(1024, have // 4)) - have
         self.max_ts = np.concatenate([self.max_ts, np.full(extra, NO_TS, np.int64)])
         for name in ("samples", "open_min", "open_count", "t2"):
-            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra, np.int64)]))
+            col = getattr(self, name)
+            setattr(self, name, np.concatenate([col, np.zeros(extra, col.dtype)]))
         self.open_hash = np.concatenate([self.open_hash, np.zeros(extra, np.uint64)])
         self.v1 = np.concatenate([self.v1, np.zeros(extra)])
         self.v2 = np.concatenate([self.v2, np.zeros(extra)])
         self.shift = np.concatenate([self.shift, np.zeros(extra, np.int8)])
         self.family = np.concatenate([self.family, np.full(extra, NO_CHUNK, np.int16)])
+        self.n_closed = np.concatenate([self.n_closed, np.zeros(extra, np.int32)])
 
     def reset_row(self, row: int) -> None:
         self.data[row] = b""
-        self.index[row] = _NO_INDEX
+        self.n_closed[row] = 0
         self._forget_open(row)
         self.max_ts[row] = NO_TS
         self.samples[row] = 0
@@ -169,12 +170,26 @@ class Chunks:
 
     def _close(self, row: int) -> None:
         """The open chunk becomes the newest closed one; the next block starts a new chunk."""
-        data = self.data[row] + self.open[row]
-        entry = (int(self.open_min[row]), int(self.max_ts[row]), len(data), int(self.open_count[row]),
-                 _as_int64(int(self.open_hash[row])))
-        self.data[row] = data
-        self.index[row] = self.index[row] + array("q", entry)
+        payload, index = self.closed(row)
+        end = len(payload) + len(self.open[row])
+        entry = np.array([int(self.open_min[row]), int(self.max_ts[row]), end, int(self.open_count[row]),
+                          _as_int64(int(self.open_hash[row]))], dtype="<i8")
+        self.data[row] = b"".join((payload, self.open[row], index.tobytes(), entry.tobytes()))
+        self.n_closed[row] += 1
         self._forget_open(row)
+
+    def closed(self, row: int) -> tuple[memoryview, np.ndarray]:
+        """(the closed chunks' bytes, their index: chunks x STRIDE int64), views of the row's data."""
+        data = self.data[row]
+        n = int(self.n_closed[row])
+        if not n:
+            return memoryview(b""), _NO_ENTRIES
+        at = len(data) - 8 * STRIDE * n
+        return memoryview(data)[:at], np.frombuffer(data, dtype="<i8", count=STRIDE * n, offset=at).reshape(n, STRIDE)
+
+    def _set_closed(self, row: int, payload: bytes | memoryview, index: np.ndarray) -> None:
+        self.data[row] = b"".join((payload, np.ascontiguousarray(index, dtype="<i8").tobytes())) if len(index) else b""
+        self.n_closed[row] = len(index)
 
     def close_all(self, rows: np.ndarray) -> None:
         for row in rows.tolist():
@@ -183,27 +198,24 @@ class Chunks:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def n_closed(self, row: int) -> int:
-        return len(self.index[row]) // STRIDE
-
     def n_chunks(self, row: int) -> int:
-        return self.n_closed(row) + (1 if self.open_count[row] else 0)
+        return int(self.n_closed[row]) + (1 if self.open_count[row] else 0)
 
     def entries(self, row: int) -> np.ndarray:
         """(chunks x 5) int64: min_ts, max_ts, end offset, samples, hash bits of every chunk, the
         open one last (its end offset counts from the end of the closed ones)."""
-        closed = np.frombuffer(self.index[row], dtype=np.int64).reshape(-1, STRIDE)
+        payload, closed = self.closed(row)
         if not self.open_count[row]:
             return closed
-        end = len(self.data[row]) + len(self.open[row])
+        end = len(payload) + len(self.open[row])
         entry = np.array([[self.open_min[row], self.max_ts[row], end, self.open_count[row],
                            self.open_hash[row].view(np.int64)]], dtype=np.int64)
         return np.concatenate([closed, entry])
 
     def first_max_ts(self, row: int) -> int:
         """The newest sample of the oldest chunk (retention drops chunks by it); NO_TS: none."""
-        if self.index[row]:
-            return self.index[row][1]
+        if self.n_closed[row]:
+            return int(self.closed(row)[1][0, 1])
         return int(self.max_ts[row]) if self.open_count[row] else NO_TS
 
     def _decode(self, row: int, which: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -211,7 +223,8 @@ class Chunks:
         if not which:
             return _EMPTY_T.copy(), _EMPTY_V.copy()
         e = self.entries(row)
-        buf = self.data[row] + self.open[row] if self.open_count[row] and which[-1] == len(e) - 1 else self.data[row]
+        payload, _ = self.closed(row)
+        buf = bytes(payload) + self.open[row] if self.open_count[row] and which[-1] == len(e) - 1 else self.data[row]
         ends = e[which, 2].tolist()
         starts = [int(e[i - 1, 2]) if i else 0 for i in which]
         return decode_chunks(buf, starts, ends, e[which, 3].tolist())
@@ -232,15 +245,14 @@ class Chunks:
         """Drop whole chunks whose newest sample is older than cutoff; returns samples dropped."""
         if not self.samples[row]:
             return 0
-        closed = np.frombuffer(self.index[row], dtype=np.int64).reshape(-1, STRIDE)
+        payload, closed = self.closed(row)
         n = int(np.count_nonzero(closed[:, 1] < cutoff_ms))  # max_ts increases from chunk to chunk
         dropped = int(closed[:n, 3].sum())
         if n:
             end = int(closed[n - 1, 2])
             rest = closed[n:].copy()
             rest[:, 2] -= end
-            self.data[row] = self.data[row][end:]
-            self.index[row] = array("q", rest.tobytes()) if len(rest) else _NO_INDEX
+            self._set_closed(row, payload[end:], rest)
         if n == len(closed) and self.open_count[row] and int(self.max_ts[row]) < cutoff_ms:
             dropped += int(self.open_count[row])
             self._forget_open(row)
@@ -257,12 +269,10 @@ class Chunks:
         e = self.entries(row)
         first = int(np.count_nonzero(e[:, 1] < ts_ms))
         t, v = self._decode(row, list(range(first, len(e))))
-        n_closed = self.n_closed(row)
-        if first < n_closed:
+        if first < int(self.n_closed[row]):
+            payload, closed = self.closed(row)
             start = int(e[first - 1, 2]) if first else 0
-            self.data[row] = self.data[row][:start]
-            kept = np.frombuffer(self.index[row], dtype=np.int64)[: STRIDE * first]
-            self.index[row] = array("q", kept.tobytes()) if first else _NO_INDEX
+            self._set_closed(row, payload[:start], closed[:first].copy())
         self._forget_open(row)
         self.samples[row] -= len(t)
         self.max_ts[row] = int(e[first - 1, 1]) if first else NO_TS
@@ -271,8 +281,7 @@ class Chunks:
     def restore_row(self, row: int, data: bytes, index: np.ndarray, open_bytes: bytes, open_min: int, open_count: int,
                     open_hash: int, max_ts: int, chain: tuple[int, float, float, int, int]) -> None:
         """Set a series' chunks from a snapshot (the caller has checked the sizes)."""
-        self.data[row] = data
-        self.index[row] = array("q", np.ascontiguousarray(index, dtype=np.int64).tobytes()) if len(index) else _NO_INDEX
+        self._set_closed(row, data, np.asarray(index, dtype=np.int64).reshape(-1, STRIDE))
         self.open[row] = open_bytes
         self.open_min[row] = open_min
         self.open_count[row] = open_count
@@ -283,13 +292,13 @@ class Chunks:
 
     @property
     def nbytes(self) -> int:
-        """Compressed bytes held, closed and open chunks."""
-        return sum(map(len, self.data)) + sum(map(len, self.open))
+        """Compressed bytes held, closed and open chunks (their index left out)."""
+        return sum(map(len, self.data)) + sum(map(len, self.open)) - 8 * STRIDE * int(self.n_closed.sum())
 
     def _check(self, row: int) -> None:
         """Every invariant of one series, the chunks decoded (slow; tests)."""
         e = self.entries(row)
-        assert len(self.index[row]) % STRIDE == 0
+        assert len(self.closed(row)[1]) == int(self.n_closed[row])
         lo, hi, end, count, h = (e[:, j] for j in range(STRIDE))
         assert bool(np.all(lo <= hi) and np.all(count > 0) and np.all(np.diff(end) > 0) and np.all(lo[1:] > hi[:-1]))
         t, v = self._decode(row, list(range(len(e))))

@@ -30,15 +30,15 @@ class Head:
     """Columnar ring buffers. Not safe for concurrent use; the store serialises access."""
 
     def __init__(self, capacity: int, rows: int = 64) -> None:
-        if capacity < 1:
-            raise ValueError("the head keeps at least one sample")
+        if not 1 <= capacity <= 255:
+            raise ValueError("the head keeps 1..255 samples a series")
         self.capacity = capacity
         self.ts = np.zeros((rows, capacity), dtype=np.int32)  # ms after base[row]
         self.vals = np.zeros((rows, capacity), dtype=np.float64)
         self.base = np.zeros(rows, dtype=np.int64)  # meaningful while filled[row] > 0
-        self.pos = np.zeros(rows, dtype=np.int32)  # the slot the next sample goes to
-        self.filled = np.zeros(rows, dtype=np.int32)  # samples in the ring (<= capacity)
-        self.unsealed = np.zeros(rows, dtype=np.int32)  # the newest ones that are in no block yet
+        self.pos = np.zeros(rows, dtype=np.int16)  # the slot the next sample goes to (capacity <= 255)
+        self.filled = np.zeros(rows, dtype=np.int16)  # samples in the ring (<= capacity)
+        self.unsealed = np.zeros(rows, dtype=np.int16)  # the newest ones that are in no block yet
         # Newest timestamp ever written to the row: the append fast path.
         self.last_ts = np.full(rows, NO_TS, dtype=np.int64)
         # A lower bound on what retention looks at in the row (its oldest chunk's newest sample,
@@ -59,9 +59,9 @@ class Head:
         self.ts = np.concatenate([self.ts, np.zeros((extra, self.capacity), np.int32)])
         self.vals = np.concatenate([self.vals, np.zeros((extra, self.capacity), np.float64)])
         self.base = np.concatenate([self.base, np.zeros(extra, np.int64)])
-        self.pos = np.concatenate([self.pos, np.zeros(extra, np.int32)])
-        self.filled = np.concatenate([self.filled, np.zeros(extra, np.int32)])
-        self.unsealed = np.concatenate([self.unsealed, np.zeros(extra, np.int32)])
+        self.pos = np.concatenate([self.pos, np.zeros(extra, np.int16)])
+        self.filled = np.concatenate([self.filled, np.zeros(extra, np.int16)])
+        self.unsealed = np.concatenate([self.unsealed, np.zeros(extra, np.int16)])
         self.last_ts = np.concatenate([self.last_ts, np.full(extra, NO_TS, np.int64)])
         self.expiry_floor = np.concatenate([self.expiry_floor, np.full(extra, NO_TS, np.int64)])
 

@@ -130,6 +130,7 @@ def capture(store: Store, position: WalPosition) -> StoreImage:
     mask = np.arange(width)[None, :] < filled[:, None]
     bh, bs, brow, bval, bcnt = ro.closed_of(rows)
     open_bufs = [c.open[r] for r in row_list]
+    closed = [c.closed(r) for r in row_list]
     return StoreImage(
         position=position,
         meta=ImageMeta(max_ts=int(store.max_ts), samples_written=int(store.samples_written),
@@ -142,11 +143,12 @@ def capture(store: Store, position: WalPosition) -> StoreImage:
         head_last_ts=h.last_ts[rows].astype(np.int64),
         head_ts=ht[mask],
         head_vals=hv[mask],
-        chunk_counts=np.array([len(c.index[r]) // STRIDE for r in row_list], dtype=np.int64),
-        chunk_index=np.frombuffer(b"".join(c.index[r].tobytes() for r in row_list), dtype=np.int64).copy(),
-        chunk_data=b"".join(c.data[r] for r in row_list),
+        chunk_counts=c.n_closed[rows].astype(np.int64),
+        chunk_index=np.concatenate([closed[i][1].reshape(-1) for i in range(len(row_list))]) if row_list
+        else np.zeros(0, np.int64),
+        chunk_data=b"".join(closed[i][0] for i in range(len(row_list))),
         chunk_max=c.max_ts[rows].copy(),
-        open_count=c.open_count[rows].copy(),
+        open_count=c.open_count[rows].astype(np.int64),
         open_min=c.open_min[rows].copy(),
         open_hash=c.open_hash[rows].copy(),
         open_len=np.array([len(b) for b in open_bufs], dtype=np.int64),
@@ -259,7 +261,8 @@ def write_snapshot(directory: Path, img: StoreImage) -> tuple[Path, int]:
         f.write(_FILE_HEADER.pack(MAGIC, VERSION, 0))
         for tag, data in secs:
             # FORMAT.md "Snapshot section"
-            raw = np.ascontiguousarray(data).reshape(-1).data.cast("B") if isinstance(data, np.ndarray) \
+            dt = _DTYPES[_SCHEMA[tag]]  # every array in the type its tag says, whatever it was held as
+            raw = np.ascontiguousarray(data, dtype=dt).reshape(-1).data.cast("B") if isinstance(data, np.ndarray) \
                 else memoryview(data)
             codec, stored = _stored(raw)
             f.write(_section_header(tag, _SCHEMA[tag], stored, codec=codec))

@@ -140,7 +140,7 @@ def test_a_digest_over_whole_chunks_decodes_none(monkeypatch: pytest.MonkeyPatch
     store = Store(StoreSettings(chunk_samples=120, head_keep=8))
     series = [(T0 + np.arange(720 + i) * 10_000, np.sin(np.arange(720 + i) + i)) for i in range(n)]
     write_all(store, series, list(range(sum(len(t) for t, _ in series))), 20_000)
-    assert all(store.chunks.n_closed(r) == 6 for r in range(n))
+    assert all(store.chunks.n_closed[r] == 6 for r in range(n))
     decoded: list[int] = []
     real = chunks_module.decode_chunks
 

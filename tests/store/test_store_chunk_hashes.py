@@ -74,7 +74,9 @@ def test_sealing_stores_each_chunks_hash_sum() -> None:
 
 def test_check_finds_a_stale_hash_sum() -> None:
     c, _, _ = chunk_rows([([5, 5], [0, 0])])
-    c.index[0][4 + 5] ^= 1  # chunk 1's sum, one bit off
+    data = bytearray(c.data[0])
+    data[len(data) - 8 * 5 + 8 * 4] ^= 1  # chunk 1's sum (the index trails the chunks), one bit off
+    c.data[0] = bytes(data)
     with pytest.raises(AssertionError, match="stale"):
         c._check(0)
 
