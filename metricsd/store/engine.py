@@ -25,6 +25,7 @@ from metricsd.store.chunks import Chunks
 from metricsd.store.head import NO_TS, Head
 from metricsd.store.index import SeriesIndex
 from metricsd.store.limits import NewSeriesRate, SeriesLimitExceeded, series_limit_refusal
+from metricsd.store.readmany import series_samples_many
 from metricsd.store.retention import drop_expired
 from metricsd.store.rollup import RollupPoints, Rollups
 from metricsd.store.seal import store_segments
@@ -337,6 +338,13 @@ class Store:
         if not bool(keep.any()):
             return ct, cv
         return np.concatenate([ct, ut[keep]]), np.concatenate([cv, uv[keep]])
+
+    def series_samples_many(self, rows: np.ndarray, start_ms: int, end_ms: int
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """series_samples of each of ``rows``, read together (store/readmany.py: the rings in one
+        pass, the chunks of all rows decoded at once): (samples per row, timestamps, values), row
+        after row, each in time order."""
+        return series_samples_many(self, rows, start_ms, end_ms)
 
     def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, slots: SlotFilter | None = None
              ) -> list[SeriesSamples]:
