@@ -85,11 +85,12 @@ def series_stats(store: Store, rows: np.ndarray, lo: int, hi: int) -> tuple[np.n
         counts[fast] = upto - head.rank(fr, lo)
         some = np.flatnonzero(upto > 0)
         newest[fast[some]] = head.ts_at(fr[some], upto[some] - 1)
-    for i in np.flatnonzero(~covered).tolist():
-        t, _ = store.series_samples(int(rows[i]), lo + 1, hi)
-        counts[i] = len(t)
-        if len(t):
-            newest[i] = int(t[-1])
+    slow = np.flatnonzero(~covered)
+    if len(slow):
+        cnt, flat_t, _ = store.series_samples_many(rows[slow], lo + 1, hi)
+        counts[slow] = cnt
+        some = np.flatnonzero(cnt)
+        newest[slow[some]] = flat_t[np.cumsum(cnt)[some] - 1]
     return counts, newest
 
 
@@ -133,15 +134,13 @@ def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.nda
         scanned += int(s.sum())
     slow = np.flatnonzero(~covered)
     if len(slow):
-        parts = [store.series_samples(int(r), lo + 1, hi) for r in rows[slow].tolist()]
-        width = max(1, max(len(p[0]) for p in parts))
-        ts = np.zeros((len(parts), width), dtype=np.int64)
-        vals = np.zeros((len(parts), width))
-        cnt = np.zeros(len(parts), dtype=np.int64)
-        for i, (t, v) in enumerate(parts):
-            ts[i, : len(t)] = t
-            vals[i, : len(v)] = v
-            cnt[i] = len(t)
+        cnt, flat_t, flat_v = store.series_samples_many(rows[slow], lo + 1, hi)
+        width = max(1, int(cnt.max()))
+        ts = np.zeros((len(slow), width), dtype=np.int64)
+        vals = np.zeros((len(slow), width))
+        which = np.repeat(np.arange(len(slow)), cnt)
+        col = np.arange(len(flat_t)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        ts[which, col], vals[which, col] = flat_t, flat_v
         v, s = reduce_windows(ts, vals, cnt, times, side.window_ms, side.fn)
         out_v[slow], out_s[slow] = v, s
         scanned += int(s.sum())

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from metricsd.codec.blocks import decode_many
+from metricsd.codec.blocks import decode_chunks, decode_many
 
 if TYPE_CHECKING:
     from metricsd.store.engine import Store
 
 __all__ = ["series_samples_many"]
 
+MANY_CHUNKS = 32  # from this many chunks on, decode_many; below, decode_chunks' walk
 BATCH_SERIES = 4096  # series decoded together: bounds the temporary arrays (a day of 4,096 series: ~0.6 GB)
 
 
@@ -98,7 +99,11 @@ def _chunk_samples(store: Store, rows: np.ndarray, need: np.ndarray, start_ms: i
         at = ends[-1]
     if not counts:
         return np.zeros(len(rows), np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
-    t, v = decode_many(b"".join(bufs), np.array(starts), np.array(ends), np.array(counts))
+    buf = b"".join(bufs)
+    if len(counts) < MANY_CHUNKS:  # a lock step per block position costs more than a Python walk of a few chunks
+        t, v = decode_chunks(buf, starts, ends, counts)
+    else:
+        t, v = decode_many(buf, np.array(starts), np.array(ends), np.array(counts))
     keep = (t >= start_ms) & (t <= end_ms)
     sample_owner = np.repeat(np.array(owner, np.int64), counts)
     return np.bincount(sample_owner[keep], minlength=len(rows)), t[keep], v[keep]
