@@ -91,10 +91,11 @@ def pack_segments(values: np.ndarray, counts: np.ndarray, widths: np.ndarray) ->
     return out.astype(">u8").view(np.uint8)[:total], nbytes
 
 
-def unpack_segments(buf: np.ndarray, starts: np.ndarray, counts: np.ndarray, widths: np.ndarray) -> np.ndarray:
+def unpack_segments(buf: np.ndarray, starts: np.ndarray, counts: np.ndarray, widths: np.ndarray,
+                    index: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Read segment s: ``counts[s]`` values of ``widths[s]`` bits from byte ``starts[s]`` of the
     uint8 array ``buf``. Returns every segment's values back to back (uint64). The caller checks
-    that each segment lies inside ``buf``."""
+    that each segment lies inside ``buf``; ``index`` is segment_index(counts) when it has it."""
     counts = np.asarray(counts, dtype=np.int64)
     widths = np.asarray(widths, dtype=np.int64)
     starts = np.asarray(starts, dtype=np.int64)
@@ -104,15 +105,14 @@ def unpack_segments(buf: np.ndarray, starts: np.ndarray, counts: np.ndarray, wid
     padded = np.zeros((len(buf) + 23) // 8 * 8, dtype=np.uint8)
     padded[: len(buf)] = buf
     words = padded.view(">u8").astype(np.uint64)
-    seg, pos = segment_index(counts)
+    seg, pos = segment_index(counts) if index is None else index
     w = widths[seg]
     bit = 8 * starts[seg] + pos * w
     word = bit >> 6
     shift = (bit & 63).astype(np.uint64)
-    spill = shift > 0
-    top = (words[word] << shift) | np.where(spill, words[word + 1] >> np.where(spill, _SIXTY_FOUR - shift, _U64(0)),
-                                           _U64(0))
-    return np.where(w > 0, top >> np.where(w > 0, 64 - w, 0).astype(np.uint64), _U64(0))
+    # the 64 bits from ``bit`` on; (x >> 1) >> (63 - shift) is x >> (64 - shift), and 0 when shift is 0
+    top = (words[word] << shift) | ((words[word + 1] >> _U64(1)) >> (_U64(63) - shift))
+    return (top >> ((64 - w) & 63).astype(np.uint64)) * (w > 0)
 
 
 def pack_rows(values: np.ndarray, widths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -480,8 +480,9 @@ def _reconstruct(raw: np.ndarray, blocks: np.ndarray, heads: _Heads, per_chunk_b
         # timestamps: d_i = d1 + sum(dod), t_i = t1 + sum(d), each chunk its own chain
         d1 = heads.d1[chunk]
         t1 = heads.t1[chunk]
+        index = (blk, np.arange(total) - np.repeat(np.cumsum(n_arr) - n_arr, n_arr))  # segment_index(n_arr), shared
         if bool(wt_arr.any()):
-            d = d1 + _segment_cumsum(unzigzag(unpack_segments(raw, tpos, n_arr, wt_arr)), cstart)
+            d = d1 + _segment_cumsum(unzigzag(unpack_segments(raw, tpos, n_arr, wt_arr, index)), cstart)
             t = t1 + _segment_cumsum(d, cstart)
             if bool(np.any((t[1:] <= t[:-1]) & (local[1:] > 0))):
                 raise CorruptChunk("timestamps do not increase")
@@ -491,7 +492,7 @@ def _reconstruct(raw: np.ndarray, blocks: np.ndarray, heads: _Heads, per_chunk_b
             t = t1 + d1 * (local + 1)
         vals = np.empty(total, np.float64)
         fam = heads.family
-        y = unpack_segments(raw, tpos + (n_arr * wt_arr + 7) // 8, n_arr, wv_arr) if bool(wv_arr.any()) \
+        y = unpack_segments(raw, tpos + (n_arr * wt_arr + 7) // 8, n_arr, wv_arr, index) if bool(wv_arr.any()) \
             else np.zeros(total, np.uint64)
         smode = mode_arr[blk]
         sshift = shift_arr[blk]
