@@ -1,10 +1,10 @@
 """Block chunks: the store's compressed samples, sealed a block at a time (FORMAT.md, "Block chunks").
 
-A series' samples are compressed as they arrive, in blocks of a few samples (16 by default):
-each block continues the chain of the one before (delta of delta for timestamps, delta, delta of
-delta or XOR for values), so a block needs only a flags byte and a width or two of header. A
-chunk is a short header (where the chain starts) and then blocks appended one after another
-until the chunk is closed; nothing already written changes when a block is added.
+A series' samples are compressed as they arrive, in blocks of a few samples (the store's
+head_keep, 32 by default): each block continues the chain of the one before (delta of delta
+for timestamps, delta, delta of delta or XOR for values), so a block needs only a flags byte
+and a width or two of header. A chunk is a short header (where the chain starts) and then
+blocks appended one after another until the chunk is closed; nothing already written changes when a block is added.
 
 ``encode_blocks`` seals one block for each of many series in one pass: every choice (decimal
 scale, transform, widths, shifts) and the byte assembly run over all blocks at once, with no
