@@ -7,9 +7,10 @@ Each case runs in a fresh process: it generates the side-by-side workload's samp
 (perf/compare_workload.py, scaled to ``--series``) first, then feeds them to a Store in memory in
 the backfill shape (1,000 series x 60 samples a batch), so that the RSS it reports grew with the
 store alone: no gRPC buffers, no interpreter start-up. It splits that growth into the head's
-arrays, the sealed chunks' bytes and the rest (index, labels, rollups, per-series objects,
-allocator slack), and counts live Python objects. perf/compare.py measures the whole server
-process beside Prometheus and VictoriaMetrics; this is the tool for changing the layout.
+arrays (the rings of raw samples and the per-series columns of the chunks), the compressed
+chunks' bytes and the rest (index, labels, rollups, per-series objects, allocator slack), and
+counts live Python objects. perf/compare.py measures the whole server process beside
+Prometheus and VictoriaMetrics; this is the tool for changing the layout.
 Writes perf/results/bench_memory.json and prints a Markdown table.
 """
 
@@ -82,9 +83,9 @@ def one_case(series: int, ticks: int, chunk_samples: int, head_keep: int) -> dic
     gc.collect()
     grown = _rss() - rss0  # the generated blocks are still held: they were in rss0 too
     samples = n * ticks
-    head = store.head
-    head_bytes = sum(a.nbytes for a in (head.ts, head.vals, head.base, head.count, head.sealed, head.last_ts,
-                                         head.chunk_max_ts))
+    c = store.chunks
+    head_bytes = store.head.nbytes + sum(a.nbytes for a in (c.max_ts, c.samples, c.open_min, c.open_count,
+                                                             c.open_hash, c.t2, c.v1, c.v2, c.shift, c.family))
     st = store.stats()
     return {
         "series": n, "ticks": ticks, "samples": samples, "chunk_samples": chunk_samples, "head_keep": head_keep,
@@ -115,8 +116,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--series", type=int, default=10_000)
     p.add_argument("--hours", type=float, nargs="*", default=[2.0, 24.0], help="one case per value")
-    p.add_argument("--chunk-samples", type=int, default=120)
-    p.add_argument("--head-keep", type=int, default=32)
+    from metricsd.store.settings import StoreSettings
+
+    defaults = StoreSettings()
+    p.add_argument("--chunk-samples", type=int, default=defaults.chunk_samples, help="default: the store's")
+    p.add_argument("--head-keep", type=int, default=defaults.head_keep, help="default: the store's")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=HERE / "results" / "bench_memory.json")
     args = p.parse_args()

@@ -13,8 +13,13 @@ in the agents' live shape (1,000 series x 1 sample a request). Then it measures:
 - RSS per series and per sample (settled: after the store's retention loop had a chance to run);
 - live-shape ingest: server CPU seconds per million samples;
 - the HPA question, the average CPU rate of Deployment `big` over 1 minute: p50 / p99 at
-  concurrency 1 (200 queries).
-Writes perf/results/bench_scale.json and perf/results/scale_curve.png, and prints the table.
+  concurrency 1 (200 queries);
+- with ``--windows``, the same question over longer windows (e.g. 300000,3600000: windows that
+  reach past the head's ring of raw samples into the compressed chunks).
+Writes perf/results/bench_scale.json (or ``--json``) and perf/results/scale_curve.png, and prints
+the table. For an A/B against another commit, run the same script with that commit's package
+first on the path (``git archive <commit> | tar -x -C /tmp/base``, then
+``PYTHONPATH=/tmp/base .venv/bin/python perf/bench_scale.py ... --json /tmp/a.json``).
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ def _command(port: int) -> list[str]:
             "--http-port", str(_free_port()), "--max-series", "0", "--max-new-series-per-minute", "0"]
 
 
-async def point(series: int, ticks: int, live_ticks: int, queries: int) -> dict[str, Any]:
+async def point(series: int, ticks: int, live_ticks: int, queries: int, windows: tuple[int, ...] = ()
+                ) -> dict[str, Any]:
     pods = series // SERIES_PER_POD
     big = min(BIG, pods // 2)
     store = StoreProcess(_command)
@@ -67,6 +73,11 @@ async def point(series: int, ticks: int, live_ticks: int, queries: int) -> dict[
             rss = rss_bytes(store.proc.pid)
             at = sim.next_timestamp_ms - 1
             hpa = await latency(client, _agg_request(False, at), queries, 1, min_series=big, warmup=10, exact=True)
+            by_window = {}
+            for w in windows:
+                req = _agg_request(False, at)
+                req.query.window_ms = w
+                by_window[str(w)] = await latency(client, req, queries, 1, min_series=big, warmup=10, exact=True)
             peak = peak_rss_bytes(store.proc.pid)
     finally:
         store.stop()
@@ -77,7 +88,8 @@ async def point(series: int, ticks: int, live_ticks: int, queries: int) -> dict[
             "chunk_bytes_per_sample": st.bytes_per_sample,
             "backfill_cpu_s_per_million": backfill["server_cpu_s_per_million"],
             "live_cpu_s_per_million": live["server_cpu_s_per_million"],
-            "hpa_p50_ms": hpa["p50_ms"], "hpa_p99_ms": hpa["p99_ms"]}
+            "hpa_p50_ms": hpa["p50_ms"], "hpa_p99_ms": hpa["p99_ms"],
+            "by_window_ms": {w: {"p50_ms": q["p50_ms"], "p99_ms": q["p99_ms"]} for w, q in by_window.items()}}
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -133,25 +145,31 @@ def main() -> None:
     p.add_argument("--minutes", type=int, default=60, help="minutes of data at 10 s")
     p.add_argument("--live-minutes", type=int, default=10, help="of which the last go in the live shape")
     p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--windows", default="", help="also time the HPA question over these windows, ms, comma-separated")
+    p.add_argument("--json", type=Path, default=HERE / "results" / "bench_scale.json", help="where the results go")
     p.add_argument("--report", action="store_true", help="print the table and redraw the plot from the last JSON")
     args = p.parse_args()
     out = HERE / "results"
+    windows = tuple(int(x) for x in args.windows.split(",") if x.strip())
     if args.report:
-        r = json.loads((out / "bench_scale.json").read_text())
-        plot(r, out / "scale_curve.png")
-        print(f"command: {r['command']}  (cores: {r['cores']}, Python {r['python']})")
-        print(markdown(r))
+        saved = json.loads(args.json.read_text())
+        plot(saved, out / "scale_curve.png")
+        print(f"command: {saved['command']}  (cores: {saved['cores']}, Python {saved['python']})")
+        print(markdown(saved))
         return
     points = [int(x) for x in args.points.split(",") if x.strip()]
     r: dict[str, Any] = {"command": " ".join([".venv/bin/python", "perf/bench_scale.py", *sys.argv[1:]]),
                          "cores": os.cpu_count(), "python": platform.python_version(), "points": []}
     for n in points:
         print(f"{n:,} series ...", flush=True)
-        r["points"].append(asyncio.run(point(n, args.minutes * 6, args.live_minutes * 6, args.queries)))
+        r["points"].append(asyncio.run(point(n, args.minutes * 6, args.live_minutes * 6, args.queries, windows)))
         print(markdown({"points": r["points"][-1:]}).splitlines()[-1], flush=True)
-    out.mkdir(exist_ok=True)
-    (out / "bench_scale.json").write_text(json.dumps(r, indent=2))
-    plot(r, out / "scale_curve.png")
+        for w, q in r["points"][-1]["by_window_ms"].items():
+            print(f"  window {int(w) // 1000} s: c1 p50 / p99 {q['p50_ms']:.1f} / {q['p99_ms']:.1f} ms", flush=True)
+    args.json.parent.mkdir(exist_ok=True, parents=True)
+    args.json.write_text(json.dumps(r, indent=2))
+    if args.json == HERE / "results" / "bench_scale.json":
+        plot(r, out / "scale_curve.png")
     print(f"command: {r['command']}  (cores: {r['cores']}, Python {r['python']})")
     print(markdown(r))
 

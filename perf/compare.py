@@ -293,6 +293,11 @@ async def http_phase(res: dict[str, Any], ms: list[dict[str, Any]], wl: Workload
     return []
 
 
+def idle_rss(servers: dict[str, Server]) -> dict[str, int]:
+    """Each server's RSS before it holds any data: what the per-sample growth is counted above."""
+    return {n: server_rss(s) for n, s in servers.items()}
+
+
 def workload_config(args: argparse.Namespace) -> WorkloadConfig:
     end = (time.time_ns() // 1_000_000 // 10_000) * 10_000 - 10_000  # on the 10 s grid, in the past
     base = WorkloadConfig(end_ms=end, ticks=round(args.hours * 360), live_ticks=args.live_ticks)
@@ -323,7 +328,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if prof is not None:
         prof.mkdir(parents=True, exist_ok=True)
     with Processes() as procs:
-        servers = {"metricsd": procs.start_metricsd()}
+        servers = {"metricsd": procs.start_metricsd(data_dir=args.metricsd_data_dir)}
         if not args.no_remote_write:
             servers["metricsd-rw"] = procs.start_metricsd("metricsd-rw")
         if not args.no_cluster:
@@ -349,6 +354,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             senders: dict[str, Send] = {n: grpc_sender(w, duplicates, n) for n, w in writers.items()}
             senders.update({n: remote_write_sender(http, s) for n, s in servers.items() if n not in clients})
             ms: list[dict[str, Any]] = []
+            idle = idle_rss(servers)
             for shape, live in (("backfill", False), ("live", True)):
                 print(f"ingest, {shape} shape ...", flush=True)
                 async with profiled(ours, prof, f"ingest_{shape}"):
@@ -369,7 +375,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 rss = server_rss(s)
                 ms += [measure(n, "memory.rss_mib", rss / 2**20, "MiB"),
                        measure(n, "memory.rss_bytes_per_series", rss / len(wl.series), "bytes"),
-                       measure(n, "memory.rss_bytes_per_sample", rss / samples, "bytes")]
+                       measure(n, "memory.rss_bytes_per_sample", rss / samples, "bytes"),
+                       measure(n, "memory.idle_rss_mib", idle[n] / 2**20, "MiB"),
+                       measure(n, "memory.growth_bytes_per_sample", (rss - idle[n]) / samples, "bytes")]
             ms.append(measure("metricsd", "memory.chunk_bytes_per_sample", st.bytes_per_sample, "bytes"))
             res["metricsd_stats"] = {"series": st.series, "samples": st.samples, "chunk_bytes": st.chunk_bytes}
             at = wl.last_ms + 5_000
@@ -408,8 +416,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     return res
             for n, s in servers.items():
                 ms.append(measure(n, "memory.peak_rss_mib", server_rss(s, peak=True) / 2**20, "MiB"))
-            for n in ("prometheus", "victoriametrics"):
+            for n in ("prometheus", "victoriametrics", *(["metricsd"] if args.metricsd_data_dir else [])):
                 ms.append(measure(n, "disk.bytes_per_sample", servers[n].disk_bytes() / samples, "bytes"))
+                ms.append(measure(n, "disk.mib", servers[n].disk_bytes() / 2**20, "MiB"))
     res["ratios"] = ratios(ms)
     res["duration_s"] = time.monotonic() - started
     return res
@@ -430,6 +439,9 @@ def main() -> int:
     p.add_argument("--profile", action="store_true",
                    help="record the metricsd server with py-spy (raw folded stacks in perf/results/)")
     p.add_argument("--no-write", action="store_true", help="print the section; leave RESULTS.md alone")
+    p.add_argument("--metricsd-data-dir", action="store_true",
+                   help="the one-store metricsd keeps a WAL and snapshots (its data directory is measured, its "
+                        "ingest CPU then includes the WAL's)")
     args = p.parse_args()
     if args.quick:
         args.scale, args.queries, args.warmup, args.live_ticks = min(args.scale, 0.2), 60, 10, 30

@@ -201,14 +201,17 @@ class Processes:
                 "-search.latencyOffset=0s", "-search.disableCache", "-retentionPeriod=2d", "-loggerLevel=WARN"]
         return self._start("victoria-metrics", argv, f"http://127.0.0.1:{port}", "/health", d)
 
-    def start_metricsd(self, name: str = "metricsd") -> Server:
+    def start_metricsd(self, name: str = "metricsd", data_dir: bool = False) -> Server:
+        """``metricsd up``; with ``data_dir`` it keeps a WAL and snapshots in the server's directory."""
         d = self._tmp / name
         d.mkdir()
         grpc_port, http_port = free_port(), free_port()
         argv = [str(METRICSD), "--log-level", "WARNING", "up", "--no-simulate", "--no-consumers",
                 "--grpc-port", str(grpc_port), "--http-port", str(http_port)]
-        return self._start(name, argv, f"http://127.0.0.1:{http_port}", "/api/v1/status/buildinfo", d,
-                           grpc_address=f"127.0.0.1:{grpc_port}")
+        if data_dir:
+            argv += ["--data-dir", str(d / "data")]
+        return self._start(name, argv, f"http://127.0.0.1:{http_port}", "/api/v1/status/buildinfo",
+                           d / "data" if data_dir else d, grpc_address=f"127.0.0.1:{grpc_port}")
 
     def start_metricsd_cluster(self, name: str = "metricsd-cluster", stores: int = 3, rf: int = 3, w: int = 2,
                                r: int = 2) -> Server:

@@ -117,7 +117,10 @@ _INGEST_ROWS = (
     ("memory.peak_rss_mib", "peak RSS, MiB"),
     ("memory.rss_bytes_per_series", "RSS per active series, bytes"),
     ("memory.rss_bytes_per_sample", "RSS per sample, bytes"),
+    ("memory.idle_rss_mib", "RSS of the idle process (before ingest), MiB"),
+    ("memory.growth_bytes_per_sample", "RSS growth per sample above the idle process, bytes"),
     ("memory.chunk_bytes_per_sample", "bytes per sample in compressed chunks (metricsd's Stats)"),
+    ("disk.mib", "data directory, MiB (metricsd: with --metricsd-data-dir)"),
     ("disk.bytes_per_sample", "on disk, bytes per sample (Prometheus: WAL and head chunks)"),
     ("freshness.ms", "last acknowledged write to queryable, ms"),
 )

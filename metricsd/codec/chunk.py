@@ -138,33 +138,6 @@ def chunk_time_range(data: bytes | bytearray | memoryview) -> tuple[int, int]:
     return min_t, max_t
 
 
-_STALE_BITS = np.uint64(0x7FF0000000000002)
-
-
-def live_counts(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Per chunk ``buf[starts[i]:ends[i]]`` (uint8 array), its samples that are not stale markers
-    when the header alone tells (FORMAT.md: a DECIMAL chunk holds no NaN; a CONST chunk's one
-    value is the 8 bytes before the CRC), else -1: decode it. No CRC check, no Python step per
-    chunk: counting samples over whole chunks needs no decoding.
-
-    ``buf`` must hold well-formed chunks (the store's own); raises IndexError past its end."""
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
-    out = np.full(len(starts), -1, dtype=np.int64)
-    if len(starts) == 0:
-        return out
-    vcode = buf[starts] & 0x0F
-    count = buf[starts + 1].astype(np.int64) | (buf[starts + 2].astype(np.int64) << 8)
-    out[vcode == vs.ValueCode.DECIMAL] = count[vcode == vs.ValueCode.DECIMAL]
-    const = np.flatnonzero(vcode == vs.ValueCode.CONST)
-    if len(const):
-        at = (ends[const] - _CRC.size - 8)[:, None] + np.arange(8)
-        bits = buf[at].astype(np.uint64) << (np.arange(8, dtype=np.uint64) * np.uint64(8))
-        stale = np.bitwise_or.reduce(bits, axis=1) == _STALE_BITS
-        out[const] = np.where(stale, 0, count[const])
-    return out
-
-
 def decode_chunk(data: bytes | bytearray | memoryview) -> tuple[np.ndarray, np.ndarray]:
     """Return fresh (int64 timestamps, float64 values), bit-exact as encoded.
 

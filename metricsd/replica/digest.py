@@ -250,13 +250,14 @@ class SlotSamples:
         self.next += n
         if len(rows) == 0:
             return
-        lists = [store.chunks[r] for r in rows.tolist()]
-        split = split_chunks(lists, start_ms, end_ms, bucket_ms)
-        has_chunks = np.fromiter((len(c.index) > 0 for c in lists), dtype=bool, count=len(lists))
-        first = np.where(has_chunks, head.sealed[rows], 0)[:, None]
-        cols = np.arange(head.capacity)[None, :]
-        ht = head.ts[rows].astype(np.int64) + head.base[rows][:, None]
-        in_head = (cols >= first) & (cols < head.count[rows][:, None]) & (ht >= start_ms) & (ht <= end_ms)
+        split = split_chunks(store.chunks, rows.tolist(), start_ms, end_ms, bucket_ms)
+        # the ring's samples in no chunk yet: its newest ``unsealed``
+        u = head.unsealed[rows].astype(np.int64)
+        width = max(1, int(u.max()))
+        ht, hv, cnt = head.newest(rows, width)
+        shift = cnt - u  # columns before the unsealed ones
+        cols = np.arange(width)[None, :]
+        in_head = (cols >= shift[:, None]) & (cols < cnt[:, None]) & (ht >= start_ms) & (ht <= end_ms)
         head_counts = in_head.sum(axis=1)
         counts = split.counts + head_counts
         keep = (counts > 0) | (split.whole_samples > 0)
@@ -269,7 +270,7 @@ class SlotSamples:
         ts[pos], vals[pos] = split.timestamps, split.values
         pos = np.repeat(out_start + split.counts - (np.cumsum(head_counts) - head_counts), head_counts)
         pos += np.arange(len(pos))
-        ts[pos], vals[pos] = ht[in_head], head.vals[rows][in_head]
+        ts[pos], vals[pos] = ht[in_head], hv[in_head]
         kept = np.flatnonzero(keep)
         new_pos = len(self._ids) + np.cumsum(keep) - 1  # position of each kept series among all read
         self._ids.extend(store.index.id_column[rows[kept]].tolist())

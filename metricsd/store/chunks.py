@@ -1,41 +1,46 @@
-"""Sealed chunks of one series: encoded bytes back to back, with a time index per chunk.
+"""The compressed samples of every series: an open chunk that grows a block at a time, and closed ones.
 
-One bytes object and one int64 array per series, rather than an object per chunk, keeps the
-per-chunk overhead at 32 bytes (min time, max time, end offset, hash sum) instead of a few hundred.
+Samples are sealed in blocks of ``block`` samples as they arrive (metricsd/codec/blocks.py, one
+pass over every series that fills a block in a write), and each block is appended to its
+series' open chunk. A chunk is closed once it holds ``chunk_samples`` samples (or when its values
+leave its decimal scale); closed chunks sit back to back in one bytes object per series, with
+an index entry each. So a series costs its compressed bytes plus three Python objects (its open
+chunk, its closed chunks, their index), and everything per series that changes on each block
+(the open chunk's time range, count and hash sum, the codec's chain) is a NumPy column, updated
+for all series of a block wave at once.
 
-The bytes are immutable and exactly as long as the chunks, and the index is replaced by an
-exactly sized copy too: sealing a chunk builds new objects (copying at most a day of one series,
-~13 KB, once every 20 minutes). A growing bytearray or array over-allocates and leaves freed
-blocks of every size behind in the heap; with a day of data that cost 1,640 bytes per series
-more RSS (perf/bench_memory.py, perf/RESULTS.md).
+Each closed chunk's index entry is (min_ts, max_ts, end offset, samples, hash sum); the open
+chunk's are the columns ``open_min``, ``max_ts``, ``open_count`` and ``open_hash``. The hash sum
+of a chunk is the sum modulo 2^64 of its samples' anti-entropy hashes
+(metricsd/maths/samplehash.py), added up block by block as they are sealed: a digest of a range
+adds the sums of the chunks wholly inside it instead of decoding them (:func:`split_chunks`).
 
-The hash sum of a chunk is the sum modulo 2^64 of its samples' anti-entropy hashes
-(metricsd/maths/samplehash.py), computed when it is sealed: a digest of a range adds the sums of
-the chunks wholly inside it instead of decoding them (:func:`split_chunks`). Chunks never
-change once sealed (merges and retention remove whole chunks and seal new ones), so a sum stays
-exact. 0 stands for "not known yet": a snapshot does not store the sums, so restored chunks get
-theirs on the first digest that reads them (a chunk whose true sum is 0 is merely decoded every
-time, with probability 2^-64).
+The bytes objects are immutable and exactly sized: a growing bytearray leaves freed blocks of
+every size in the heap, which cost 1,640 bytes a series of RSS with a day of data
+(perf/RESULTS.md). Appending a block copies the open chunk (at most ``chunk_samples`` samples,
+~1 KB); closing one copies the series' closed chunks, once every ``chunk_samples`` samples.
+
+Not safe for concurrent use; the store serialises access.
 """
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from metricsd.codec import chunk_count, decode_chunk, encode_chunk
-from metricsd.maths.samplehash import hash_sum
+from metricsd.codec.blocks import NO_CHUNK, Chain, Encoded, decode_chunks
+from metricsd.maths.samplehash import sample_hashes
 
-__all__ = ["UNKNOWN_HASH", "ChunkList", "ChunkSplit", "split_chunks"]
+__all__ = ["STRIDE", "ChunkSplit", "Chunks", "split_chunks"]
 
-STRIDE = 4  # index entries per chunk: min_ts, max_ts, end offset in data, hash sum (int64 bits)
-UNKNOWN_HASH = 0
+STRIDE = 5  # index entries per closed chunk: min_ts, max_ts, end offset, samples, hash sum (int64 bits)
+NO_TS = np.iinfo(np.int64).min
 
 _EMPTY_T = np.zeros(0, np.int64)
 _EMPTY_V = np.zeros(0, np.float64)
+_NO_ENTRIES = np.zeros((0, STRIDE), np.int64)
 
 
 def _as_int64(h: int) -> int:
@@ -45,13 +50,13 @@ def _as_int64(h: int) -> int:
 
 @dataclass(frozen=True)
 class ChunkSplit:
-    """The sealed samples in a range of several series (``series`` below: positions in the list
+    """The sealed samples in a range of several series (``series`` below: positions in the rows
     given to :func:`split_chunks`), split by what a digest must decode.
 
-    Per chunk wholly inside the range (and, with buckets, inside one bucket) with a known sum:
-    ``whole_series``, ``whole_min_ts`` (its first timestamp) and ``whole_hashes`` (uint64).
-    Per series: ``whole_samples`` in those chunks and ``counts`` of the samples in range of its
-    other chunks, which ``timestamps``/``values`` hold series after series, each in time order.
+    Per chunk wholly inside the range (and, with buckets, inside one bucket): ``whole_series``,
+    ``whole_min_ts`` (its first timestamp) and ``whole_hashes`` (uint64). Per series:
+    ``whole_samples`` in those chunks and ``counts`` of the samples in range of its other chunks,
+    which ``timestamps``/``values`` hold series after series, each in time order.
     """
 
     whole_series: np.ndarray
@@ -63,188 +68,295 @@ class ChunkSplit:
     values: np.ndarray
 
 
-class ChunkList:
-    __slots__ = ("data", "index", "samples")
+class Chunks:
+    """Per series (row): closed chunks, an open chunk and the codec chain that continues it."""
 
-    def __init__(self) -> None:
-        self.data = b""
-        self.index = array("q")  # per chunk: min_ts, max_ts, end offset in data, hash sum
-        self.samples = 0
+    def __init__(self, block: int, chunk_samples: int, rows: int = 64) -> None:
+        if not 1 <= block <= 255 or chunk_samples < 1:
+            raise ValueError("a block holds 1..255 samples and a chunk at least one")
+        self.block = block
+        self.chunk_samples = chunk_samples
+        # closed chunks back to back, then their index: STRIDE int64 (little-endian) per chunk
+        self.data: list[bytes] = []
+        self.open: list[bytes] = []  # the open chunk's bytes (b"": none)
+        self.n_closed = np.zeros(rows, np.int32)
+        self.max_ts = np.full(rows, NO_TS, np.int64)  # newest sealed sample (NO_TS: none)
+        self.samples = np.zeros(rows, np.int32)  # sealed samples, closed and open
+        self.open_min = np.zeros(rows, np.int64)
+        self.open_count = np.zeros(rows, np.int32)
+        self.open_hash = np.zeros(rows, np.uint64)
+        # the chain before the next block: t1 is max_ts
+        self.t2 = np.zeros(rows, np.int64)
+        self.v1 = np.zeros(rows, np.float64)
+        self.v2 = np.zeros(rows, np.float64)
+        self.shift = np.zeros(rows, np.int8)
+        self.family = np.full(rows, NO_CHUNK, np.int16)
 
-    def __len__(self) -> int:
-        return len(self.index) // STRIDE
+    # --- rows --------------------------------------------------------------------------------
+
+    def ensure_rows(self, n: int) -> None:
+        while len(self.data) < n:
+            self.data.append(b"")
+            self.open.append(b"")
+        have = len(self.max_ts)
+        if n <= have:
+            return
+        extra = max(n, have + max(1024, have // 4)) - have
+        self.max_ts = np.concatenate([self.max_ts, np.full(extra, NO_TS, np.int64)])
+        for name in ("samples", "open_min", "open_count", "t2"):
+            col = getattr(self, name)
+            setattr(self, name, np.concatenate([col, np.zeros(extra, col.dtype)]))
+        self.open_hash = np.concatenate([self.open_hash, np.zeros(extra, np.uint64)])
+        self.v1 = np.concatenate([self.v1, np.zeros(extra)])
+        self.v2 = np.concatenate([self.v2, np.zeros(extra)])
+        self.shift = np.concatenate([self.shift, np.zeros(extra, np.int8)])
+        self.family = np.concatenate([self.family, np.full(extra, NO_CHUNK, np.int16)])
+        self.n_closed = np.concatenate([self.n_closed, np.zeros(extra, np.int32)])
+
+    def reset_row(self, row: int) -> None:
+        self.data[row] = b""
+        self.n_closed[row] = 0
+        self._forget_open(row)
+        self.max_ts[row] = NO_TS
+        self.samples[row] = 0
+
+    def _forget_open(self, row: int) -> None:
+        self.open[row] = b""
+        self.open_count[row] = 0
+        self.open_hash[row] = 0
+        self.family[row] = NO_CHUNK
+        self.shift[row] = 0
+
+    # --- sealing -----------------------------------------------------------------------------
+
+    def chain(self, rows: np.ndarray) -> Chain:
+        return Chain(self.max_ts[rows], self.t2[rows], self.v1[rows], self.v2[rows], self.shift[rows].astype(np.int64),
+                     self.family[rows].astype(np.int64))
+
+    def append(self, rows: np.ndarray, enc: Encoded, t_first: np.ndarray, t_last: np.ndarray, n: int,
+               hashes: np.ndarray) -> None:
+        """Append the blocks ``enc`` sealed for distinct ``rows`` (``n`` samples each, from
+        ``t_first`` to ``t_last``, their hash sums ``hashes``). A block that starts a chunk closes
+        the series' open one first. Then every open chunk of ``chunk_samples`` or more is closed."""
+        blob = enc.data.tobytes()
+        off = enc.offsets.tolist()
+        started = enc.started
+        opened = self.open
+        for i, row in enumerate(rows.tolist()):  # Python per series and block: one bytes concatenation
+            piece = blob[off[i] : off[i + 1]]
+            cur = opened[row]
+            if not cur:
+                opened[row] = piece
+            elif started[i]:
+                self._close(row)
+                opened[row] = piece
+            else:
+                opened[row] = cur + piece
+        with np.errstate(over="ignore"):
+            self.open_min[rows] = np.where(started, t_first, self.open_min[rows])
+            self.open_count[rows] = np.where(started, 0, self.open_count[rows]) + n
+            self.open_hash[rows] = np.where(started, np.uint64(0), self.open_hash[rows]) + hashes
+        self.max_ts[rows] = t_last
+        self.samples[rows] += n
+        after = enc.after
+        self.t2[rows] = after.t2
+        self.v1[rows] = after.v1
+        self.v2[rows] = after.v2
+        self.shift[rows] = after.shift
+        self.family[rows] = after.family
+        full = rows[self.open_count[rows] >= self.chunk_samples]
+        for row in full.tolist():
+            self._close(row)
+
+    def _close(self, row: int) -> None:
+        """The open chunk becomes the newest closed one; the next block starts a new chunk."""
+        payload, index = self.closed(row)
+        end = len(payload) + len(self.open[row])
+        entry = np.array([int(self.open_min[row]), int(self.max_ts[row]), end, int(self.open_count[row]),
+                          _as_int64(int(self.open_hash[row]))], dtype="<i8")
+        self.data[row] = b"".join((payload, self.open[row], index.tobytes(), entry.tobytes()))
+        self.n_closed[row] += 1
+        self._forget_open(row)
+
+    def closed(self, row: int) -> tuple[memoryview, np.ndarray]:
+        """(the closed chunks' bytes, their index: chunks x STRIDE int64), views of the row's data."""
+        data = self.data[row]
+        n = int(self.n_closed[row])
+        if not n:
+            return memoryview(b""), _NO_ENTRIES
+        at = len(data) - 8 * STRIDE * n
+        return memoryview(data)[:at], np.frombuffer(data, dtype="<i8", count=STRIDE * n, offset=at).reshape(n, STRIDE)
+
+    def _set_closed(self, row: int, payload: bytes | memoryview, index: np.ndarray) -> None:
+        self.data[row] = b"".join((payload, np.ascontiguousarray(index, dtype="<i8").tobytes())) if len(index) else b""
+        self.n_closed[row] = len(index)
+
+    def close_all(self, rows: np.ndarray) -> None:
+        for row in rows.tolist():
+            if self.open_count[row]:
+                self._close(row)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def n_chunks(self, row: int) -> int:
+        return int(self.n_closed[row]) + (1 if self.open_count[row] else 0)
+
+    def entries(self, row: int) -> np.ndarray:
+        """(chunks x 5) int64: min_ts, max_ts, end offset, samples, hash bits of every chunk, the
+        open one last (its end offset counts from the end of the closed ones)."""
+        payload, closed = self.closed(row)
+        if not self.open_count[row]:
+            return closed
+        end = len(payload) + len(self.open[row])
+        entry = np.array([[self.open_min[row], self.max_ts[row], end, self.open_count[row],
+                           self.open_hash[row].view(np.int64)]], dtype=np.int64)
+        return np.concatenate([closed, entry])
+
+    def first_max_ts(self, row: int) -> int:
+        """The newest sample of the oldest chunk (retention drops chunks by it); NO_TS: none."""
+        if self.n_closed[row]:
+            return int(self.closed(row)[1][0, 1])
+        return int(self.max_ts[row]) if self.open_count[row] else NO_TS
+
+    def _decode(self, row: int, which: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Samples of the chunks ``which`` (positions in ``entries``, increasing) of ``row``."""
+        if not which:
+            return _EMPTY_T.copy(), _EMPTY_V.copy()
+        e = self.entries(row)
+        payload, _ = self.closed(row)
+        buf = bytes(payload) + self.open[row] if self.open_count[row] and which[-1] == len(e) - 1 else self.data[row]
+        ends = e[which, 2].tolist()
+        starts = [int(e[i - 1, 2]) if i else 0 for i in which]
+        return decode_chunks(buf, starts, ends, e[which, 3].tolist())
+
+    def read(self, row: int, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sealed samples in [start_ms, end_ms], decoding only chunks that overlap it."""
+        if not self.samples[row]:
+            return _EMPTY_T.copy(), _EMPTY_V.copy()
+        e = self.entries(row)
+        which = np.flatnonzero((e[:, 1] >= start_ms) & (e[:, 0] <= end_ms)).tolist()
+        t, v = self._decode(row, which)
+        if which and (int(e[which[0], 0]) < start_ms or int(e[which[-1], 1]) > end_ms):
+            keep = (t >= start_ms) & (t <= end_ms)
+            t, v = t[keep], v[keep]
+        return t, v
+
+    def drop_before(self, row: int, cutoff_ms: int) -> int:
+        """Drop whole chunks whose newest sample is older than cutoff; returns samples dropped."""
+        if not self.samples[row]:
+            return 0
+        payload, closed = self.closed(row)
+        n = int(np.count_nonzero(closed[:, 1] < cutoff_ms))  # max_ts increases from chunk to chunk
+        dropped = int(closed[:n, 3].sum())
+        if n:
+            end = int(closed[n - 1, 2])
+            rest = closed[n:].copy()
+            rest[:, 2] -= end
+            self._set_closed(row, payload[end:], rest)
+        if n == len(closed) and self.open_count[row] and int(self.max_ts[row]) < cutoff_ms:
+            dropped += int(self.open_count[row])
+            self._forget_open(row)
+        self.samples[row] -= dropped
+        if not self.samples[row]:
+            self.max_ts[row] = NO_TS
+        return dropped
+
+    def truncate_from(self, row: int, ts_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """Remove every chunk whose newest sample is >= ts_ms; return their samples (rare path:
+        merges). The next block starts a new chunk."""
+        if not self.samples[row] or int(self.max_ts[row]) < ts_ms:
+            return _EMPTY_T.copy(), _EMPTY_V.copy()
+        e = self.entries(row)
+        first = int(np.count_nonzero(e[:, 1] < ts_ms))
+        t, v = self._decode(row, list(range(first, len(e))))
+        if first < int(self.n_closed[row]):
+            payload, closed = self.closed(row)
+            start = int(e[first - 1, 2]) if first else 0
+            self._set_closed(row, payload[:start], closed[:first].copy())
+        self._forget_open(row)
+        self.samples[row] -= len(t)
+        self.max_ts[row] = int(e[first - 1, 1]) if first else NO_TS
+        return t, v
+
+    def restore_row(self, row: int, data: bytes, index: np.ndarray, open_bytes: bytes, open_min: int, open_count: int,
+                    open_hash: int, max_ts: int, chain: tuple[int, float, float, int, int]) -> None:
+        """Set a series' chunks from a snapshot (the caller has checked the sizes)."""
+        self._set_closed(row, data, np.asarray(index, dtype=np.int64).reshape(-1, STRIDE))
+        self.open[row] = open_bytes
+        self.open_min[row] = open_min
+        self.open_count[row] = open_count
+        self.open_hash[row] = open_hash
+        self.max_ts[row] = max_ts
+        self.samples[row] = int(np.asarray(index, dtype=np.int64).reshape(-1, STRIDE)[:, 3].sum()) + open_count
+        self.t2[row], self.v1[row], self.v2[row], self.shift[row], self.family[row] = chain
 
     @property
     def nbytes(self) -> int:
-        return len(self.data)
+        """Compressed bytes held, closed and open chunks (their index left out)."""
+        return sum(map(len, self.data)) + sum(map(len, self.open)) - 8 * STRIDE * int(self.n_closed.sum())
 
-    def max_ts(self) -> int | None:
-        return self.index[-3] if self.index else None
-
-    def min_ts(self) -> int | None:
-        return self.index[0] if self.index else None
-
-    def first_max_ts(self) -> int:
-        """The newest sample of the oldest chunk (retention drops chunks by it); needs a chunk."""
-        return self.index[1]
-
-    def append(self, ts: np.ndarray, vals: np.ndarray) -> None:
-        """Seal samples newer than every sample already sealed into a new chunk."""
-        if len(ts) == 0:
-            return
-        self.append_encoded(encode_chunk(ts, vals), int(ts[0]), int(ts[-1]), len(ts), hash_sum(ts, vals))
-
-    def append_encoded(self, chunk: bytes, min_ts: int, max_ts: int, samples: int, hash_sum: int) -> None:
-        """Add a chunk encoded already (codec.encode_chunks: many series sealed at once), with the
-        sum of its samples' hashes (uint64; UNKNOWN_HASH when not known)."""
-        if self.index and min_ts <= self.index[-3]:
-            raise ValueError("chunk must start after the last sealed sample")
-        self.data = b"".join((self.data, chunk))
-        self.index = self.index + array("q", (min_ts, max_ts, len(self.data), _as_int64(hash_sum)))
-        self.samples += samples
-
-    def restore(self, time_index: np.ndarray, data: bytes, samples: int) -> None:
-        """Set the chunks from a snapshot: ``time_index`` holds min_ts, max_ts, end offset per chunk
-        (time_index()'s layout); their hash sums are left unknown. The caller checks the bytes."""
-        full = np.zeros((len(time_index) // 3, STRIDE), dtype=np.int64)
-        full[:, :3] = np.asarray(time_index, dtype=np.int64).reshape(-1, 3)
-        full[:, 3] = UNKNOWN_HASH
-        self.index = array("q", full.tobytes())
-        self.data = data
-        self.samples = samples
-
-    def time_index(self) -> np.ndarray:
-        """min_ts, max_ts, end offset per chunk, flat (a snapshot's CIDX layout; a copy)."""
-        return np.frombuffer(self.index, dtype=np.int64).reshape(-1, STRIDE)[:, :3].reshape(-1).copy()
-
-    def hash_sums(self) -> np.ndarray:
-        """The cached hash sum of each chunk (uint64; UNKNOWN_HASH when not known; a copy)."""
-        return np.frombuffer(self.index, dtype=np.uint64)[3::STRIDE].copy()
-
-    def _chunk(self, i: int) -> memoryview:
-        start = self.index[STRIDE * i - 2] if i else 0
-        return memoryview(self.data)[start : self.index[STRIDE * i + 2]]
-
-    def read(self, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
-        """Samples in [start_ms, end_ms], decoding only chunks that overlap it."""
-        parts_t: list[np.ndarray] = []
-        parts_v: list[np.ndarray] = []
-        for i in range(len(self)):
-            lo, hi = self.index[STRIDE * i], self.index[STRIDE * i + 1]
-            if hi < start_ms or lo > end_ms:
-                continue
-            t, v = decode_chunk(self._chunk(i))
-            if lo < start_ms or hi > end_ms:
-                keep = (t >= start_ms) & (t <= end_ms)
-                t, v = t[keep], v[keep]
-            parts_t.append(t)
-            parts_v.append(v)
-        return _joined(parts_t, parts_v)
-
-    def drop_before(self, cutoff_ms: int) -> int:
-        """Drop whole chunks whose newest sample is older than cutoff; returns samples dropped."""
-        n = 0
-        while n < len(self) and self.index[STRIDE * n + 1] < cutoff_ms:
-            n += 1
-        if n == 0:
-            return 0
-        end = self.index[STRIDE * n - 2]
-        dropped = sum(chunk_count(self._chunk(i)) for i in range(n))
-        self.data = self.data[end:]
-        rest = self.index[STRIDE * n :]
-        for j in range(2, len(rest), STRIDE):
-            rest[j] -= end
-        self.index = rest
-        self.samples -= dropped
-        return dropped
-
-    def truncate_from(self, ts_ms: int) -> tuple[np.ndarray, np.ndarray]:
-        """Remove every chunk whose newest sample is >= ts_ms; return their samples (rare path)."""
-        n = len(self)
-        first = n
-        while first > 0 and self.index[STRIDE * (first - 1) + 1] >= ts_ms:
-            first -= 1
-        if first == n:
-            return _EMPTY_T.copy(), _EMPTY_V.copy()
-        parts = [decode_chunk(self._chunk(i)) for i in range(first, n)]
-        start = self.index[STRIDE * first - 2] if first else 0
-        self.data = self.data[:start]
-        self.index = self.index[: STRIDE * first]
-        t = np.concatenate([p[0] for p in parts])
-        v = np.concatenate([p[1] for p in parts])
-        self.samples -= len(t)
-        return t, v
-
-    def _check(self) -> None:
-        """Every invariant, the cached hash sums recomputed from the decoded chunks (slow; tests)."""
-        assert len(self.index) % STRIDE == 0
-        total, prev_hi, prev_end = 0, None, 0
-        for i in range(len(self)):
-            lo, hi, end, h = (self.index[STRIDE * i + k] for k in range(STRIDE))
-            assert lo <= hi and end > prev_end
-            if prev_hi is not None:
-                assert lo > prev_hi, "chunks must not overlap in time"
-            t, v = decode_chunk(self._chunk(i))
-            assert int(t[0]) == lo and int(t[-1]) == hi
-            assert h == UNKNOWN_HASH or h == _as_int64(hash_sum(t, v)), f"chunk {i}: cached hash sum is stale"
-            total += len(t)
-            prev_hi, prev_end = hi, end
-        assert prev_end == len(self.data)
-        assert total == self.samples
+    def _check(self, row: int) -> None:
+        """Every invariant of one series, the chunks decoded (slow; tests)."""
+        e = self.entries(row)
+        assert len(self.closed(row)[1]) == int(self.n_closed[row])
+        lo, hi, end, count, h = (e[:, j] for j in range(STRIDE))
+        assert bool(np.all(lo <= hi) and np.all(count > 0) and np.all(np.diff(end) > 0) and np.all(lo[1:] > hi[:-1]))
+        t, v = self._decode(row, list(range(len(e))))
+        assert len(t) == int(count.sum()) == int(self.samples[row])
+        first = np.cumsum(count) - count
+        if len(e):
+            assert t[first].tolist() == lo.tolist() and t[first + count - 1].tolist() == hi.tolist(), "index disagrees"
+            sums = np.add.reduceat(sample_hashes(t, v), first)
+            assert sums.view(np.int64).tolist() == h.tolist(), "hash sums are stale"
+        assert int(self.max_ts[row]) == (int(hi[-1]) if len(e) else NO_TS)
+        if self.open_count[row]:
+            assert self.family[row] != NO_CHUNK
+            n_open = int(self.open_count[row])
+            if n_open >= 2:
+                assert int(self.t2[row]) == int(t[-2])
+                chain = np.array([self.v2[row], self.v1[row]])
+                assert v[-2:].view(np.uint64).tolist() == chain.view(np.uint64).tolist()
+        else:
+            assert self.family[row] == NO_CHUNK and not self.open[row]
 
 
-def split_chunks(lists: Sequence[ChunkList], start_ms: int, end_ms: int, bucket_ms: int = 0) -> ChunkSplit:
-    """The chunks of ``lists`` overlapping [start_ms, end_ms]: those wholly inside it (and, when
+def split_chunks(store: Chunks, rows: Sequence[int], start_ms: int, end_ms: int, bucket_ms: int = 0) -> ChunkSplit:
+    """The chunks of ``rows`` overlapping [start_ms, end_ms]: those wholly inside it (and, when
     bucket_ms > 0, inside one bucket ``[start_ms + k*bucket_ms, start_ms + (k+1)*bucket_ms)``) by
-    their cached sums, the others decoded. A chunk inside whose sum is not known yet is decoded
-    and learns its sum, and counts as whole.
+    their hash sums, the others decoded.
 
-    Vectorised over every chunk of every list; a Python step only per chunk not taken whole
-    (decoded when it overlaps the range, its header read when not). A digest over whole chunks
-    therefore costs O(chunks) NumPy work and no decoding.
+    Vectorised over every chunk of every series; a Python step only per chunk not taken whole
+    (decoded when it overlaps the range). A digest over whole chunks therefore costs O(chunks)
+    NumPy work and no decoding.
     """
-    k = len(lists)
-    lens = np.fromiter((len(c.index) for c in lists), dtype=np.int64, count=k) // STRIDE
-    whole_samples = np.fromiter((c.samples for c in lists), dtype=np.int64, count=k)
+    k = len(rows)
+    entries = [store.entries(r) for r in rows]
+    lens = np.fromiter((len(e) for e in entries), dtype=np.int64, count=k)
+    whole_samples = np.zeros(k, dtype=np.int64)
     counts = np.zeros(k, dtype=np.int64)
     n = int(lens.sum())
     if n == 0:
         return ChunkSplit(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint64), whole_samples, counts,
                           _EMPTY_T.copy(), _EMPTY_V.copy())
-    ix = np.frombuffer(b"".join(c.index for c in lists), dtype=np.int64).reshape(n, STRIDE)
+    ix = np.concatenate(entries)
     series = np.repeat(np.arange(k, dtype=np.int64), lens)
-    lo, hi, hashes = ix[:, 0], ix[:, 1], ix[:, 3].view(np.uint64)
+    lo, hi, samples, hashes = ix[:, 0], ix[:, 1], ix[:, 3], ix[:, 4].view(np.uint64)
     overlap = (hi >= start_ms) & (lo <= end_ms)
-    inside = overlap & (lo >= start_ms) & (hi <= end_ms)
+    whole = overlap & (lo >= start_ms) & (hi <= end_ms)
     if bucket_ms > 0:
-        inside &= (lo - start_ms) // bucket_ms == (hi - start_ms) // bucket_ms
-    whole = inside & (hashes != UNKNOWN_HASH)
+        whole &= (lo - start_ms) // bucket_ms == (hi - start_ms) // bucket_ms
+    np.add.at(whole_samples, series[whole], samples[whole])
     parts_t: list[np.ndarray] = []
     parts_v: list[np.ndarray] = []
-    rest = np.flatnonzero(~whole)
-    if len(rest):
-        hashes = hashes.copy()  # the sums learnt below join the whole chunks
+    cut = np.flatnonzero(overlap & ~whole)
+    if len(cut):
         first_chunk = np.cumsum(lens) - lens
-        edge = (lo < start_ms) | (hi > end_ms)
-        for j, s, i, ov, ins, cut in zip(rest.tolist(), series[rest].tolist(),
-                                         (rest - first_chunk[series[rest]]).tolist(), overlap[rest].tolist(),
-                                         inside[rest].tolist(), edge[rest].tolist(), strict=True):
-            c = lists[s]
-            if not ov:
-                whole_samples[s] -= chunk_count(c._chunk(i))
-                continue
-            t, v = decode_chunk(c._chunk(i))
-            if ins:  # a sum not known yet (restored chunk): learn it; the chunk counts as whole
-                h = hash_sum(t, v)
-                c.index[STRIDE * i + 3] = _as_int64(h)
-                hashes[j] = h
-                whole[j] = True
-                continue
-            whole_samples[s] -= len(t)
-            if cut:
-                keep = (t >= start_ms) & (t <= end_ms)
-                t, v = t[keep], v[keep]
-            counts[s] += len(t)
+        for s in np.unique(series[cut]).tolist():
+            mine = cut[series[cut] == s]
+            t, v = store._decode(int(rows[s]), (mine - first_chunk[s]).tolist())
+            keep = (t >= start_ms) & (t <= end_ms)
+            t, v = t[keep], v[keep]
+            counts[s] = len(t)
             parts_t.append(t)
             parts_v.append(v)
     t, v = _joined(parts_t, parts_v)

@@ -18,23 +18,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from metricsd.codec import encode_chunks
-from metricsd.maths.samplehash import sample_hashes
 from metricsd.maths.slots import SlotFilter
 from metricsd.model import InvalidSeries, Labels, describe, series_id, validate_labels
 from metricsd.selector import Matcher
-from metricsd.store.chunks import ChunkList
-from metricsd.store.head import NO_TS, OFFSET_MAX, Head
+from metricsd.store.chunks import Chunks
+from metricsd.store.head import NO_TS, Head
 from metricsd.store.index import SeriesIndex
 from metricsd.store.limits import NewSeriesRate, SeriesLimitExceeded, series_limit_refusal
+from metricsd.store.readmany import series_samples_many
 from metricsd.store.retention import drop_expired
 from metricsd.store.rollup import RollupPoints, Rollups
+from metricsd.store.seal import store_segments
 from metricsd.store.settings import StoreSettings
 
 __all__ = ["SeriesSamples", "Store", "ValidWrite", "WriteResult"]
-
-SEAL_BATCH_MIN = 8  # fewer rows sealing together are sealed one by one
-
 
 @dataclass
 class WriteResult:
@@ -72,8 +69,8 @@ class Store:
     def __init__(self, settings: StoreSettings | None = None) -> None:
         self.settings = settings or StoreSettings()
         self.index = SeriesIndex()
-        self.head = Head(self.settings.head_capacity, self.settings.head_keep)
-        self.chunks: list[ChunkList] = []
+        self.head = Head(self.settings.head_keep)
+        self.chunks = Chunks(self.settings.head_keep, self.settings.chunk_samples)
         self.rollups = Rollups()
         self.rejected: Counter[str] = Counter()  # samples dropped from applied batches (replayed from the WAL)
         # Samples of refused writes by reason, since the process started: not data, so neither
@@ -276,10 +273,10 @@ class Store:
     def _add_series(self, sid: int, labels: Labels) -> int:
         row = self.index.add(sid, labels)
         self.head.ensure_rows(row + 1)
+        self.chunks.ensure_rows(row + 1)
         self.rollups.ensure_rows(row + 1)
         self.head.reset_row(row)
-        if row == len(self.chunks):
-            self.chunks.append(ChunkList())
+        self.chunks.reset_row(row)
         return row
 
     def _append(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray,
@@ -289,84 +286,12 @@ class Store:
             self.rollups.add_one_each(rows, ts, vals)
         else:
             self.rollups.add(np.repeat(rows, counts), ts, vals)
-        room = self.head.room(rows)
-        full = counts > room
-        if bool(full.any()):
-            self._seal_many(rows[full])
-            room = self.head.room(rows)
-        if len(ts) == len(rows):  # one sample a series (the agents' shape): it is first and newest
-            fits = (counts <= room) & self.head.fits(rows, ts, ts)
-        else:
-            fits = (counts <= room) & self.head.fits(rows, ts[starts], ts[starts + counts - 1])
-        if bool(fits.all()):
-            self.head.append_many(rows, counts, ts, vals)
-            return
-        ok = np.flatnonzero(fits)
-        if len(ok):
-            sel = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in ok.tolist()])
-            self.head.append_many(rows[ok], counts[ok], ts[sel], vals[sel])
-        for i in np.flatnonzero(~fits).tolist():
-            s, c = int(starts[i]), int(counts[i])
-            self._append_row(int(rows[i]), ts[s : s + c], vals[s : s + c])
-
-    def _append_row(self, row: int, ts: np.ndarray, vals: np.ndarray) -> None:
-        """Append a long run to one row, sealing as the head fills or as its time offsets would
-        overflow (samples more than 24.8 days after the oldest in the head: sparse series)."""
-        head = self.head
-        pos = 0
-        while pos < len(ts):
-            count = int(head.count[row])
-            room = head.capacity - count
-            if room == 0:
-                self._seal(row)
-                continue
-            base = int(head.base[row]) if count else int(ts[pos])
-            n = int(np.searchsorted(ts[pos : pos + room], base + OFFSET_MAX, side="right"))
-            if n == 0:  # the head's oldest sample is too old for the next one: seal and empty it
-                if count > int(head.sealed[row]):
-                    self._seal(row)
-                head.clear(row)
-                continue
-            head.append_many(np.array([row]), np.array([n]), ts[pos : pos + n], vals[pos : pos + n])
-            pos += n
-
-    def _seal(self, row: int) -> None:
-        t, v = self.head.take_for_seal(row)
-        chunks = self.chunks[row]
-        chunks.append(t, v)
-        self._sync_chunk_max(row)
-
-    def _seal_many(self, rows: np.ndarray) -> None:
-        """_seal of each row, encoding rows in the same state together (codec.encode_chunks):
-        the series of a batch fill their heads at the same write, so seals come in bursts."""
-        head = self.head
-        if len(rows) < SEAL_BATCH_MIN:
-            for row in rows.tolist():
-                self._seal(row)
-            return
-        state = head.sealed[rows].astype(np.int64) * (head.capacity + 1) + head.count[rows]
-        for key in np.unique(state).tolist():
-            group = rows[state == key]
-            sealed, count = divmod(key, head.capacity + 1)
-            if count == sealed or len(group) < SEAL_BATCH_MIN:
-                for row in group.tolist():
-                    self._seal(row)
-                continue
-            ts, vals = head.take_for_seal_many(group, sealed, count)
-            chunks = encode_chunks(ts, vals)
-            lo, hi = ts[:, 0].tolist(), ts[:, -1].tolist()
-            sums = sample_hashes(ts, vals).sum(axis=1, dtype=np.uint64).tolist()
-            n = count - sealed
-            for i, row in enumerate(group.tolist()):
-                self.chunks[row].append_encoded(chunks[i], lo[i], hi[i], n, sums[i])
-            head.chunk_max_ts[group] = ts[:, -1]
-
-    def _sync_chunk_max(self, row: int) -> None:
-        hi = self.chunks[row].max_ts()
-        self.head.chunk_max_ts[row] = NO_TS if hi is None else hi
+        store_segments(self.head, self.chunks, rows, counts, starts, ts, vals)
 
     def _merge_series(self, row: int, ts: np.ndarray, vals: np.ndarray, result: WriteResult, window_ms: int) -> None:
-        """Rare path: samples not newer than the series' newest. Merge in order, first write wins."""
+        """Rare path: samples not newer than the series' newest. Merge in order, first write wins:
+        the chunks from the first new sample on and the ring's unsealed samples are taken out,
+        merged with the new ones and appended again."""
         last = int(self.head.last_ts[row])
         too_old = ts < last - window_ms
         result.too_old += int(too_old.sum())
@@ -374,9 +299,8 @@ class Store:
         if len(ts) == 0:
             return
         self.head.expiry_floor[row] = NO_TS  # older samples, chunks rewritten: retention looks again (retention.py)
-        ct, cv = self.chunks[row].truncate_from(int(ts[0]))
-        self._sync_chunk_max(row)
-        ht, hv = self.head.unsealed(row)
+        ct, cv = self.chunks.truncate_from(row, int(ts[0]))
+        ht, hv = self.head.unsealed_samples(row)
         old_t = np.concatenate([ct, ht])
         old_v = np.concatenate([cv, hv])
         dup = np.isin(ts, old_t)
@@ -386,8 +310,9 @@ class Store:
         all_t = np.concatenate([old_t, ts])
         all_v = np.concatenate([old_v, vals])
         order = np.argsort(all_t, kind="stable")
-        self.head.clear(row)
-        self._append_row(row, all_t[order], all_v[order])
+        self.head.clear(row)  # when nothing sealed was taken out, the open chunk's chain continues
+        store_segments(self.head, self.chunks, np.array([row]), np.array([len(all_t)]), np.zeros(1, np.int64),
+                       all_t[order], all_v[order])
         self.head.last_ts[row] = max(last, int(all_t.max()) if len(all_t) else last)
 
     # --- reads -----------------------------------------------------------------------------
@@ -400,19 +325,26 @@ class Store:
         return self.index.selected(matchers)
 
     def series_samples(self, row: int, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
-        """Samples of one series in [start_ms, end_ms], from the head alone when it covers them."""
+        """Samples of one series in [start_ms, end_ms] (fresh arrays), from the head alone when it
+        covers them."""
         ht, hv = self.head.samples(row)
-        chunks = self.chunks[row]
-        if len(chunks) == 0 or (len(ht) and int(ht[0]) <= start_ms):
+        if not self.chunks.samples[row] or (len(ht) and int(ht[0]) <= start_ms):
             keep = (ht >= start_ms) & (ht <= end_ms)
-            return ht[keep].copy(), hv[keep].copy()
-        ct, cv = chunks.read(start_ms, end_ms)
-        s = int(self.head.sealed[row])
-        ut, uv = ht[s:], hv[s:]
+            return ht[keep], hv[keep]
+        ct, cv = self.chunks.read(row, start_ms, end_ms)
+        u = int(self.head.unsealed[row])
+        ut, uv = ht[len(ht) - u :], hv[len(hv) - u :]
         keep = (ut >= start_ms) & (ut <= end_ms)
         if not bool(keep.any()):
             return ct, cv
         return np.concatenate([ct, ut[keep]]), np.concatenate([cv, uv[keep]])
+
+    def series_samples_many(self, rows: np.ndarray, start_ms: int, end_ms: int
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """series_samples of each of ``rows``, read together (store/readmany.py: the rings in one
+        pass, the chunks of all rows decoded at once): (samples per row, timestamps, values), row
+        after row, each in time order."""
+        return series_samples_many(self, rows, start_ms, end_ms)
 
     def read(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, slots: SlotFilter | None = None
              ) -> list[SeriesSamples]:
@@ -426,11 +358,12 @@ class Store:
 
     def rollup_points(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, slots: SlotFilter | None = None
                       ) -> list[tuple[int, Labels, RollupPoints]]:
+        rows = self.select(matchers, slots)
         out = []
-        for row in self.select(matchers, slots).tolist():
+        for row, points in zip(rows.tolist(), self.rollups.points_many(rows, start_ms, end_ms), strict=True):
             labels = self.index.labels[row]
             assert labels is not None
-            out.append((self.index.ids[row], labels, self.rollups.points(row, start_ms, end_ms)))
+            out.append((self.index.ids[row], labels, points))
         return out
 
     # --- retention -------------------------------------------------------------------------
@@ -447,10 +380,11 @@ class Store:
     # --- introspection ---------------------------------------------------------------------
 
     def stats(self) -> dict[str, int | float]:
-        chunk_bytes = sum(c.nbytes for c in self.chunks)
-        chunk_samples = sum(c.samples for c in self.chunks)
         n = self.index.n_rows
-        head_samples = int((self.head.count[:n] - self.head.sealed[:n])[self.index.alive[:n]].sum())
+        alive = self.index.alive[:n]
+        chunk_bytes = self.chunks.nbytes
+        chunk_samples = int(self.chunks.samples[:n][alive].sum())
+        head_samples = int(self.head.unsealed[:n][alive].sum())
         return {
             "series": self.index.n_alive,
             "samples": chunk_samples + head_samples,
@@ -468,16 +402,17 @@ class Store:
         self.rollups._check()
         n = self.index.n_rows
         self.head._check(n)
+        chunks = self.chunks
         for row in self.index.live_rows():
-            c = self.chunks[row]
-            c._check()
-            hi = c.max_ts()
-            assert int(self.head.chunk_max_ts[row]) == (NO_TS if hi is None else hi)
-            s, cnt = int(self.head.sealed[row]), int(self.head.count[row])
+            chunks._check(row)
+            hi = int(chunks.max_ts[row])
             ht, _ = self.head.samples(row)
-            if hi is not None and cnt > s:
-                assert int(ht[s]) > hi, f"row {row}: unsealed head overlaps chunks"
-            if s:
-                assert hi is not None and int(ht[s - 1]) <= hi
+            u = int(self.head.unsealed[row])
+            if chunks.samples[row]:
+                assert bool(np.all(ht[len(ht) - u :] > hi)), f"row {row}: unsealed samples overlap chunks"
+                assert bool(np.all(ht[: len(ht) - u] <= hi)), f"row {row}: sealed ring samples newer than chunks"
+            else:
+                assert u == len(ht), f"row {row}: ring samples in no chunk must be unsealed"
             floor = int(self.head.expiry_floor[row])  # a lower bound on what retention looks at
-            assert floor <= (c.first_max_ts() if len(c) else (int(ht[0]) if cnt else NO_TS)), f"row {row}: floor"
+            first = chunks.first_max_ts(row)
+            assert floor <= (first if first != NO_TS else (int(ht[0]) if len(ht) else NO_TS)), f"row {row}: floor"

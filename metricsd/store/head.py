@@ -1,17 +1,19 @@
-"""The head: the newest samples of every series, in 2-D NumPy arrays (one row per series).
+"""The head: the newest raw samples of every series, a small ring per row in 2-D NumPy arrays.
 
-Row r holds samples [0, count[r]) in time order; the first sealed[r] of them are also in the
-series' last sealed chunk (kept so short windows never decode a chunk). When a row is full, its
-unsealed samples [sealed, count) become a chunk and the last ``keep`` samples slide to the
-front. Appending to many rows at once is a handful of vectorised assignments.
+Samples are compressed as they arrive (metricsd/store/chunks.py seals a block of ``capacity``
+samples at a time); the ring keeps the newest ``capacity`` of them raw as well, so that the
+short windows that autoscalers ask about (a rate over a minute, the last value over two) are
+answered from a small matrix gather without decoding anything. The ring is a cache of what the
+chunks hold, except for its ``unsealed`` newest samples, which are in no block yet.
 
-     row r:  | sealed (also in chunks) | unsealed ............ | free |
-             0                   sealed[r]              count[r]    capacity
+     row r (capacity 8):  slot  0   1   2   3   4   5   6   7
+                                s5  s6  s7  s8  s1  s2  s3  s4      pos[r] = 4: s1 is the oldest
+                                             ^ newest    filled[r] = 8, unsealed[r] = 2 (s7, s8)
 
-Timestamps are int32 milliseconds after a per-row ``base`` (int64), not int64: 12 bytes a sample
-instead of 16, a quarter of the head, which is most of a store's memory per series
-(metricsd/store/FORMAT.md, "The head in memory"). A row spans at most OFFSET_MAX ms (24.8 days);
-the engine seals and empties a row before a sample would fall past that (``fits``).
+Timestamps are int32 milliseconds after a per-row ``base`` (int64): 12 bytes a sample, not 16.
+A row spans at most OFFSET_MAX ms (24.8 days); the engine moves the base forward as the ring
+turns (``rebase``) and takes a sample that would land past it on its slow path.
+metricsd/store/FORMAT.md, "The head in memory", draws the layout.
 """
 
 from __future__ import annotations
@@ -25,180 +27,223 @@ OFFSET_MAX = int(np.iinfo(np.int32).max)
 
 
 class Head:
-    """Columnar head buffers. Not safe for concurrent use; the store serialises access."""
+    """Columnar ring buffers. Not safe for concurrent use; the store serialises access."""
 
-    def __init__(self, capacity: int, keep: int, rows: int = 64) -> None:
-        if not 0 < keep < capacity:
-            raise ValueError("keep must be in (0, capacity)")
+    def __init__(self, capacity: int, rows: int = 64) -> None:
+        if not 1 <= capacity <= 255:
+            raise ValueError("the head keeps 1..255 samples a series")
         self.capacity = capacity
-        self.keep = keep
         self.ts = np.zeros((rows, capacity), dtype=np.int32)  # ms after base[row]
-        self.base = np.zeros(rows, dtype=np.int64)  # meaningful while count[row] > 0
         self.vals = np.zeros((rows, capacity), dtype=np.float64)
-        self.count = np.zeros(rows, dtype=np.int32)
-        self.sealed = np.zeros(rows, dtype=np.int32)
-        # Newest timestamp ever written to the row (also after a seal): the append fast path.
+        self.base = np.zeros(rows, dtype=np.int64)  # meaningful while filled[row] > 0
+        self.pos = np.zeros(rows, dtype=np.int16)  # the slot the next sample goes to (capacity <= 255)
+        self.filled = np.zeros(rows, dtype=np.int16)  # samples in the ring (<= capacity)
+        self.unsealed = np.zeros(rows, dtype=np.int16)  # the newest ones that are in no block yet
+        # Newest timestamp ever written to the row: the append fast path.
         self.last_ts = np.full(rows, NO_TS, dtype=np.int64)
-        # Newest sealed timestamp of the row's series (NO_TS: no chunks), kept by the store so a
-        # query can tell, without touching chunk objects, whether the head alone covers a window.
-        self.chunk_max_ts = np.full(rows, NO_TS, dtype=np.int64)
         # A lower bound on what retention looks at in the row (its oldest chunk's newest sample,
         # or its oldest sample when it has no chunks); NO_TS: unknown. Kept by the store so a
         # retention pass visits only rows the cutoff has reached (store/retention.py).
         self.expiry_floor = np.full(rows, NO_TS, dtype=np.int64)
 
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.ts, self.vals, self.base, self.pos, self.filled, self.unsealed,
+                                      self.last_ts, self.expiry_floor))
+
     def ensure_rows(self, n: int) -> None:
-        have = len(self.count)
+        have = len(self.filled)
         if n <= have:
             return
-        new = max(n, have + max(1024, have // 4))  # grow by a quarter: doubling wastes up to half
-        self.ts = np.concatenate([self.ts, np.zeros((new - have, self.capacity), np.int32)])
-        self.base = np.concatenate([self.base, np.zeros(new - have, np.int64)])
-        self.vals = np.concatenate([self.vals, np.zeros((new - have, self.capacity), np.float64)])
-        self.count = np.concatenate([self.count, np.zeros(new - have, np.int32)])
-        self.sealed = np.concatenate([self.sealed, np.zeros(new - have, np.int32)])
-        self.last_ts = np.concatenate([self.last_ts, np.full(new - have, NO_TS, np.int64)])
-        self.chunk_max_ts = np.concatenate([self.chunk_max_ts, np.full(new - have, NO_TS, np.int64)])
-        self.expiry_floor = np.concatenate([self.expiry_floor, np.full(new - have, NO_TS, np.int64)])
+        extra = max(n, have + max(1024, have // 4)) - have  # grow by a quarter: doubling wastes up to half
+        self.ts = np.concatenate([self.ts, np.zeros((extra, self.capacity), np.int32)])
+        self.vals = np.concatenate([self.vals, np.zeros((extra, self.capacity), np.float64)])
+        self.base = np.concatenate([self.base, np.zeros(extra, np.int64)])
+        self.pos = np.concatenate([self.pos, np.zeros(extra, np.int16)])
+        self.filled = np.concatenate([self.filled, np.zeros(extra, np.int16)])
+        self.unsealed = np.concatenate([self.unsealed, np.zeros(extra, np.int16)])
+        self.last_ts = np.concatenate([self.last_ts, np.full(extra, NO_TS, np.int64)])
+        self.expiry_floor = np.concatenate([self.expiry_floor, np.full(extra, NO_TS, np.int64)])
 
     def reset_row(self, row: int) -> None:
         self.clear(row)
         self.last_ts[row] = NO_TS
-        self.chunk_max_ts[row] = NO_TS
         self.expiry_floor[row] = NO_TS
 
     def clear(self, row: int) -> None:
-        """Empty the row's samples (its newest timestamp stays): every one must be in chunks or merged."""
-        self.count[row] = 0
-        self.sealed[row] = 0
+        """Empty the ring (its newest timestamp stays): every sample must be in chunks already."""
+        self.filled[row] = 0
+        self.unsealed[row] = 0
+        self.pos[row] = 0
 
-    def room(self, rows: np.ndarray) -> np.ndarray:
-        return self.capacity - self.count[rows]
+    # --- positions -------------------------------------------------------------------------
 
-    def fits(self, rows: np.ndarray, first: np.ndarray, newest: np.ndarray) -> np.ndarray:
-        """Whether segments from ``first`` to ``newest`` (ms) can join their rows without an
-        offset past OFFSET_MAX: an empty row takes its base from the segment."""
-        base = np.where(self.count[rows] == 0, first, self.base[rows])
-        return np.asarray(newest - base <= OFFSET_MAX)
+    def slots(self, rows: np.ndarray, first: np.ndarray, width: int) -> np.ndarray:
+        """Ring slots of logical positions first .. first + width - 1 of each row (0: its oldest
+        sample), wrapped; positions past the row's samples are the caller's to mask."""
+        start = self.pos[rows].astype(np.int64) - self.filled[rows] + first
+        return (start[:, None] + np.arange(width)[None, :]) % self.capacity
 
-    def abs_ts(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """Timestamps (int64 ms) at ``head[rows, cols]``; ``rows`` broadcasts against ``cols``."""
-        return self.ts[rows, cols].astype(np.int64) + self.base[rows]
+    def newest(self, rows: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The newest ``width`` samples of each row (fewer when it has fewer), oldest first:
+        (k x width int64 timestamps, k x width values, samples per row). Columns past a row's
+        count hold other slots of its ring and are to be ignored."""
+        rows = np.asarray(rows, dtype=np.int64)
+        filled = self.filled[rows].astype(np.int64)
+        cnt = np.minimum(filled, width)
+        cols = self.slots(rows, filled - cnt, width)
+        r = rows[:, None]
+        return self.ts[r, cols].astype(np.int64) + self.base[rows][:, None], self.vals[r, cols], cnt
+
+    def oldest_ts(self, rows: np.ndarray) -> np.ndarray:
+        """The oldest timestamp in each row's ring (meaningless for an empty ring)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        slot = (self.pos[rows].astype(np.int64) - self.filled[rows]) % self.capacity
+        return self.ts[rows, slot].astype(np.int64) + self.base[rows]
+
+    def samples(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ring's samples of ``row`` in time order (copies)."""
+        n = int(self.filled[row])
+        cols = self.slots(np.array([row]), np.zeros(1, np.int64), n)[0]
+        return self.ts[row, cols].astype(np.int64) + self.base[row], self.vals[row, cols]
+
+    def unsealed_samples(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """The samples of ``row`` that are in no block yet, oldest first (copies)."""
+        t, v = self.samples(row)
+        u = int(self.unsealed[row])
+        return t[len(t) - u :], v[len(v) - u :]
 
     def rank(self, rows: np.ndarray, t: int) -> np.ndarray:
-        """How many samples of each row are at or before ``t`` (ms): a binary search of every row
-        at once, log2(capacity) rounds of one gathered element per row. Counting samples in a span
-        this way gathers a few elements per row instead of a matrix of each row's newest columns
-        (the slot digests' statistics, metricsd/store/query.py: series_stats)."""
+        """How many ring samples of each row are at or before ``t`` (ms): a binary search of every
+        row at once, log2(capacity) rounds of one gathered element per row (the slot digests'
+        statistics, metricsd/store/query.py: series_stats)."""
         rows = np.asarray(rows, dtype=np.int64)
-        count = self.count[rows].astype(np.int64)
+        count = self.filled[rows].astype(np.int64)
         rel = t - self.base[rows]
-        flat = self.ts.reshape(-1)
-        before_first = rows * self.capacity - 1  # flat index of row[-1]; row[c - 1] is before_first + c
-        # Fast path: a query at the present has every sample of most rows at or before t.
         out = count.copy()
-        search = np.flatnonzero((count > 0) & (flat[before_first + np.maximum(count, 1)] > rel))
+        if len(rows) == 0:
+            return out
+        cap = self.capacity
+        first = self.pos[rows].astype(np.int64) - count  # slot of logical position 0, before wrapping
+        flat = self.ts.reshape(-1)
+        row_at = rows * cap
+
+        def at(i: np.ndarray) -> np.ndarray:  # the timestamp offset at logical position i of each row
+            return flat[row_at + (first + i) % cap]
+
+        # Fast path: a query at the present has every sample of most rows at or before t.
+        search = np.flatnonzero((count > 0) & (at(np.maximum(count, 1) - 1) > rel))
         if len(search) == 0:
             return out
-        count, rel, before_first = count[search], rel[search], before_first[search]
-        # Binary lifting: pos grows by each power of two while the sample at pos - 1 is <= t.
+        count, rel, first, row_at = count[search], rel[search], first[search], row_at[search]
         pos = np.zeros(len(search), dtype=np.int64)
-        step = 1 << (int(self.capacity).bit_length() - 1)
+        step = 1 << (int(cap).bit_length() - 1)
         while step:
             cand = np.minimum(pos + step, count)
-            pos = np.where(flat[before_first + cand] <= rel, cand, pos)
+            pos = np.where(at(cand - 1) <= rel, cand, pos)
             step >>= 1
         out[search] = pos
         return out
 
-    def first_ts(self, rows: np.ndarray) -> np.ndarray:
-        """The oldest timestamp of each row (meaningless for an empty row)."""
-        return self.ts[rows, 0].astype(np.int64) + self.base[rows]
+    # --- writes ----------------------------------------------------------------------------
 
-    def unsealed(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Copies of the samples of ``row`` that are not yet in a chunk."""
-        s, c = int(self.sealed[row]), int(self.count[row])
-        return self.ts[row, s:c].astype(np.int64) + self.base[row], self.vals[row, s:c].copy()
-
-    def samples(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every sample in the row, sealed overlap included (timestamps a new array, values a view)."""
-        c = int(self.count[row])
-        return self.ts[row, :c].astype(np.int64) + self.base[row], self.vals[row, :c]
-
-    def take_for_seal(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Remove the unsealed samples for sealing into a chunk; keep the last ``keep`` as overlap,
-        rebased so that the row's offsets start again from 0."""
-        ts, vals = self.take_for_seal_many(np.array([row]), int(self.sealed[row]), int(self.count[row]))
-        return ts[0], vals[0]
-
-    def take_for_seal_many(self, rows: np.ndarray, sealed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """take_for_seal of many rows that all hold ``count`` samples, ``sealed`` of them sealed:
-        (k x (count - sealed)) timestamps and values, the rows left with their last ``keep``."""
-        ts = self.ts[rows, sealed:count].astype(np.int64) + self.base[rows][:, None]
-        vals = self.vals[rows, sealed:count]  # fancy indexing: a copy
-        k = min(self.keep, count)
-        if k:
-            shift = self.ts[rows, count - k]
-            self.ts[rows, :k] = self.ts[rows, count - k : count] - shift[:, None]
-            self.vals[rows, :k] = self.vals[rows, count - k : count]
-            self.base[rows] += shift
-        self.count[rows] = k
-        self.sealed[rows] = k
-        return ts, vals
-
-    def append_many(self, rows: np.ndarray, seg_counts: np.ndarray, ts: np.ndarray, vals: np.ndarray) -> None:
-        """Append segment i (seg_counts[i] samples) to rows[i], for distinct rows with room.
-
-        ``ts``/``vals`` hold the segments back to back. The caller guarantees each segment is
-        newer than its row's last_ts, fits (``seg_counts <= room(rows)``) and ``fits()``.
-        """
+    def write(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray,
+              vals: np.ndarray) -> None:
+        """Push segment i (``counts[i]`` samples of ``ts``/``vals`` from ``starts[i]``) into the ring
+        of distinct ``rows[i]``: only its newest ``capacity`` can stay. The caller has checked with
+        ``fit`` that the ring's base reaches them, and keeps ``unsealed`` itself."""
         if len(rows) == 0:
             return
-        if bool(np.all(seg_counts == 1)):  # fast path: one sample per series (the agents' shape)
-            pos = self.count[rows]
-            empty = pos == 0
-            if bool(empty.any()):
-                self.base[rows[empty]] = ts[empty]
-            self.ts[rows, pos] = ts - self.base[rows]
-            self.vals[rows, pos] = vals
-            self.count[rows] = pos + 1
-            self.last_ts[rows] = ts
-            return
-        starts = np.cumsum(seg_counts) - seg_counts
-        empty = self.count[rows] == 0
+        cap = self.capacity
+        counts = np.asarray(counts, dtype=np.int64)
+        kept = np.minimum(counts, cap)
+        first = starts + counts - kept  # the samples that can survive in the ring
+        empty = (self.filled[rows] == 0) | (counts >= cap)
         if bool(empty.any()):
-            self.base[rows[empty]] = ts[starts[empty]]
-        sample_rows = np.repeat(rows, seg_counts)
-        offset = np.arange(len(ts)) - np.repeat(starts, seg_counts)
-        pos = np.repeat(self.count[rows], seg_counts) + offset
-        self.ts[sample_rows, pos] = ts - self.base[sample_rows]
-        self.vals[sample_rows, pos] = vals
-        self.count[rows] += seg_counts.astype(np.int32)
-        ends = starts + seg_counts - 1
-        self.last_ts[rows] = ts[ends]
+            self.base[rows[empty]] = ts[first[empty]]
+        if bool((counts == 1).all()):  # one sample a series (the agents' shape)
+            slot = self.pos[rows]
+            self.ts[rows, slot] = ts[starts] - self.base[rows]
+            self.vals[rows, slot] = vals[starts]
+        else:
+            sample_rows = np.repeat(rows, kept)
+            offset = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
+            src = np.repeat(first, kept) + offset
+            slot = (np.repeat(self.pos[rows].astype(np.int64) + counts - kept, kept) + offset) % cap
+            self.ts[sample_rows, slot] = ts[src] - self.base[sample_rows]
+            self.vals[sample_rows, slot] = vals[src]
+        self.pos[rows] = (self.pos[rows].astype(np.int64) + counts) % cap
+        self.filled[rows] = np.minimum(self.filled[rows].astype(np.int64) + counts, cap)
+        self.last_ts[rows] = ts[starts + counts - 1]
 
-    def replace_row(self, row: int, ts: np.ndarray, vals: np.ndarray, sealed: int) -> None:
-        """Set a row's whole content (out-of-order merges and recovery; the rare path)."""
-        n = len(ts)
-        if n > self.capacity:
-            raise ValueError("row content exceeds head capacity")
-        if n and int(ts[-1]) - int(ts[0]) > OFFSET_MAX:
-            raise ValueError("row content spans more than the head's offsets reach")
-        if n:
+    def fit(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Before ``write``: move each row's base forward so that every sample its ring keeps
+        afterwards is an int32 offset from it. Returns whether each row can take its segment; a
+        row that cannot (the samples it would keep span more than OFFSET_MAX ms: a series written
+        once in weeks) goes to the engine's slow path, untouched here."""
+        rows = np.asarray(rows, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        newest = ts[starts + counts - 1]
+        # Fast path: the base reaches the newest sample (every kept one lies between the two).
+        quick = newest - self.base[rows] <= OFFSET_MAX
+        quick &= self.filled[rows] > 0
+        if bool(quick.all()):
+            return quick
+        ok = quick.copy()
+        todo = np.flatnonzero(~quick)
+        rows, counts, starts, newest = rows[todo], counts[todo], starts[todo], newest[todo]
+        cap = self.capacity
+        filled = self.filled[rows].astype(np.int64)
+        n_old = np.clip(cap - counts, 0, filled)  # old samples the ring keeps
+        oldest = ts[starts + counts - np.minimum(counts, cap)]
+        has_old = np.flatnonzero(n_old > 0)
+        if len(has_old):
+            oldest[has_old] = self.ts_at(rows[has_old], filled[has_old] - n_old[has_old])
+        fits = newest - oldest <= OFFSET_MAX
+        ok[todo] = fits
+        move = np.flatnonzero(fits & (n_old > 0))
+        if len(move):
+            rr = rows[move]
+            shift = oldest[move] - self.base[rr]
+            # samples older than the new base go negative: this write overwrites them
+            shifted = self.ts[rr].astype(np.int64) - shift[:, None]
+            self.ts[rr] = np.clip(shifted, np.iinfo(np.int32).min, OFFSET_MAX).astype(np.int32)
+            self.base[rr] = oldest[move]
+        return ok
+
+    def ts_at(self, rows: np.ndarray, logical: np.ndarray) -> np.ndarray:
+        """The timestamp at logical position ``logical`` (0: the oldest) of each row's ring."""
+        slot = (self.pos[rows].astype(np.int64) - self.filled[rows] + logical) % self.capacity
+        return self.ts[rows, slot].astype(np.int64) + self.base[rows]
+
+    def replace_row(self, row: int, ts: np.ndarray, vals: np.ndarray, unsealed: int) -> None:
+        """Set a row's ring to the newest ``capacity`` of ``ts``/``vals`` (recovery, merges; the rare
+        path), the last ``unsealed`` of them in no block yet. Raises ValueError when they do not fit
+        (more unsealed samples than the ring holds, or a span past OFFSET_MAX)."""
+        keep = min(len(ts), self.capacity)
+        ts, vals = ts[len(ts) - keep :], vals[len(vals) - keep :]
+        if unsealed > keep:
+            raise ValueError("more unsealed samples than the ring holds")
+        if keep and int(ts[-1]) - int(ts[0]) > OFFSET_MAX:
+            raise ValueError("ring content spans more than the head's offsets reach")
+        if keep:
             self.base[row] = int(ts[0])
-            self.ts[row, :n] = np.asarray(ts, dtype=np.int64) - int(ts[0])
-        self.vals[row, :n] = vals
-        self.count[row] = n
-        self.sealed[row] = sealed
-        if n:
+            self.ts[row, :keep] = np.asarray(ts, dtype=np.int64) - int(ts[0])
+            self.vals[row, :keep] = vals
             self.last_ts[row] = max(int(self.last_ts[row]), int(ts[-1]))
+        self.filled[row] = keep
+        self.pos[row] = keep % self.capacity
+        self.unsealed[row] = unsealed
 
     def _check(self, rows: int) -> None:
         for r in range(rows):
-            c, s = int(self.count[r]), int(self.sealed[r])
-            assert 0 <= s <= c <= self.capacity
-            if c > 1:
-                assert bool(np.all(np.diff(self.ts[r, :c]) > 0)), f"row {r} timestamps not increasing"
-            if c:
-                assert int(self.ts[r, 0]) >= 0, f"row {r} has a sample before its base"
-                assert int(self.last_ts[r]) >= int(self.ts[r, c - 1]) + int(self.base[r])
+            f, u = int(self.filled[r]), int(self.unsealed[r])
+            assert 0 <= u <= f <= self.capacity, f"row {r}: unsealed {u}, filled {f}"
+            assert 0 <= int(self.pos[r]) < self.capacity
+            t, _ = self.samples(r)
+            if f > 1:
+                assert bool(np.all(np.diff(t) > 0)), f"row {r} timestamps not increasing"
+            if f:
+                off = self.ts[r, self.slots(np.array([r]), np.zeros(1, np.int64), f)[0]]
+                assert int(off.min()) >= 0, f"row {r} has a sample before its base"
+                assert int(self.last_ts[r]) >= int(t[-1])

@@ -1,8 +1,8 @@
 """Aggregates pushed down into a store: select, reduce per series, fold per group.
 
-The hot path (a short window over thousands of series) gathers only the newest columns of each
-head row into a small matrix and reduces it in one vectorised pass; only series whose window
-reaches past their head decode chunks. Group labels come from the index's label codes, so no
+The hot path (a short window over thousands of series) gathers only the newest samples of each
+series' ring in the head into a small matrix and reduces it in one vectorised pass; only series
+whose window reaches past their ring decode chunks. Group labels come from the index's label codes, so no
 Python work is done per series.
 """
 
@@ -16,8 +16,7 @@ from metricsd.maths.slotdigest import SlotDigestArrays, series_hashes, slot_dige
 from metricsd.maths.spec import AggregateResult, AggregateSpec, InvalidAggregate, SideQuery, SideResult
 from metricsd.maths.window import SeriesFn, reduce_windows
 from metricsd.store.engine import Store
-from metricsd.store.head import NO_TS
-from metricsd.store.scan import read_rows, window_counts
+from metricsd.store.scan import window_counts
 
 __all__ = ["eval_times", "run_aggregate"]
 
@@ -51,29 +50,23 @@ def _validate(spec: AggregateSpec) -> None:
         raise InvalidAggregate("a ratio of quantiles is not supported")
 
 
-def _tail_columns(store: Store, rows: np.ndarray, count: np.ndarray, need: int, width: int
-                  ) -> tuple[np.ndarray, int, np.ndarray]:
-    """The newest columns of each head row, enough that the oldest gathered sample is at or before
-    ``need`` (or the row's first): (first column per row, width, column matrix clipped to the row)."""
+def _tail(store: Store, rows: np.ndarray, need: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The newest samples of each row's ring, enough that the oldest gathered is at or before
+    ``need`` (or the ring's oldest): (k x width timestamps, values, samples per row)."""
     head = store.head
     while True:
-        start = np.maximum(count - width, 0)
-        oldest = head.abs_ts(rows, start)
-        if width >= head.capacity or bool(np.all((start == 0) | (oldest <= need))):
-            break
-        width *= 2
-    width = min(width, head.capacity)
-    cols = start[:, None] + np.arange(width)[None, :]
-    return start, width, np.minimum(cols, head.capacity - 1)
+        ts, vals, cnt = head.newest(rows, width)
+        if width >= head.capacity or bool(np.all((cnt == head.filled[rows]) | (ts[:, 0] <= need))):
+            return ts, vals, cnt
+        width = min(2 * width, head.capacity)
 
 
-def _head_covers(store: Store, rows: np.ndarray, lo: int) -> tuple[np.ndarray, np.ndarray]:
-    """(head samples per row, whether the head alone holds everything after ``lo``): the rows
-    that are read from the head's columns, not from decoded chunks."""
+def _head_covers(store: Store, rows: np.ndarray, lo: int) -> np.ndarray:
+    """Whether each row's ring holds every sample after ``lo`` (its oldest is at or before it, or
+    the series has nothing in chunks): the rows read from the head, not from decoded chunks."""
     head = store.head
-    count = head.count[rows].astype(np.int64)
-    has_chunks = head.chunk_max_ts[rows] != NO_TS
-    return count, (count > 0) & (head.first_ts(rows) <= lo) | ~has_chunks
+    filled = head.filled[rows]
+    return ((filled > 0) & (head.oldest_ts(rows) <= lo)) | (store.chunks.samples[rows] == 0)
 
 
 def series_stats(store: Store, rows: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,19 +78,20 @@ def series_stats(store: Store, rows: np.ndarray, lo: int, hi: int) -> tuple[np.n
     newest = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return counts, newest
-    _, covered = _head_covers(store, rows, lo)
+    covered = _head_covers(store, rows, lo)
     fast = np.flatnonzero(covered)
     if len(fast):
         fr = rows[fast]
         upto = head.rank(fr, hi)
         counts[fast] = upto - head.rank(fr, lo)
         some = np.flatnonzero(upto > 0)
-        newest[fast[some]] = head.abs_ts(fr[some], upto[some] - 1)
-    for i in np.flatnonzero(~covered).tolist():
-        t, _ = store.series_samples(int(rows[i]), lo + 1, hi)
-        counts[i] = len(t)
-        if len(t):
-            newest[i] = int(t[-1])
+        newest[fast[some]] = head.ts_at(fr[some], upto[some] - 1)
+    slow = np.flatnonzero(~covered)
+    if len(slow):
+        cnt, flat_t, _ = store.series_samples_many(rows[slow], lo + 1, hi)
+        counts[slow] = cnt
+        some = np.flatnonzero(cnt)
+        newest[slow[some]] = flat_t[np.cumsum(cnt)[some] - 1]
     return counts, newest
 
 
@@ -121,7 +115,6 @@ def _digests(store: Store, spec: AggregateSpec, sides: list[SideQuery], rows_per
 def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                                                             int]:
     """Reduce each series in ``rows`` over its window at each time: (values, samples, scanned)."""
-    head = store.head
     lo = int(times[0]) - side.window_ms
     hi = int(times[-1])
     n = len(rows)
@@ -129,19 +122,14 @@ def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.nda
     out_s = np.zeros((n, len(times)), dtype=np.uint32)
     if n == 0:
         return out_v, out_s, 0
-    count, covered = _head_covers(store, rows, lo)
+    # The newest sample at or before the first evaluation time is all ``last`` needs from before
+    # it; every other function needs everything after the window's start.
+    need = int(times[0]) if side.fn is SeriesFn.LAST else lo
+    covered = _head_covers(store, rows, need)
     fast = np.flatnonzero(covered)
     scanned = 0
     if len(fast):
-        fr = rows[fast]
-        # Gather only the newest columns of each row: enough that the oldest gathered sample is
-        # at or before what the window needs (for last, the newest sample at or before the first
-        # evaluation time; otherwise everything after the window's start).
-        need = int(times[0]) if side.fn is SeriesFn.LAST else lo
-        start, width, cols_c = _tail_columns(store, fr, count[fast], need, 2 if side.fn is SeriesFn.LAST else 8)
-        ts = head.abs_ts(fr[:, None], cols_c)
-        vals = head.vals[fr[:, None], cols_c]
-        cnt = np.minimum(count[fast] - start, width)
+        ts, vals, cnt = _tail(store, rows[fast], need, 2 if side.fn is SeriesFn.LAST else 8)
         v, s = reduce_windows(ts, vals, cnt, times, side.window_ms, side.fn)
         out_v[fast], out_s[fast] = v, s
         scanned += int(s.sum())
@@ -151,14 +139,13 @@ def series_values(store: Store, rows: np.ndarray, side: SideQuery, times: np.nda
         out_v[slow], out_s[slow] = np.where(c > 0, c, np.nan), c
         scanned += int(c.sum())
     elif len(slow):
-        got = read_rows(store, rows[slow], lo + 1, hi)
-        cnt = np.diff(got.offsets)
+        cnt, flat_t, flat_v = store.series_samples_many(rows[slow], lo + 1, hi)
         width = max(1, int(cnt.max()))
-        r = np.repeat(np.arange(len(slow)), cnt)
-        c = np.arange(len(got.timestamps)) - np.repeat(got.offsets[:-1], cnt)
         ts = np.zeros((len(slow), width), dtype=np.int64)
         vals = np.zeros((len(slow), width))
-        ts[r, c], vals[r, c] = got.timestamps, got.values
+        which = np.repeat(np.arange(len(slow)), cnt)
+        col = np.arange(len(flat_t)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        ts[which, col], vals[which, col] = flat_t, flat_v
         v, s = reduce_windows(ts, vals, cnt, times, side.window_ms, side.fn)
         out_v[slow], out_s[slow] = v, s
         scanned += int(s.sum())

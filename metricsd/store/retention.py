@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from metricsd.store.chunks import ChunkList
 from metricsd.store.head import NO_TS
 
 if TYPE_CHECKING:
@@ -36,37 +35,35 @@ __all__ = ["drop_expired"]
 def drop_expired(store: Store, cutoff: int) -> int:
     """Drop the raw chunks of ``store`` whose newest sample is older than ``cutoff`` and the series
     left with nothing; returns the series removed. Visits only rows the cutoff may reach."""
-    head, index = store.head, store.index
+    head, index, chunks = store.head, store.index, store.chunks
     n = index.n_rows
     rows = np.flatnonzero(index.alive[:n] & (head.expiry_floor[:n] < cutoff))
     if len(rows) == 0:
         return 0
     store._generation += 1
-    removed = 0
+    removed: list[int] = []
     kept: list[int] = []
     for row in rows.tolist():
-        chunks = store.chunks[row]
-        chunks.drop_before(cutoff)
-        store._sync_chunk_max(row)
-        if len(chunks) == 0:
-            head.sealed[row] = 0  # the overlap's chunk is gone: the head is the only copy now
+        chunks.drop_before(row, cutoff)
+        if not chunks.samples[row]:
+            # the chunks are gone: the ring's samples are the only copy now, to be sealed again
+            head.unsealed[row] = head.filled[row]
             if int(head.last_ts[row]) < cutoff:
                 index.remove(row)
                 head.reset_row(row)
-                store.rollups.forget(row)
-                store.chunks[row] = ChunkList()
-                removed += 1
+                chunks.reset_row(row)
+                removed.append(row)
                 continue
         kept.append(row)
+    store.rollups.forget(np.array(removed, dtype=np.int64))
     _set_floors(store, np.array(kept, dtype=np.int64))
-    return removed
+    return len(removed)
 
 
 def _set_floors(store: Store, rows: np.ndarray) -> None:
     """What retention looks at in each row from now on: its oldest chunk's newest sample, else its
     oldest sample (NO_TS: none, so the next pass looks again)."""
     head = store.head
-    chunk_end = np.array([c.first_max_ts() if len(c) else NO_TS for c in (store.chunks[r] for r in rows.tolist())],
-                         dtype=np.int64)
-    head_start = np.where(head.count[rows] > 0, head.first_ts(rows), NO_TS)
+    chunk_end = np.array([store.chunks.first_max_ts(r) for r in rows.tolist()], dtype=np.int64)
+    head_start = np.where(head.filled[rows] > 0, head.oldest_ts(rows), NO_TS)
     head.expiry_floor[rows] = np.where(chunk_end != NO_TS, chunk_end, head_start)

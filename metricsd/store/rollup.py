@@ -2,7 +2,11 @@
 
 They feed the overcommit advisor's weekly peaks and the HPA's "same hour yesterday" fallback
 long after raw samples are gone. The open hour of every series lives in NumPy columns and is
-updated in bulk on each write; a closed hour moves to the series' history (6 float64 per hour).
+updated in bulk on each write. Closed hours are kept by hour, not by series: one block of
+columns per hour (the rows that had samples in it, sorted, and their min, max, sum, last and
+count), 40 bytes a series and hour with no Python object per series. A write that moves many
+series into a new hour closes their previous hours with a few NumPy calls, retention drops whole
+hours, and a read of many series gathers each hour's values for all of them at once.
 NaN samples and stale markers are not folded in (a NaN would poison the sum).
 
 Updates are folded per run of samples with the same (row, hour): ``reduceat`` over runs, then
@@ -12,13 +16,12 @@ an hour boundary costs two waves, not a loop per sample.
 
 from __future__ import annotations
 
-import math
-from array import array
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["HOUR_MS", "RollupPoints", "Rollups"]
+__all__ = ["HOUR_MS", "HourBlock", "RollupPoints", "Rollups"]
 
 HOUR_MS = 3_600_000
 _NO_HOUR = np.iinfo(np.int64).min
@@ -36,6 +39,37 @@ class RollupPoints:
     last: np.ndarray
 
 
+@dataclass
+class HourBlock:
+    """The closed rollups of one hour: ``rows`` sorted, and per row min, max, sum, last
+    (``vals``, k x 4 float64) and count (int32). Rows closed since the block was last read wait in
+    ``parts`` and are merged in on the next read (``settle``)."""
+
+    hour: int
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    vals: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
+    count: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def settle(self) -> None:
+        if not self.parts:
+            return
+        rows = np.concatenate([self.rows, *(p[0] for p in self.parts)])
+        vals = np.concatenate([self.vals, *(p[1] for p in self.parts)])
+        count = np.concatenate([self.count, *(p[2] for p in self.parts)])
+        self.parts = []
+        order = np.argsort(rows, kind="stable")
+        self.rows, self.vals, self.count = rows[order], vals[order], count[order]
+
+    def __len__(self) -> int:
+        return len(self.rows) + sum(len(p[0]) for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.rows, self.vals, self.count)) + sum(
+            sum(a.nbytes for a in p) for p in self.parts)
+
+
 class Rollups:
     """Not safe for concurrent use; the store serialises access."""
 
@@ -46,10 +80,8 @@ class Rollups:
         self.sum = np.zeros(rows)
         self.count = np.zeros(rows)
         self.last = np.full(rows, np.nan)
-        self.closed: dict[int, array] = {}  # row -> flat (hour, min, max, sum, count, last)*
-        # A lower bound on every closed hour's start: drop_before returns at once while the cutoff
-        # has not reached it, instead of visiting every series' history each retention pass.
-        self._closed_floor = math.inf
+        self.blocks: list[HourBlock] = []  # closed hours, oldest first
+        self._hours: list[int] = []  # their starts, for bisect
 
     def ensure_rows(self, n: int) -> None:
         have = len(self.hour)
@@ -117,8 +149,7 @@ class Rollups:
         newer = hours > cur
         if bool(newer.any()):
             rn = rows[newer]
-            for row in rn[self.hour[rn] != _NO_HOUR].tolist():
-                self._close(row)
+            self._close(rn[self.hour[rn] != _NO_HOUR])
             self.hour[rn] = hours[newer]
             self.min[rn], self.max[rn], self.sum[rn] = mn[newer], mx[newer], sm[newer]
             self.count[rn], self.last[rn] = cnt[newer], last[newer]
@@ -127,70 +158,151 @@ class Rollups:
             self._merge_closed(int(rows[i]), int(hours[i]), float(mn[i]), float(mx[i]), float(sm[i]),
                                float(cnt[i]))
 
-    def _close(self, row: int) -> None:
-        self._closed_floor = min(self._closed_floor, float(self.hour[row]))
-        buf = self.closed.setdefault(row, array("d"))
-        buf.extend((float(self.hour[row]), self.min[row], self.max[row], self.sum[row], self.count[row],
-                    self.last[row]))
+    def _block(self, hour: int) -> HourBlock:
+        """The block of ``hour``, made if missing."""
+        i = bisect.bisect_left(self._hours, hour)
+        if i < len(self._hours) and self._hours[i] == hour:
+            return self.blocks[i]
+        block = HourBlock(hour)
+        self._hours.insert(i, hour)
+        self.blocks.insert(i, block)
+        return block
+
+    def _close(self, rows: np.ndarray) -> None:
+        """Move the open hours of distinct ``rows`` into their hours' blocks (a few NumPy calls per
+        distinct hour: the series of a write usually close the same one)."""
+        if len(rows) == 0:
+            return
+        hours = self.hour[rows]
+        vals = np.stack([self.min[rows], self.max[rows], self.sum[rows], self.last[rows]], axis=1)
+        count = self.count[rows].astype(np.int32)
+        for h in np.unique(hours).tolist():
+            sel = hours == h
+            self._block(int(h)).parts.append((rows[sel].astype(np.int32), vals[sel], count[sel]))
 
     def _merge_closed(self, row: int, hour: int, mn: float, mx: float, sm: float, cnt: float) -> None:
-        self._closed_floor = min(self._closed_floor, float(hour))
-        buf = self.closed.setdefault(row, array("d"))
-        hours = [int(buf[i]) for i in range(0, len(buf), 6)]
-        if hour in hours:
-            i = 6 * hours.index(hour)
-            buf[i + 1] = min(buf[i + 1], mn)
-            buf[i + 2] = max(buf[i + 2], mx)
-            buf[i + 3] += sm
-            buf[i + 4] += cnt
+        block = self._block(hour)
+        block.settle()
+        i = int(np.searchsorted(block.rows, row))
+        if i < len(block.rows) and int(block.rows[i]) == row:
+            v = block.vals[i]
+            v[0] = min(v[0], mn)
+            v[1] = max(v[1], mx)
+            v[2] += sm
+            block.count[i] += int(cnt)
             return  # "last" stays: the closed hour already saw a later sample
-        pos = sum(1 for h in hours if h < hour)
-        recs = [buf[i : i + 6] for i in range(0, len(buf), 6)]
-        recs.insert(pos, array("d", (float(hour), mn, mx, sm, cnt, np.nan)))
-        self.closed[row] = array("d", [x for rec in recs for x in rec])
+        block.rows = np.insert(block.rows, i, row)
+        block.vals = np.insert(block.vals, i, [mn, mx, sm, np.nan], axis=0)
+        block.count = np.insert(block.count, i, int(cnt))
+
+    def points_many(self, rows: np.ndarray, start_ms: int, end_ms: int) -> list[RollupPoints]:
+        """The hours of each of ``rows`` whose start lies in [start_ms, end_ms], closed ones and the
+        open one, oldest first: one searchsorted per hour for all rows at once."""
+        rows = np.asarray(rows, dtype=np.int64)
+        k = len(rows)
+        lo = bisect.bisect_left(self._hours, start_ms)
+        hi = bisect.bisect_right(self._hours, end_ms)
+        who: list[np.ndarray] = []
+        hour: list[np.ndarray] = []
+        vals: list[np.ndarray] = []
+        cnt: list[np.ndarray] = []
+        for block in self.blocks[lo:hi]:
+            block.settle()
+            if len(block.rows) == 0 or k == 0:
+                continue
+            at = np.minimum(np.searchsorted(block.rows, rows), len(block.rows) - 1)
+            found = np.flatnonzero(block.rows[at] == rows)
+            who.append(found)
+            hour.append(np.full(len(found), block.hour, np.int64))
+            vals.append(block.vals[at[found]])
+            cnt.append(block.count[at[found]].astype(np.float64))
+        cur = self.hour[rows]
+        open_rows = np.flatnonzero((cur != _NO_HOUR) & (cur >= start_ms) & (cur <= end_ms))
+        r = rows[open_rows]
+        who.append(open_rows)
+        hour.append(cur[open_rows])
+        vals.append(np.stack([self.min[r], self.max[r], self.sum[r], self.last[r]], axis=1))
+        cnt.append(self.count[r])
+        w = np.concatenate(who)
+        order = np.argsort(w, kind="stable")  # by row, then (blocks were in hour order) by hour
+        w = w[order]
+        h, v, c = np.concatenate(hour)[order], np.concatenate(vals)[order], np.concatenate(cnt)[order]
+        bounds = np.searchsorted(w, np.arange(k + 1))
+        out = []
+        for i in range(k):
+            s, e = int(bounds[i]), int(bounds[i + 1])
+            out.append(RollupPoints(h[s:e], v[s:e, 0], v[s:e, 1], v[s:e, 2], c[s:e], v[s:e, 3]))
+        return out
 
     def points(self, row: int, start_ms: int, end_ms: int) -> RollupPoints:
         """Hours whose start lies in [start_ms, end_ms], closed ones and the open one."""
-        buf = self.closed.get(row)
-        flat = np.frombuffer(buf, dtype=np.float64).reshape(-1, 6) if buf else np.zeros((0, 6))
-        if self.hour[row] != _NO_HOUR:
-            cur = np.array([[self.hour[row], self.min[row], self.max[row], self.sum[row], self.count[row],
-                             self.last[row]]])
-            flat = np.concatenate([flat, cur])
-        hours = flat[:, 0].astype(np.int64)
-        sel = (hours >= start_ms) & (hours <= end_ms)
-        f = flat[sel]
-        return RollupPoints(hours[sel], f[:, 1], f[:, 2], f[:, 3], f[:, 4], f[:, 5])
+        return self.points_many(np.array([row]), start_ms, end_ms)[0]
 
-    def set_closed(self, row: int, buf: array) -> None:
-        """A series' closed hours as a snapshot holds them (oldest first)."""
-        self.closed[row] = buf
-        if buf:
-            self._closed_floor = min(self._closed_floor, buf[0])
+    def restore_closed(self, hours: np.ndarray, sizes: np.ndarray, rows: np.ndarray, vals: np.ndarray,
+                       count: np.ndarray) -> None:
+        """Closed hours as a snapshot holds them: hour blocks, oldest first, ``sizes[i]`` records
+        each (rows sorted within a block)."""
+        ends = np.cumsum(sizes)
+        vals = np.asarray(vals).reshape(-1, 4)
+        for h, s, e in zip(hours.tolist(), (ends - sizes).tolist(), ends.tolist(), strict=True):
+            block = self._block(int(h))
+            block.rows = rows[s:e].astype(np.int32)
+            block.vals = vals[s:e].copy()
+            block.count = count[s:e].astype(np.int32)
+
+    def closed_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The closed hours of ``rows`` (sorted), renumbered 0..len(rows)-1 as in a snapshot: per
+        block its hour and number of records, then every record's new row, values and count."""
+        rows = np.asarray(rows, dtype=np.int64)
+        hours, sizes, new_rows, vals, counts = [], [], [], [], []
+        for block in self.blocks:
+            block.settle()
+            if len(rows) == 0 or len(block.rows) == 0:
+                continue
+            at = np.minimum(np.searchsorted(rows, block.rows), len(rows) - 1)
+            keep = np.flatnonzero(rows[at] == block.rows)
+            if len(keep) == 0:
+                continue
+            hours.append(block.hour)
+            sizes.append(len(keep))
+            new_rows.append(at[keep].astype(np.int32))
+            vals.append(block.vals[keep])
+            counts.append(block.count[keep])
+        cat = np.concatenate
+        return (np.array(hours, np.int64), np.array(sizes, np.int64),
+                cat(new_rows) if new_rows else np.zeros(0, np.int32),
+                cat(vals).reshape(-1) if vals else np.zeros(0), cat(counts) if counts else np.zeros(0, np.int32))
 
     def drop_before(self, cutoff_ms: int) -> None:
-        if self._closed_floor >= cutoff_ms - HOUR_MS:
+        """Drop the closed hours that ended at or before the cutoff."""
+        n = bisect.bisect_right(self._hours, cutoff_ms - HOUR_MS)
+        if n:
+            del self.blocks[:n]
+            del self._hours[:n]
+
+    def forget(self, rows: np.ndarray) -> None:
+        """Forget the rollups of removed series (retention), every hour at once."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) == 0:
             return
-        floor = math.inf
-        for row, buf in list(self.closed.items()):
-            if buf and buf[0] < cutoff_ms - HOUR_MS:
-                flat = np.frombuffer(buf, dtype=np.float64).reshape(-1, 6)
-                keep = flat[flat[:, 0] + HOUR_MS > cutoff_ms]
-                if len(keep):
-                    buf = self.closed[row] = array("d", keep.ravel().tolist())
-                else:
-                    del self.closed[row]
-                    continue
-            if buf:
-                floor = min(floor, buf[0])
-        self._closed_floor = floor
-
-    def _check(self) -> None:
-        assert all(self._closed_floor <= buf[0] for buf in self.closed.values() if buf), "closed floor"
-
-    def forget(self, row: int) -> None:
-        self.closed.pop(row, None)
-        self.hour[row] = _NO_HOUR
+        for block in self.blocks:
+            block.settle()
+            keep = ~np.isin(block.rows, rows)
+            if not bool(keep.all()):
+                block.rows, block.vals, block.count = block.rows[keep], block.vals[keep], block.count[keep]
+        self.hour[rows] = _NO_HOUR
 
     def n_buckets(self) -> int:
-        return sum(len(b) // 6 for b in self.closed.values()) + int(np.count_nonzero(self.hour != _NO_HOUR))
+        return sum(len(b) for b in self.blocks) + int(np.count_nonzero(self.hour != _NO_HOUR))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.blocks) + sum(a.nbytes for a in (self.hour, self.min, self.max, self.sum,
+                                                                            self.count, self.last))
+
+    def _check(self) -> None:
+        assert self._hours == [b.hour for b in self.blocks] == sorted(set(self._hours)), "hour blocks out of order"
+        for b in self.blocks:
+            b.settle()
+            assert bool(np.all(np.diff(b.rows) > 0)), f"hour {b.hour}: rows not sorted or repeated"
+            assert b.vals.shape == (len(b.rows), 4) and len(b.count) == len(b.rows)

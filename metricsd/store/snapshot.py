@@ -2,11 +2,13 @@
 
 A snapshot is the store as it stood at one WAL position, so a restart loads it and replays only
 the records after that position. capture() copies what it needs while the caller holds the event
-loop (no write can interleave); write_snapshot() may then run on another thread. The big columns
-go to the file as raw little-endian arrays (NumPy tobytes/frombuffer): no per-sample objects.
+loop (no write can interleave); write_snapshot() may then run on another thread. Samples go to
+the file as the store holds them, compressed chunk bytes (nothing is decoded or encoded again),
+and the other columns as little-endian arrays, zstd-compressed where that makes them smaller.
 
 Tombstoned series are not written, so rows are renumbered densely on restore; nothing outside
-the store keeps row numbers across a restart.
+the store keeps row numbers across a restart. Version-1 files (raw head samples and version-1
+chunks) are still read: metricsd/store/snapshot_v1.py turns them into a store.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ import logging
 import os
 import struct
 import zlib
-from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import cramjam
 import numpy as np
 
 from metricsd.model import Labels
+from metricsd.store.chunks import STRIDE
 from metricsd.store.engine import Store
-from metricsd.store.head import NO_TS, OFFSET_MAX
+from metricsd.store.head import OFFSET_MAX
+from metricsd.store.seal import store_segments
 from metricsd.store.settings import StoreSettings
 from metricsd.store.wal.log import WalPosition, fsync_dir
 
@@ -36,19 +40,25 @@ __all__ = ["ImageMeta", "SnapshotError", "StoreImage", "capture", "list_snapshot
 log = logging.getLogger("metricsd.store.snapshot")
 
 MAGIC = b"MDSN"
-VERSION = 1
+VERSION = 2
 _FILE_HEADER = struct.Struct("<4sHH")  # magic, version, flags
-_SECTION = struct.Struct("<4sB3xQI")  # tag, dtype, pad, payload bytes, crc32 of payload
+_SECTION = struct.Struct("<4sBB2xQI")  # tag, dtype, codec, pad, payload bytes, crc32 of payload
+_RAW_LEN = struct.Struct("<Q")  # a zstd payload starts with its decompressed length
 SUFFIX = ".snap"
+CODEC_RAW, CODEC_ZSTD = 0, 1
+ZSTD_LEVEL = 1
+MAX_SECTION_BYTES = 1 << 40  # a decompressed section larger than this is refused
 
 # FORMAT.md "Snapshot sections": element type codes
 _DTYPES: dict[int, np.dtype | None] = {0: None, 1: np.dtype("<i4"), 2: np.dtype("<i8"), 3: np.dtype("<u8"),
                                        4: np.dtype("<f8")}
 _SCHEMA: dict[bytes, int] = {
     b"META": 0, b"SIDS": 3, b"LSTL": 1, b"LSTB": 0, b"LPRN": 1, b"LPRS": 1,
-    b"HCNT": 1, b"HSEA": 1, b"HLTS": 2, b"HCMX": 2, b"HTSS": 2, b"HVAL": 4,
-    b"CNUM": 2, b"CIDX": 2, b"CSMP": 2, b"CDAT": 0,
-    b"RHOU": 2, b"ROPN": 4, b"RCLN": 2, b"RCLD": 4,
+    b"HFIL": 1, b"HUNS": 1, b"HLTS": 2, b"HTSS": 2, b"HVAL": 4,
+    b"CNUM": 2, b"CIDX": 2, b"CDAT": 0, b"CMAX": 2,
+    b"OCNT": 2, b"OMIN": 2, b"OHSH": 3, b"OLEN": 2, b"ODAT": 0,
+    b"KT2 ": 2, b"KV1 ": 4, b"KV2 ": 4, b"KSFT": 1, b"KFAM": 1,
+    b"RHOU": 2, b"ROPN": 4, b"RBHR": 2, b"RBSZ": 2, b"RROW": 1, b"RVAL": 4, b"RCNT": 1,
 }
 _END = b"END "
 
@@ -62,8 +72,8 @@ class ImageMeta:
     max_ts: int
     samples_written: int
     rejected: dict[str, int]
-    head_capacity: int
-    head_keep: int
+    head_keep: int  # the ring's size and the block size it was taken with
+    chunk_samples: int
 
 
 @dataclass
@@ -74,25 +84,37 @@ class StoreImage:
     meta: ImageMeta
     ids: np.ndarray  # uint64[n]
     labels: list[Labels]
-    head_count: np.ndarray  # int32[n]
-    head_sealed: np.ndarray  # int32[n]
+    head_filled: np.ndarray  # int32[n] ring samples
+    head_unsealed: np.ndarray  # int32[n] of which in no block yet (the newest)
     head_last_ts: np.ndarray  # int64[n]
-    head_chunk_max: np.ndarray  # int64[n]
-    head_ts: np.ndarray  # int64[sum(head_count)], row after row
-    head_vals: np.ndarray  # float64[sum(head_count)]
-    chunk_counts: np.ndarray  # int64[n] chunks per series
-    chunk_index: np.ndarray  # int64[3 * sum(chunk_counts)]: min_ts, max_ts, end offset in the series' bytes
-    chunk_samples: np.ndarray  # int64[n]
-    chunk_data: bytes  # every series' chunk bytes back to back
+    head_ts: np.ndarray  # int64[sum(head_filled)], row after row, oldest first
+    head_vals: np.ndarray  # float64[sum(head_filled)]
+    chunk_counts: np.ndarray  # int64[n] closed chunks per series
+    chunk_index: np.ndarray  # int64[5 * sum(chunk_counts)]: min_ts, max_ts, end, samples, hash per chunk
+    chunk_data: bytes  # every series' closed chunks back to back
+    chunk_max: np.ndarray  # int64[n] newest sealed sample (int64 min: none)
+    open_count: np.ndarray  # int64[n] samples in the open chunk (0: none)
+    open_min: np.ndarray  # int64[n]
+    open_hash: np.ndarray  # uint64[n]
+    open_len: np.ndarray  # int64[n] bytes of the open chunk
+    open_data: bytes  # every series' open chunk back to back
+    chain_t2: np.ndarray  # int64[n]
+    chain_v1: np.ndarray  # float64[n]
+    chain_v2: np.ndarray  # float64[n]
+    chain_shift: np.ndarray  # int32[n]
+    chain_family: np.ndarray  # int32[n]
     roll_hour: np.ndarray  # int64[n]
     roll_open: np.ndarray  # float64[n, 5]: min, max, sum, count, last of the open hour
-    closed_hours: np.ndarray  # int64[n]
-    closed: np.ndarray  # float64[6 * sum(closed_hours)]: hour, min, max, sum, count, last
+    block_hours: np.ndarray  # int64[b] closed rollup hours, oldest first
+    block_sizes: np.ndarray  # int64[b] series with a rollup in each
+    closed_rows: np.ndarray  # int32[sum(block_sizes)] series (0..n-1), increasing within a block
+    closed_vals: np.ndarray  # float64[4 * sum(block_sizes)]: min, max, sum, last
+    closed_count: np.ndarray  # int32[sum(block_sizes)]
 
 
 def capture(store: Store, position: WalPosition) -> StoreImage:
     """Copy the store's state (nothing shared with the live store). Call with no write in between
-    the WAL reaching ``position`` and this; O(series + head samples + chunk bytes)."""
+    the WAL reaching ``position`` and this; O(series + ring samples), plus joining the chunks' bytes."""
     idx = store.index
     rows = np.flatnonzero(idx.alive[: idx.n_rows])
     row_list = rows.tolist()
@@ -101,34 +123,44 @@ def capture(store: Store, position: WalPosition) -> StoreImage:
         lab = idx.labels[r]
         assert lab is not None
         labels.append(lab)
-    h = store.head
-    count = h.count[rows].astype(np.int32)
-    mask = np.arange(h.capacity)[None, :] < count[:, None]
-    chunk_lists = [store.chunks[r] for r in row_list]
-    closed_bufs = [store.rollups.closed.get(r) for r in row_list]
-    ro = store.rollups
+    h, c, ro = store.head, store.chunks, store.rollups
+    filled = h.filled[rows].astype(np.int64)
+    width = max(1, int(filled.max()) if len(rows) else 1)
+    ht, hv, _ = h.newest(rows, width)
+    mask = np.arange(width)[None, :] < filled[:, None]
+    bh, bs, brow, bval, bcnt = ro.closed_of(rows)
+    open_bufs = [c.open[r] for r in row_list]
+    closed = [c.closed(r) for r in row_list]
     return StoreImage(
         position=position,
         meta=ImageMeta(max_ts=int(store.max_ts), samples_written=int(store.samples_written),
-                       rejected={k: int(v) for k, v in store.rejected.items()}, head_capacity=h.capacity,
-                       head_keep=h.keep),
+                       rejected={k: int(v) for k, v in store.rejected.items()}, head_keep=h.capacity,
+                       chunk_samples=c.chunk_samples),
         ids=idx.id_column[rows].astype(np.uint64),
         labels=labels,
-        head_count=count,
-        head_sealed=h.sealed[rows].astype(np.int32),
+        head_filled=filled.astype(np.int32),
+        head_unsealed=h.unsealed[rows].astype(np.int32),
         head_last_ts=h.last_ts[rows].astype(np.int64),
-        head_chunk_max=h.chunk_max_ts[rows].astype(np.int64),
-        head_ts=(h.ts[rows].astype(np.int64) + h.base[rows][:, None])[mask],
-        head_vals=h.vals[rows][mask],
-        chunk_counts=np.array([len(c) for c in chunk_lists], dtype=np.int64),
-        chunk_index=(np.concatenate([c.time_index() for c in chunk_lists]) if chunk_lists
-                     else np.zeros(0, dtype=np.int64)),
-        chunk_samples=np.array([c.samples for c in chunk_lists], dtype=np.int64),
-        chunk_data=b"".join(c.data for c in chunk_lists),
+        head_ts=ht[mask],
+        head_vals=hv[mask],
+        chunk_counts=c.n_closed[rows].astype(np.int64),
+        chunk_index=np.concatenate([closed[i][1].reshape(-1) for i in range(len(row_list))]) if row_list
+        else np.zeros(0, np.int64),
+        chunk_data=b"".join(closed[i][0] for i in range(len(row_list))),
+        chunk_max=c.max_ts[rows].copy(),
+        open_count=c.open_count[rows].astype(np.int64),
+        open_min=c.open_min[rows].copy(),
+        open_hash=c.open_hash[rows].copy(),
+        open_len=np.array([len(b) for b in open_bufs], dtype=np.int64),
+        open_data=b"".join(open_bufs),
+        chain_t2=c.t2[rows].copy(),
+        chain_v1=c.v1[rows].copy(),
+        chain_v2=c.v2[rows].copy(),
+        chain_shift=c.shift[rows].astype(np.int32),
+        chain_family=c.family[rows].astype(np.int32),
         roll_hour=ro.hour[rows].astype(np.int64),
         roll_open=np.stack([ro.min[rows], ro.max[rows], ro.sum[rows], ro.count[rows], ro.last[rows]], axis=1),
-        closed_hours=np.array([len(b) // 6 if b else 0 for b in closed_bufs], dtype=np.int64),
-        closed=np.frombuffer(b"".join(b.tobytes() for b in closed_bufs if b), dtype=np.float64),
+        block_hours=bh, block_sizes=bs, closed_rows=brow, closed_vals=bval, closed_count=bcnt,
     )
 
 
@@ -154,7 +186,7 @@ def _encode_labels(labels: list[Labels]) -> tuple[np.ndarray, bytes, np.ndarray,
             np.array(pairs, dtype=np.int32))
 
 
-def _decode_labels(lengths: np.ndarray, blob: bytes, per: np.ndarray, pairs: np.ndarray) -> list[Labels]:
+def decode_labels(lengths: np.ndarray, blob: bytes, per: np.ndarray, pairs: np.ndarray) -> list[Labels]:
     ends = np.cumsum(lengths, dtype=np.int64)
     if len(ends) and int(ends[-1]) != len(blob):
         raise SnapshotError("label string table lengths do not add up")
@@ -178,11 +210,15 @@ def _sections(img: StoreImage) -> list[tuple[bytes, bytes | np.ndarray]]:
     return [
         (b"META", json.dumps(meta, sort_keys=True).encode()),
         (b"SIDS", img.ids), (b"LSTL", lstl), (b"LSTB", lstb), (b"LPRN", lprn), (b"LPRS", lprs),
-        (b"HCNT", img.head_count), (b"HSEA", img.head_sealed), (b"HLTS", img.head_last_ts),
-        (b"HCMX", img.head_chunk_max), (b"HTSS", img.head_ts), (b"HVAL", img.head_vals),
-        (b"CNUM", img.chunk_counts), (b"CIDX", img.chunk_index), (b"CSMP", img.chunk_samples),
-        (b"CDAT", img.chunk_data),
-        (b"RHOU", img.roll_hour), (b"ROPN", img.roll_open), (b"RCLN", img.closed_hours), (b"RCLD", img.closed),
+        (b"HFIL", img.head_filled), (b"HUNS", img.head_unsealed), (b"HLTS", img.head_last_ts),
+        (b"HTSS", img.head_ts), (b"HVAL", img.head_vals),
+        (b"CNUM", img.chunk_counts), (b"CIDX", img.chunk_index), (b"CDAT", img.chunk_data), (b"CMAX", img.chunk_max),
+        (b"OCNT", img.open_count), (b"OMIN", img.open_min), (b"OHSH", img.open_hash), (b"OLEN", img.open_len),
+        (b"ODAT", img.open_data),
+        (b"KT2 ", img.chain_t2), (b"KV1 ", img.chain_v1), (b"KV2 ", img.chain_v2), (b"KSFT", img.chain_shift),
+        (b"KFAM", img.chain_family),
+        (b"RHOU", img.roll_hour), (b"ROPN", img.roll_open), (b"RBHR", img.block_hours), (b"RBSZ", img.block_sizes),
+        (b"RROW", img.closed_rows), (b"RVAL", img.closed_vals), (b"RCNT", img.closed_count),
     ]
 
 
@@ -196,11 +232,22 @@ def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def _section_header(tag: bytes, dtype: int, payload: memoryview, count: int | None = None) -> bytes:
-    """Tag, type and length are covered by the CRC with the payload, so no flipped bit goes unseen."""
+def _section_header(tag: bytes, dtype: int, payload: memoryview, count: int | None = None,
+                    codec: int = CODEC_RAW) -> bytes:
+    """Tag, type, codec and length are covered by the CRC with the payload, so no flipped bit goes unseen."""
     n = payload.nbytes if count is None else count
-    head = _SECTION.pack(tag, dtype, n, 0)[:-4]
+    head = _SECTION.pack(tag, dtype, codec, n, 0)[:-4]
     return head + struct.pack("<I", zlib.crc32(payload, zlib.crc32(head)))
+
+
+def _stored(raw: memoryview) -> tuple[int, memoryview]:
+    """(codec, bytes to store): zstd when it saves a tenth or more (FORMAT.md "Section")."""
+    if raw.nbytes < 64:
+        return CODEC_RAW, raw
+    packed = bytes(cramjam.zstd.compress(raw, level=ZSTD_LEVEL))
+    if _RAW_LEN.size + len(packed) > 0.9 * raw.nbytes:
+        return CODEC_RAW, raw
+    return CODEC_ZSTD, memoryview(_RAW_LEN.pack(raw.nbytes) + packed)
 
 
 def write_snapshot(directory: Path, img: StoreImage) -> tuple[Path, int]:
@@ -221,49 +268,45 @@ def write_snapshot(directory: Path, img: StoreImage) -> tuple[Path, int]:
 
 
 def _write_file(tmp: Path, secs: list[tuple[bytes, bytes | np.ndarray]]) -> int:
-    written = 0
     with open(tmp, "wb") as f:
         f.write(_FILE_HEADER.pack(MAGIC, VERSION, 0))
         for tag, data in secs:
             # FORMAT.md "Snapshot section"
-            raw = np.ascontiguousarray(data).reshape(-1).data.cast("B") if isinstance(data, np.ndarray) \
+            dt = _DTYPES[_SCHEMA[tag]]  # every array in the type its tag says, whatever it was held as
+            raw = np.ascontiguousarray(data, dtype=dt).reshape(-1).data.cast("B") if isinstance(data, np.ndarray) \
                 else memoryview(data)
-            f.write(_section_header(tag, _SCHEMA[tag], raw))
-            f.write(raw)
-            written += raw.nbytes
+            codec, stored = _stored(raw)
+            f.write(_section_header(tag, _SCHEMA[tag], stored, codec=codec))
+            f.write(stored)
         f.write(_section_header(_END, 0, memoryview(b""), len(secs)))
         f.flush()
         os.fsync(f.fileno())
         return f.tell()
 
 
-def read_snapshot(path: Path) -> StoreImage:
-    """Parse and verify a snapshot file. Raises SnapshotError (or OSError) when it is unusable."""
-    buf = path.read_bytes()
+def read_sections(buf: bytes, schema: dict[bytes, int]) -> dict[bytes, memoryview]:
+    """Every section of a snapshot file after its 8-byte header, CRC-checked and decompressed.
+    Raises SnapshotError."""
     view = memoryview(buf)
-    if len(buf) < _FILE_HEADER.size:
-        raise SnapshotError("file shorter than its header")
-    magic, version, flags = _FILE_HEADER.unpack_from(buf, 0)
-    if magic != MAGIC or version != VERSION or flags:
-        raise SnapshotError(f"not a version-{VERSION} snapshot (magic {bytes(magic)!r}, version {version})")
     pos = _FILE_HEADER.size
     found: dict[bytes, memoryview] = {}
     while True:
         if len(buf) - pos < _SECTION.size:
             raise SnapshotError(f"truncated at byte {pos} (no end marker)")
-        tag, dtype, n, crc = _SECTION.unpack_from(buf, pos)
+        tag, dtype, codec, n, crc = _SECTION.unpack_from(buf, pos)
         head = view[pos : pos + _SECTION.size - 4]
         pos += _SECTION.size
         if tag == _END:
-            if zlib.crc32(b"", zlib.crc32(head)) != crc:
+            if zlib.crc32(b"", zlib.crc32(head)) != crc or dtype or codec:
                 raise SnapshotError(f"end marker at byte {pos - _SECTION.size}: checksum mismatch")
             if n != len(found):
                 raise SnapshotError(f"end marker counts {n} sections, found {len(found)}")
             if pos != len(buf):
                 raise SnapshotError(f"{len(buf) - pos} bytes after the end marker")
             break
-        if tag not in _SCHEMA or dtype != _SCHEMA[tag]:
-            raise SnapshotError(f"unexpected section {bytes(tag)!r} (type {dtype}) at byte {pos - _SECTION.size}")
+        if tag not in schema or dtype != schema[tag] or codec not in (CODEC_RAW, CODEC_ZSTD) or tag in found:
+            raise SnapshotError(f"unexpected section {bytes(tag)!r} (type {dtype}, codec {codec}) at byte "
+                                f"{pos - _SECTION.size}")
         if pos + n > len(buf):
             raise SnapshotError(f"section {tag.decode()} at byte {pos - _SECTION.size} runs past the end of the file "
                                 f"({n} bytes from byte {pos}, {len(buf)} in the file)")
@@ -271,16 +314,53 @@ def read_snapshot(path: Path) -> StoreImage:
         if zlib.crc32(payload, zlib.crc32(head)) != crc:
             raise SnapshotError(f"section {tag.decode()} at byte {pos - _SECTION.size}: checksum mismatch over bytes "
                                 f"{pos - _SECTION.size}..{pos + n}")
-        found[tag] = payload
+        found[tag] = _unpacked(tag, payload) if codec == CODEC_ZSTD else payload
         pos += n
-    missing = sorted(t.decode() for t in set(_SCHEMA) - set(found))
+    missing = sorted(t.decode() for t in set(schema) - set(found))
     if missing:
         raise SnapshotError(f"sections missing: {missing}")
-    return _image(found)
+    return found
 
 
-def _arr(found: dict[bytes, memoryview], tag: bytes) -> np.ndarray:
-    dt = _DTYPES[_SCHEMA[tag]]
+def _unpacked(tag: bytes, payload: memoryview) -> memoryview:
+    if len(payload) < _RAW_LEN.size:
+        raise SnapshotError(f"section {tag.decode()}: compressed payload too short")
+    (raw_len,) = _RAW_LEN.unpack_from(payload, 0)
+    if raw_len > MAX_SECTION_BYTES:
+        raise SnapshotError(f"section {tag.decode()} claims {raw_len} bytes")
+    out = bytearray(raw_len)
+    try:
+        got = cramjam.zstd.decompress_into(bytes(payload[_RAW_LEN.size :]), out)
+    except cramjam.DecompressionError as e:
+        raise SnapshotError(f"section {tag.decode()}: {e}") from e
+    if got != raw_len:
+        raise SnapshotError(f"section {tag.decode()} decompresses to {got} bytes, not {raw_len}")
+    return memoryview(bytes(out))
+
+
+def read_snapshot(path: Path) -> StoreImage:
+    """Parse and verify a snapshot file. Raises SnapshotError (or OSError) when it is unusable."""
+    buf = path.read_bytes()
+    if len(buf) < _FILE_HEADER.size:
+        raise SnapshotError("file shorter than its header")
+    magic, version, flags = _FILE_HEADER.unpack_from(buf, 0)
+    if magic != MAGIC or version not in (1, VERSION) or flags:
+        raise SnapshotError(f"not a version-{VERSION} snapshot (magic {bytes(magic)!r}, version {version})")
+    if version == 1:
+        from metricsd.store.snapshot_v1 import read_v1
+
+        return capture(read_v1(buf), _v1_position(buf))
+    return _image(read_sections(buf, _SCHEMA))
+
+
+def _v1_position(buf: bytes) -> WalPosition:
+    from metricsd.store.snapshot_v1 import position_v1
+
+    return position_v1(buf)
+
+
+def arr(found: dict[bytes, memoryview], tag: bytes, schema: dict[bytes, int]) -> np.ndarray:
+    dt = _DTYPES[schema[tag]]
     assert dt is not None
     raw = found[tag]
     if raw.nbytes % dt.itemsize:
@@ -295,37 +375,52 @@ def _image(found: dict[bytes, memoryview]) -> StoreImage:
         n = int(raw["series"])
         meta = ImageMeta(max_ts=int(raw["max_ts"]), samples_written=int(raw["samples_written"]),
                          rejected={str(k): int(v) for k, v in raw["rejected"].items()},
-                         head_capacity=int(raw["head_capacity"]), head_keep=int(raw["head_keep"]))
+                         head_keep=int(raw["head_keep"]), chunk_samples=int(raw["chunk_samples"]))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise SnapshotError(f"bad META section: {e}") from e
-    a = {t: _arr(found, t) for t, d in _SCHEMA.items() if d}
+    a = {t: arr(found, t, _SCHEMA) for t, d in _SCHEMA.items() if d}
     img = StoreImage(
         position=position, meta=meta, ids=a[b"SIDS"],
-        labels=_decode_labels(a[b"LSTL"], bytes(found[b"LSTB"]), a[b"LPRN"], a[b"LPRS"]),
-        head_count=a[b"HCNT"], head_sealed=a[b"HSEA"], head_last_ts=a[b"HLTS"], head_chunk_max=a[b"HCMX"],
-        head_ts=a[b"HTSS"], head_vals=a[b"HVAL"], chunk_counts=a[b"CNUM"], chunk_index=a[b"CIDX"],
-        chunk_samples=a[b"CSMP"], chunk_data=bytes(found[b"CDAT"]), roll_hour=a[b"RHOU"],
+        labels=decode_labels(a[b"LSTL"], bytes(found[b"LSTB"]), a[b"LPRN"], a[b"LPRS"]),
+        head_filled=a[b"HFIL"], head_unsealed=a[b"HUNS"], head_last_ts=a[b"HLTS"], head_ts=a[b"HTSS"],
+        head_vals=a[b"HVAL"], chunk_counts=a[b"CNUM"], chunk_index=a[b"CIDX"], chunk_data=bytes(found[b"CDAT"]),
+        chunk_max=a[b"CMAX"], open_count=a[b"OCNT"], open_min=a[b"OMIN"], open_hash=a[b"OHSH"],
+        open_len=a[b"OLEN"], open_data=bytes(found[b"ODAT"]), chain_t2=a[b"KT2 "], chain_v1=a[b"KV1 "],
+        chain_v2=a[b"KV2 "], chain_shift=a[b"KSFT"], chain_family=a[b"KFAM"], roll_hour=a[b"RHOU"],
         roll_open=a[b"ROPN"].reshape(-1, 5) if len(a[b"ROPN"]) % 5 == 0 else a[b"ROPN"],
-        closed_hours=a[b"RCLN"], closed=a[b"RCLD"],
+        block_hours=a[b"RBHR"], block_sizes=a[b"RBSZ"], closed_rows=a[b"RROW"], closed_vals=a[b"RVAL"],
+        closed_count=a[b"RCNT"],
     )
     _check_shapes(img, n)
     return img
 
 
 def _check_shapes(img: StoreImage, n: int) -> None:
-    per_series = [img.ids, img.head_count, img.head_sealed, img.head_last_ts, img.head_chunk_max, img.chunk_counts,
-                  img.chunk_samples, img.roll_hour, img.closed_hours]
+    per_series = [img.ids, img.head_filled, img.head_unsealed, img.head_last_ts, img.chunk_counts, img.chunk_max,
+                  img.open_count, img.open_min, img.open_hash, img.open_len, img.chain_t2, img.chain_v1,
+                  img.chain_v2, img.chain_shift, img.chain_family, img.roll_hour]
     if len(img.labels) != n or any(len(x) != n for x in per_series) or img.roll_open.shape != (n, 5):
         raise SnapshotError(f"per-series sections do not all hold {n} series")
-    if len(img.head_ts) != int(img.head_count.sum()) or len(img.head_vals) != len(img.head_ts):
+    if len(img.head_ts) != int(img.head_filled.sum()) or len(img.head_vals) != len(img.head_ts):
         raise SnapshotError("head samples do not match head counts")
-    if len(img.chunk_index) != 3 * int(img.chunk_counts.sum()):
+    if len(img.chunk_index) != STRIDE * int(img.chunk_counts.sum()):
         raise SnapshotError("chunk index does not match chunk counts")
-    if len(img.closed) != 6 * int(img.closed_hours.sum()):
+    records = int(img.block_sizes.sum())
+    if (len(img.block_hours) != len(img.block_sizes) or len(img.closed_rows) != records
+            or len(img.closed_vals) != 4 * records or len(img.closed_count) != records):
         raise SnapshotError("closed rollups do not match their counts")
-    cap = img.meta.head_capacity
-    if bool((img.head_sealed < 0).any() or (img.head_sealed > img.head_count).any() or (img.head_count > cap).any()):
+    ends = np.cumsum(img.block_sizes)
+    inner = np.ones(records, bool)
+    inner[(ends - img.block_sizes)[img.block_sizes > 0]] = False
+    if bool((img.block_sizes < 0).any() or np.any(np.diff(img.block_hours) <= 0)
+            or (records and (int(img.closed_rows.min()) < 0 or int(img.closed_rows.max()) >= n))
+            or np.any(np.diff(img.closed_rows.astype(np.int64))[inner[1:]] <= 0)):
+        raise SnapshotError("closed rollups out of order or out of range")
+    if bool((img.head_unsealed < 0).any() or (img.head_unsealed > img.head_filled).any()
+            or (img.head_filled > img.meta.head_keep).any()):
         raise SnapshotError("head counts out of range")
+    if int(img.open_len.sum()) != len(img.open_data) or bool((img.open_len < 0).any() or (img.open_count < 0).any()):
+        raise SnapshotError("open chunks do not match their lengths")
 
 
 # --- restore -------------------------------------------------------------------------------
@@ -333,28 +428,38 @@ def _check_shapes(img: StoreImage, n: int) -> None:
 
 def restore(img: StoreImage, settings: StoreSettings,
             progress: Callable[[int, int], None] | None = None) -> Store:
-    """A new store holding the image. A head capacity different from the image's (changed
-    chunk_samples or head_keep) is handled by sealing rows that no longer fit.
-    Raises SnapshotError when the image contradicts itself."""
+    """A new store holding the image. A head size or chunk size different from the image's
+    (changed ``head_keep`` or ``chunk_samples``) is handled by closing the open chunks and
+    sealing the ring's unsealed samples again. Raises SnapshotError when the image contradicts
+    itself."""
     store = Store(settings)
     n = len(img.ids)
-    chunk_end = np.cumsum(img.chunk_counts)
-    chunk_start = (chunk_end - img.chunk_counts).tolist()
-    data = memoryview(img.chunk_data)
+    c = store.chunks
+    ends = np.cumsum(img.chunk_counts)
+    starts = (ends - img.chunk_counts).tolist()
+    index = img.chunk_index.reshape(-1, STRIDE) if len(img.chunk_index) else np.zeros((0, STRIDE), np.int64)
+    data = img.chunk_data
     off = 0
+    open_off = 0
     ids = img.ids.tolist()
-    samples = img.chunk_samples.tolist()
+    open_len = img.open_len.tolist()
+    open_count = img.open_count.tolist()
     try:
         for i in range(n):
             row = store.add_series(ids[i], img.labels[i])
             if row != i:
                 raise SnapshotError(f"series {i} restored at row {row}")
-            k0, k1 = chunk_start[i], int(chunk_end[i])
-            if k1 > k0:
-                time_index = img.chunk_index[3 * k0 : 3 * k1]
-                nbytes = int(time_index[-1])
-                store.chunks[i].restore(time_index, bytes(data[off : off + nbytes]), samples[i])
-                off += nbytes
+            k0, k1 = starts[i], int(ends[i])
+            nbytes = int(index[k1 - 1, 2]) if k1 > k0 else 0
+            if nbytes < 0 or off + nbytes > len(data):
+                raise SnapshotError(f"series {i}: chunk bytes past the section")
+            ob = open_len[i]
+            c.restore_row(i, data[off : off + nbytes], index[k0:k1], img.open_data[open_off : open_off + ob],
+                          int(img.open_min[i]), open_count[i], int(img.open_hash[i]), int(img.chunk_max[i]),
+                          (int(img.chain_t2[i]), float(img.chain_v1[i]), float(img.chain_v2[i]),
+                           int(img.chain_shift[i]), int(img.chain_family[i])))
+            off += nbytes
+            open_off += ob
             if progress is not None and i % 4096 == 4095:
                 progress(i + 1, n)
     except KeyError as e:
@@ -365,11 +470,7 @@ def restore(img: StoreImage, settings: StoreSettings,
     ro = store.rollups
     ro.hour[:n] = img.roll_hour
     ro.min[:n], ro.max[:n], ro.sum[:n], ro.count[:n], ro.last[:n] = img.roll_open.T
-    pos = 0
-    for i, k in enumerate(img.closed_hours.tolist()):
-        if k:
-            ro.set_closed(i, array("d", img.closed[pos : pos + 6 * k].tobytes()))
-            pos += 6 * k
+    ro.restore_closed(img.block_hours, img.block_sizes, img.closed_rows, img.closed_vals, img.closed_count)
     store.max_ts = img.meta.max_ts
     store.samples_written = img.meta.samples_written
     store.rejected = Counter(img.meta.rejected)
@@ -379,39 +480,37 @@ def restore(img: StoreImage, settings: StoreSettings,
 
 
 def _restore_head(store: Store, img: StoreImage) -> None:
-    h = store.head
+    h, c = store.head, store.chunks
     n = len(img.ids)
     h.last_ts[:n] = img.head_last_ts
-    h.chunk_max_ts[:n] = img.head_chunk_max
-    counts = img.head_count.astype(np.int64)
-    ends = np.cumsum(counts)
-    starts = ends - counts
+    filled = img.head_filled.astype(np.int64)
+    ends = np.cumsum(filled)
+    starts = ends - filled
     first = np.zeros(n, np.int64)
     last = np.zeros(n, np.int64)
-    filled = counts > 0
-    first[filled] = img.head_ts[starts[filled]]
-    last[filled] = img.head_ts[ends[filled] - 1]
-    if img.meta.head_capacity == h.capacity and bool(np.all(last - first <= OFFSET_MAX)):
-        h.count[:n] = img.head_count
-        h.sealed[:n] = img.head_sealed
+    some = filled > 0
+    first[some] = img.head_ts[starts[some]]
+    last[some] = img.head_ts[ends[some] - 1]
+    same_shape = img.meta.head_keep == h.capacity and img.meta.chunk_samples == c.chunk_samples
+    if same_shape and bool(np.all(last - first <= OFFSET_MAX)):
+        h.filled[:n] = filled
+        h.unsealed[:n] = img.head_unsealed
+        h.pos[:n] = filled % h.capacity
         h.base[:n] = first
-        mask = np.arange(h.capacity)[None, :] < img.head_count[:, None]
-        h.ts[:n][mask] = img.head_ts - np.repeat(first, counts)
+        mask = np.arange(h.capacity)[None, :] < filled[:, None]
+        h.ts[:n][mask] = img.head_ts - np.repeat(first, filled)
         h.vals[:n][mask] = img.head_vals
         return
-    log.warning("snapshot head (capacity %s) does not fit the settings' head (capacity %d, rows spanning "
-                "at most %d ms): refitting rows", img.meta.head_capacity, h.capacity, OFFSET_MAX)
+    log.warning("snapshot head (%d samples a block, chunks of %d) does not fit the settings' (%d, %d): "
+                "closing its open chunks and sealing the rings again", img.meta.head_keep, img.meta.chunk_samples,
+                h.capacity, c.chunk_samples)
+    c.close_all(np.arange(n))
+    unsealed = img.head_unsealed.tolist()
     for i in range(n):
-        c = int(counts[i])
-        t, v = img.head_ts[int(starts[i]) : int(ends[i])], img.head_vals[int(starts[i]) : int(ends[i])]
-        s = int(img.head_sealed[i])
-        if c <= h.capacity and (c == 0 or int(t[-1]) - int(t[0]) <= OFFSET_MAX):
-            h.replace_row(i, t, v, s)
-            continue
-        store.chunks[i].append(t[s:], v[s:])  # seal what no longer fits; keep the newest as overlap
-        k = min(h.keep, c)
-        while k > 1 and int(t[-1]) - int(t[c - k]) > OFFSET_MAX:
-            k -= 1
-        h.replace_row(i, t[c - k :], v[c - k :], k)
-        hi = store.chunks[i].max_ts()
-        h.chunk_max_ts[i] = NO_TS if hi is None else hi
+        t = img.head_ts[int(starts[i]) : int(ends[i])]
+        v = img.head_vals[int(starts[i]) : int(ends[i])]
+        u = unsealed[i]
+        t, v = t[len(t) - u :], v[len(v) - u :]  # the samples in no chunk; sealed ones are in chunks
+        if len(t):
+            store_segments(h, c, np.array([i]), np.array([len(t)]), np.zeros(1, np.int64), t, v)
+    h.last_ts[:n] = img.head_last_ts

@@ -133,19 +133,19 @@ def test_the_sliced_digest_uses_the_cache_and_equals_the_reference() -> None:
 
 @pytest.mark.parametrize("per_series", [False, True])
 def test_a_digest_over_whole_chunks_decodes_none(monkeypatch: pytest.MonkeyPatch, per_series: bool) -> None:
-    """10 s data: chunks of 152 samples (the first seal takes the whole head), then 120 (20
-    minutes). 40-minute buckets from 880 s before the first sample hold whole chunks, so a digest
-    of the whole range decodes nothing; a range that cuts the first chunk decodes that one only."""
+    """10 s data in chunks of 120 samples (20 minutes, 15 blocks of 8). 40-minute buckets from the
+    first sample hold whole chunks, so a digest of the whole range decodes nothing; a range that
+    cuts the first chunk decodes that one only."""
     n = 10
-    store = Store()
+    store = Store(StoreSettings(chunk_samples=120, head_keep=8))
     series = [(T0 + np.arange(720 + i) * 10_000, np.sin(np.arange(720 + i) + i)) for i in range(n)]
     write_all(store, series, list(range(sum(len(t) for t, _ in series))), 20_000)
-    assert all(len(store.chunks[r]) == 5 for r in range(n))
+    assert all(store.chunks.n_closed[r] == 6 for r in range(n))
     decoded: list[int] = []
-    real = chunks_module.decode_chunk
+    real = chunks_module.decode_chunks
 
-    def counting(data: memoryview) -> tuple[np.ndarray, np.ndarray]:
-        out = real(data)
+    def counting(buf: bytes, starts: list[int], ends: list[int], counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        out = real(buf, starts, ends, counts)
         decoded.append(len(out[0]))
         return out
 
@@ -153,12 +153,12 @@ def test_a_digest_over_whole_chunks_decodes_none(monkeypatch: pytest.MonkeyPatch
         return pb.DigestRequest(slots=pb.SlotFilter(slot_count=4, slots=[0, 1, 2, 3]), start_ms=start_ms,
                                 end_ms=T0 + 10**9, bucket_ms=2_400_000, per_series=per_series)
 
-    monkeypatch.setattr(chunks_module, "decode_chunk", counting)
-    got = store_digest(store, req(T0 - 880_000))
+    monkeypatch.setattr(chunks_module, "decode_chunks", counting)
+    got = store_digest(store, req(T0))
     assert decoded == []
-    assert got == reference(store, req(T0 - 880_000))
+    assert got == reference(store, req(T0))
     decoded.clear()
     got = store_digest(store, req(T0 + 50_000))
     if not per_series:  # (per series, the buckets move with the start and cut other chunks)
-        assert decoded == [152] * n
+        assert decoded == [120] * n
     assert got == reference(store, req(T0 + 50_000))

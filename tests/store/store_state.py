@@ -13,19 +13,19 @@ def _bits(a: np.ndarray) -> list[int]:
 
 def canonical(store: Store) -> dict[str, object]:
     series: dict[int, object] = {}
-    h = store.head
+    h, c = store.head, store.chunks
     for row in store.index.live_rows():
         sid = store.index.ids[row]
-        c = int(h.count[row])
         t, v = store.series_samples(row, -(2**62), 2**62)
         rp = store.rollups.points(row, -(2**62), 2**62)
-        ch = store.chunks[row]
+        ht, hv = h.samples(row)
         series[sid] = {
             "labels": store.index.labels[row],
             "samples": (t.tolist(), _bits(v)),
-            "head": (c, int(h.sealed[row]), int(h.last_ts[row]), int(h.chunk_max_ts[row]), h.ts[row, :c].tolist(),
-                     _bits(h.vals[row, :c])),
-            "chunks": (bytes(ch.data), ch.time_index().tolist(), ch.samples),
+            "head": (int(h.filled[row]), int(h.unsealed[row]), int(h.last_ts[row]), ht.tolist(), _bits(hv)),
+            "chunks": (c.data[row], c.open[row], c.entries(row).tolist(), int(c.samples[row]), int(c.max_ts[row])),
+            "chain": (int(c.t2[row]), _bits(np.array([c.v1[row], c.v2[row]])), int(c.shift[row]),
+                      int(c.family[row])),
             "rollups": (rp.hour.tolist(), _bits(rp.min), _bits(rp.max), _bits(rp.sum), _bits(rp.count),
                         _bits(rp.last)),
         }

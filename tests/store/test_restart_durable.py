@@ -152,10 +152,11 @@ def test_retention_passes_are_replayed_where_they_happened(twin: Twin) -> None:
 
 def test_wal_segments_go_once_the_older_kept_snapshot_covers_them(twin: Twin) -> None:
     t = T0
+    rng = np.random.default_rng(0)  # random values: records zstd cannot shrink much, so segments fill
     for k in range(3):
-        for _ in range(30):
+        for _ in range(60):
             t += 1000
-            twin.write(request(list(range(10)), [1] * 10, [t] * 10, [1.0] * 10, list(range(10))))
+            twin.write(request(list(range(10)), [1] * 10, [t] * 10, rng.random(10).tolist(), list(range(10))))
         segs_before = twin.d.wal.segments()
         path = twin.d.snapshot_now()
         segs_after = twin.d.wal.segments()

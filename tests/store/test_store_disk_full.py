@@ -30,6 +30,7 @@ from metricsd.store.api import LocalBackend
 from metricsd.store.durable import Durability, DurabilitySettings, open_store
 from metricsd.store.engine import Store
 from metricsd.store.wal import FsyncPolicy
+from metricsd.store.wal import record as wal_record
 
 LABELS = [make_labels("container_memory_rss", {"namespace": "shop", "pod": f"p{i}"}) for i in range(50)]
 IDS = [series_id(lab) for lab in LABELS]
@@ -65,7 +66,11 @@ def _want(stamps: list[int], series: int = len(IDS)) -> set[tuple[int, int]]:
 
 
 async def test_a_store_on_a_full_disk_refuses_writes_answers_reads_and_resumes_when_space_returns(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # WAL records as long as the requests (no zstd frame: the store's threshold raised), so that
+    # which write needs a new segment follows from the sizes below, and a refused write needs new
+    # pages (a zstd record of these regular samples fits in the last page's unused bytes)
+    monkeypatch.setattr(wal_record, "MIN_COMPRESSED", 1 << 30)
     now = int(time.time() * 1000)
     with small_fs(tmp_path / "fs") as fs:
         store, d = open_store(fs / "data", durability=DSET)

@@ -70,9 +70,10 @@ def test_whole_chunks_are_counted_without_decoding(monkeypatch: object) -> None:
 
     store = build(1)
     decoded: list[int] = []
-    real = scan.decode_chunk
-    monkeypatch.setattr(scan, "decode_chunk", lambda b: decoded.append(1) or real(b))  # type: ignore[attr-defined]
-    const_rows = np.array([r for r in range(store.index.n_rows) if r % 4 == 1 and len(store.chunks[r])])
+    real = scan.decode_joined
+    monkeypatch.setattr(scan, "decode_joined",  # type: ignore[attr-defined]
+                        lambda *a: decoded.append(1) or real(*a))
+    const_rows = np.array([r for r in range(store.index.n_rows) if r % 4 == 1 and store.chunks.n_chunks(r)])
     assert len(const_rows)
     got = window_counts(store, const_rows, np.array([10**7]), 10**7)
     assert got[:, 0].tolist() == [len(store.series_samples(int(r), 0, 10**7)[0]) for r in const_rows]
@@ -88,10 +89,31 @@ def test_window_edges_on_chunk_edges() -> None:
     for part in np.array_split(np.arange(40), 5):
         store.write(np.array([sid], np.uint64), np.array([len(part)]), ts[part], np.full(len(part), 1.0),
                     {sid: labels})
-    chunk_lo = np.frombuffer(store.chunks[0].index, dtype=np.int64)[0::4]
+    chunk_lo = store.chunks.entries(0)[:, 0]
     assert len(chunk_lo) >= 3
     for lo in chunk_lo.tolist():
         for w in (1000, 8000, 9000, 16000):
             t = lo + w
             got = int(window_counts(store, np.array([0]), np.array([t]), w)[0, 0])
             assert got == int(((ts > t - w) & (ts <= t)).sum()), (lo, w)
+
+
+def test_read_rows_sample_limit_is_exact() -> None:
+    """max_samples lets exactly that many through and refuses one more, over many batches."""
+    import pytest
+
+    import metricsd.store.scan as scan
+    from metricsd.store.scan import SampleLimitReached
+
+    store = build(7, n_series=24)
+    rows = np.arange(store.index.n_rows)
+    total = len(read_rows(store, rows, 0, 2**40).timestamps)
+    assert total > 0
+    mp = pytest.MonkeyPatch()
+    mp.setattr(scan, "BATCH_SERIES", 5)  # several batches, so the running total is what is checked
+    try:
+        assert len(read_rows(store, rows, 0, 2**40, max_samples=total).timestamps) == total
+        with pytest.raises(SampleLimitReached):
+            read_rows(store, rows, 0, 2**40, max_samples=total - 1)
+    finally:
+        mp.undo()

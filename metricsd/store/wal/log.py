@@ -24,7 +24,9 @@ from metricsd.store.wal.record import (
     RecordType,
     ScanEnd,
     WalFormatError,
+    compressed,
     decode_segment_header,
+    decompressed,
     encode_record_header,
     encode_segment_header,
     scan_records,
@@ -190,6 +192,11 @@ class WriteAheadLog:
                     first = len(buf)
             end = ScanEnd(first)
             for k, (off, rtype, payload) in enumerate(scan_records(buf, first, end)):
+                try:
+                    rtype, payload = decompressed(rtype, payload)
+                except WalFormatError as e:  # its CRC was good: cut the segment there, as for a bad one
+                    end.offset, end.reason = off, str(e)
+                    break
                 self.stats.records_replayed += 1
                 yield WalPosition(seg, off), rtype, payload
                 if progress is not None and k % 64 == 63:
@@ -286,6 +293,7 @@ class WriteAheadLog:
             raise RuntimeError("append() before open_for_append()")
         if self._failed:
             raise WalError(f"write-ahead log unusable: {self._failed}")
+        rtype, payload = compressed(rtype, payload)  # WRITE and CATCH_UP go zstd-compressed
         need = RECORD_HEADER_SIZE + len(payload)
         if self._offset > SEGMENT_HEADER_SIZE and self._offset + need > self.segment_bytes:
             try:
