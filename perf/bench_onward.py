@@ -25,6 +25,7 @@ import cProfile
 import json
 import os
 import pstats
+import resource
 import signal
 import subprocess
 import sys
@@ -74,7 +75,8 @@ def _receiver(protocol: str, tmp: Path, shape: str) -> tuple[subprocess.Popen[by
     return proc, f"http://127.0.0.1:{port}/api/v1/write"
 
 
-async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protocol: str = "1.0") -> dict[str, float]:
+async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protocol: str = "1.0",
+                           max_samples_per_send: int | None = None) -> dict[str, float]:
     """Queue ``ticks`` ticks of every series through the tee and send them to a real receiver;
     CPU per million samples. live: the sender keeps up, one tick a round (each series once a
     request); backlog: the first tick is sent, then the others are queued and sent at once (a
@@ -86,7 +88,8 @@ async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protoco
     vm, url = _receiver(protocol, tmp, shape)
     try:
         clock = SystemClock()
-        target = TargetConfig(url=url, name="vm", protocol=protocol)
+        target = TargetConfig(url=url, name="vm", protocol=protocol,
+                              **({"max_samples_per_send": max_samples_per_send} if max_samples_per_send else {}))
         onward = Onward(tmp / f"onward-{shape}", [target], CollectorRegistry(), clock)
         now = clock.now_ms()
         sim = _sim(pods, now - ticks * INTERVAL_MS)
@@ -108,6 +111,7 @@ async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protoco
             _queue(onward, r)
         await drained()
         first = time.process_time() - t0
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         if prof is not None:
             prof.enable()
         spy = _py_spy(os.environ.get("BENCH_PYSPY"))
@@ -118,6 +122,7 @@ async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protoco
                 await drained()
         await drained()
         cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait()
@@ -131,7 +136,8 @@ async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protoco
         assert sent == total, (sent, failed, total)
         return {"samples": total, "cpu_s": cpu, "wall_s": wall, "cpu_s_per_million": cpu / total * 1e6,
                 "first_tick_cpu_s": first,
-                "steady_cpu_s_per_million": (cpu - first) / (total - first_samples) * 1e6}
+                "steady_cpu_s_per_million": (cpu - first) / (total - first_samples) * 1e6,
+                "steady_page_faults_per_million": faults / (total - first_samples) * 1e6}
     finally:
         vm.terminate()
         vm.wait()
@@ -290,6 +296,8 @@ def _ab(rev: str, args: argparse.Namespace) -> None:
                 for name, code in (("A", old), ("B", ROOT)):
                     argv = [sys.executable, __file__, "--only", "remote", "--shape", shape, "--rounds", "1",
                             "--protocol", args.protocol, "--json"] + (["--quick"] if args.quick else [])
+                    if args.max_samples_per_send:
+                        argv += ["--max-samples-per-send", str(args.max_samples_per_send)]
                     out = subprocess.run(argv, env=os.environ | {"BENCH_CODE": str(code)}, check=True, text=True,
                                          capture_output=True).stdout
                     got = json.loads(out.strip().splitlines()[-1])
@@ -313,6 +321,7 @@ async def main() -> None:
     p.add_argument("--only", choices=("remote", "parquet"))
     p.add_argument("--shape", choices=("live", "backlog"))
     p.add_argument("--protocol", choices=("1.0", "2.0"), default="1.0")
+    p.add_argument("--max-samples-per-send", type=int, help="the target's queue_config setting (default: its default)")
     p.add_argument("--parquet-pods", type=int, default=5_000, help="5,000 pods: 40,200 series, the default workload")
     p.add_argument("--ab", metavar="REV", help="A/B against the code at this git revision (remote write out, or "
                                                "with --only parquet the Parquet hour)")
@@ -336,7 +345,7 @@ async def main() -> None:
                 for shape, ticks in (("live", 30), ("backlog", 30)):
                     if args.shape in (None, shape):
                         say(f"round {r + 1} remote write out {args.protocol}, {shape}",
-                            await remote_write_out(pods, ticks, shape, tmp, args.protocol))
+                            await remote_write_out(pods, ticks, shape, tmp, args.protocol, args.max_samples_per_send))
         if args.only in (None, "parquet"):
             ppods = args.parquet_pods // 10 if args.quick else args.parquet_pods
             for got in await parquet_hour(ppods, args.rounds) + await parquet_hour(200):
