@@ -224,6 +224,20 @@ def test_a_retried_live_batch_one_sample_a_series_goes_onward_once() -> None:
     assert got.columns.ids.tolist() == [5] and (got.duplicate, got.out_of_order) == (1, 1)
 
 
+def test_a_batch_looked_up_in_an_older_generation_is_marked_in_use_in_its_own() -> None:
+    """take() skips marking rows in use when the handshake's lookup did it in the same
+    generation; looked up in an earlier one, it marks them, so the bound keeps the series."""
+    wm = Watermark()
+    ids = np.array([7, 8], np.uint64)
+    wm.add(ids)
+    cols = Columns(ids, np.ones(2, np.int64), np.array([10, 10], np.int64), np.zeros(2))
+    wm.take(cols, 1, wm.rows(ids, 1))
+    later = Columns(ids, np.ones(2, np.int64), np.array([20, 20], np.int64), np.zeros(2))
+    wm.take(later, 3, wm.rows(ids, 2))  # a new segment between the handshake and the queue
+    assert len(wm.forget(3)) == 0
+    assert wm.known(ids).all()
+
+
 def test_a_retried_batch_goes_onward_once() -> None:
     wm = Watermark()
     cols = Columns(np.array([7, 9], np.uint64), np.array([2, 1], np.int64), np.array([10, 20, 10], np.int64),
