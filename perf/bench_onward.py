@@ -13,7 +13,8 @@ the benchmark workload written as Parquet (CPU seconds, bytes per sample on disk
 
 CPU is this process's (time.process_time), so the receiver's own work is not counted; the store
 write that precedes the tee in a real process is not counted either (it is the ingest benchmark's).
-BENCH_PROFILE=1 prints a cProfile of the measured part.
+BENCH_PROFILE=1 prints a cProfile (CPU time) of the ticks after the first (BENCH_PROFILE_SORT=cumulative,
+BENCH_PROFILE_LINES=40 to see more); BENCH_PYSPY=FILE records them with py-spy (native frames, raw stacks).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import cProfile
 import json
 import os
 import pstats
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,7 +75,8 @@ def _receiver(protocol: str, tmp: Path, shape: str) -> tuple[subprocess.Popen[by
     return proc, f"http://127.0.0.1:{port}/api/v1/write"
 
 
-async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protocol: str = "1.0") -> dict[str, float]:
+async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protocol: str = "1.0",
+                           max_samples_per_send: int | None = None) -> dict[str, float]:
     """Queue ``ticks`` ticks of every series through the tee and send them to a real receiver;
     CPU per million samples. live: the sender keeps up, one tick a round (each series once a
     request); backlog: the first tick is sent, then the others are queued and sent at once (a
@@ -84,7 +88,8 @@ async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protoco
     vm, url = _receiver(protocol, tmp, shape)
     try:
         clock = SystemClock()
-        target = TargetConfig(url=url, name="vm", protocol=protocol)
+        target = TargetConfig(url=url, name="vm", protocol=protocol,
+                              **({"max_samples_per_send": max_samples_per_send} if max_samples_per_send else {}))
         onward = Onward(tmp / f"onward-{shape}", [target], CollectorRegistry(), clock)
         now = clock.now_ms()
         sim = _sim(pods, now - ticks * INTERVAL_MS)
@@ -99,15 +104,17 @@ async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protoco
             while onward.buffer.pending("vm"):
                 await asyncio.sleep(0.02)
 
-        prof = cProfile.Profile() if os.environ.get("BENCH_PROFILE") else None
+        prof = cProfile.Profile(time.process_time) if os.environ.get("BENCH_PROFILE") else None  # CPU, not wall
         t0, w0 = time.process_time(), time.perf_counter()
         onward.start()
         for r in reqs[0]:
             _queue(onward, r)
         await drained()
         first = time.process_time() - t0
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         if prof is not None:
             prof.enable()
+        spy = _py_spy(os.environ.get("BENCH_PYSPY"))
         for tick in reqs[1:]:
             for r in tick:
                 _queue(onward, r)
@@ -115,19 +122,36 @@ async def remote_write_out(pods: int, ticks: int, shape: str, tmp: Path, protoco
                 await drained()
         await drained()
         cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait()
         if prof is not None:
             prof.disable()
-            pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+            pstats.Stats(prof).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(
+                int(os.environ.get("BENCH_PROFILE_LINES", "15")))
         sent = onward.metrics.sent.labels("vm")._value.get()
         failed = onward.metrics.failed.labels("vm")._value.get()
         await onward.close()
         assert sent == total, (sent, failed, total)
         return {"samples": total, "cpu_s": cpu, "wall_s": wall, "cpu_s_per_million": cpu / total * 1e6,
                 "first_tick_cpu_s": first,
-                "steady_cpu_s_per_million": (cpu - first) / (total - first_samples) * 1e6}
+                "steady_cpu_s_per_million": (cpu - first) / (total - first_samples) * 1e6,
+                "steady_page_faults_per_million": faults / (total - first_samples) * 1e6}
     finally:
         vm.terminate()
         vm.wait()
+
+
+def _py_spy(out: str | None) -> subprocess.Popen[bytes] | None:
+    """BENCH_PYSPY=FILE: py-spy (native frames, raw stacks) records this process from here on
+    (the ticks after the first), so the profile holds the steady part only."""
+    if not out:
+        return None
+    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-r", "250", "--native", "-f", "raw",
+                            "-o", out, "--pid", str(os.getpid())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches before the measured work
+    return spy
 
 
 def _queue(onward: Onward, req: pb.WriteRequest) -> None:
@@ -257,6 +281,7 @@ def _ab(rev: str, args: argparse.Namespace) -> None:
                                  capture_output=True).stdout.strip()
         print(f"A: {subject[:100]}")
         print("B: this tree")
+        steady: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds):
             if args.only == "parquet":
                 for name, code in (("A", old), ("B", ROOT)):
@@ -271,14 +296,22 @@ def _ab(rev: str, args: argparse.Namespace) -> None:
                 for name, code in (("A", old), ("B", ROOT)):
                     argv = [sys.executable, __file__, "--only", "remote", "--shape", shape, "--rounds", "1",
                             "--protocol", args.protocol, "--json"] + (["--quick"] if args.quick else [])
+                    if args.max_samples_per_send:
+                        argv += ["--max-samples-per-send", str(args.max_samples_per_send)]
                     out = subprocess.run(argv, env=os.environ | {"BENCH_CODE": str(code)}, check=True, text=True,
                                          capture_output=True).stdout
                     got = json.loads(out.strip().splitlines()[-1])
+                    steady.setdefault((shape, name), []).append(got.get("steady_cpu_s_per_million", float("nan")))
                     print(f"round {r + 1} {shape:7} {name}: {got['cpu_s_per_million']:.3f} CPU s per million, "
                           f"steady {got.get('steady_cpu_s_per_million', float('nan')):.3f} "
                           f"(first tick {got.get('first_tick_cpu_s', float('nan')):.2f} s; {got['samples']:,} "
                           f"samples, {got['cpu_s']:.2f} s CPU, {got['wall_s']:.1f} s wall) "
                           f"load {os.getloadavg()[0]:.1f}", flush=True)
+        for shape in ("live", "backlog"):  # medians: a round on a loaded machine can be far off
+            if (shape, "A") in steady:
+                a, b = (float(np.median(steady[shape, n])) for n in ("A", "B"))
+                print(f"median steady {shape:7}: A {a:.3f}, B {b:.3f} CPU s per million (B/A {b / a:.2f}, "
+                      f"{args.rounds} rounds)")
 
 
 async def main() -> None:
@@ -288,6 +321,7 @@ async def main() -> None:
     p.add_argument("--only", choices=("remote", "parquet"))
     p.add_argument("--shape", choices=("live", "backlog"))
     p.add_argument("--protocol", choices=("1.0", "2.0"), default="1.0")
+    p.add_argument("--max-samples-per-send", type=int, help="the target's queue_config setting (default: its default)")
     p.add_argument("--parquet-pods", type=int, default=5_000, help="5,000 pods: 40,200 series, the default workload")
     p.add_argument("--ab", metavar="REV", help="A/B against the code at this git revision (remote write out, or "
                                                "with --only parquet the Parquet hour)")
@@ -311,7 +345,7 @@ async def main() -> None:
                 for shape, ticks in (("live", 30), ("backlog", 30)):
                     if args.shape in (None, shape):
                         say(f"round {r + 1} remote write out {args.protocol}, {shape}",
-                            await remote_write_out(pods, ticks, shape, tmp, args.protocol))
+                            await remote_write_out(pods, ticks, shape, tmp, args.protocol, args.max_samples_per_send))
         if args.only in (None, "parquet"):
             ppods = args.parquet_pods // 10 if args.quick else args.parquet_pods
             for got in await parquet_hour(ppods, args.rounds) + await parquet_hour(200):

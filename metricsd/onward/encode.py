@@ -61,33 +61,55 @@ def label_bytes_v1(labels: Labels) -> bytes:
     return b"".join(out)
 
 
-_SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)  # a varint's digit k holds bits 7k .. 7k + 6
-_BELOW = np.uint64(1) << _SHIFTS[1:]  # a value below _BELOW[k] takes k + 1 bytes
-
-
 def varint_digits(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value's base-128 varint as a row of a uint8 matrix (continuation bits set; the row is
     as wide as the widest varint), and each varint's size. A negative int64 viewed as uint64 takes
-    ten bytes, as protobuf writes it."""
+    ten bytes, as protobuf writes it.
+
+    Built a digit (column) at a time: a digit every value shares (the high digits of a request's
+    timestamps, which lie minutes apart) is one fill, not a shift and a mask of every value."""
     u = np.ascontiguousarray(u, dtype=np.uint64)
-    if not len(u):
+    n = len(u)
+    if not n:
         return np.zeros((0, 1), np.uint8), np.zeros(0, np.int64)
     lo, hi = int(u.min()), int(u.max())
     w = max(1, (hi.bit_length() + 6) // 7)
-    digits = ((u[:, None] >> _SHIFTS[None, :w]) & np.uint64(0x7F)).astype(np.uint8)
-    if max(1, (lo.bit_length() + 6) // 7) == w:  # fast path: one size (a request's timestamps)
-        digits[:, : w - 1] |= 0x80
-        return digits, np.full(len(u), w, np.int64)
-    size = 1 + (u[:, None] >= _BELOW[None, : w - 1]).sum(axis=1, dtype=np.int64)
-    digits |= np.where(np.arange(w)[None, :] < (size - 1)[:, None], np.uint8(0x80), np.uint8(0))
-    return digits, size
+    one_size = max(1, (lo.bit_length() + 6) // 7) == w  # the usual case: every varint w bytes
+    digits = np.empty((n, w), np.uint8)
+    size = np.full(n, w if one_size else 1, np.int64)
+    for j in range(w):
+        shift = 7 * j
+        more = 1 << (shift + 7)  # a value at least this has a digit after this one (continuation bit)
+        if lo >> shift == hi >> shift:  # the same digit and continuation bit in every value
+            digits[:, j] = ((lo >> shift) & 0x7F) | (0x80 if lo >= more else 0)
+            continue
+        digits[:, j] = (u >> np.uint64(shift)) & np.uint64(0x7F)
+        if one_size:
+            if j < w - 1:
+                digits[:, j] |= 0x80
+        elif j < w - 1:
+            cont = u >= np.uint64(more)
+            digits[:, j] |= cont.view(np.uint8) << 7
+            size += cont
+    return digits, size  # (with sizes mixed no digit is shared: lo has fewer digits than hi)
 
 
 def _packed(rows: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """The first ``size[i]`` bytes of each row, back to back (one reshape when all are full)."""
+    """The first ``size[i]`` bytes of each row, back to back (one reshape when all are full; else
+    a column at a time, each column written where its rows have that byte)."""
     if not len(size) or bool((size == rows.shape[1]).all()):  # fast path: one width (the usual case)
         return rows.reshape(-1)
-    return rows[np.arange(rows.shape[1])[None, :] < size[:, None]]
+    start = _offsets(size)
+    out = np.empty(int(start[-1]), np.uint8)
+    start = start[:-1]
+    full = int(size.min())
+    for j in range(rows.shape[1]):
+        if j < full:
+            out[start + j] = rows[:, j]
+        else:
+            has = size > j
+            out[start[has] + j] = rows[has, j]
+    return out
 
 
 def _offsets(size: np.ndarray) -> np.ndarray:

@@ -60,6 +60,7 @@ log = logging.getLogger("metricsd.onward")
 class Admission:
     unknown: list[int]  # ids to ask the client the labels of
     rows: Rows  # the request's ids looked up in the watermark
+    ids: np.ndarray | None = None  # the request's ids as an array (queue need not convert them again)
 
 
 class Onward:
@@ -130,7 +131,7 @@ class Onward:
         rows = self.watermark.rows(ids, self.buffer.next_segment())
         missing = ids[rows.rows < 0]
         if not len(missing):
-            return Admission([], rows)
+            return Admission([], rows, ids)
         labelled = {s.id for s in request.series}
         return Admission([int(i) for i in dict.fromkeys(missing.tolist()) if i not in labelled], rows)
 
@@ -145,7 +146,9 @@ class Onward:
             if new:
                 self.labels.update(new)
                 self.watermark.add(np.fromiter(new, np.uint64, len(new)))
-        cols = Columns(np.array(request.ids, dtype=np.uint64), np.array(request.counts, dtype=np.int64),
+        ids = admitted.ids if admitted is not None and admitted.ids is not None else \
+            np.array(request.ids, dtype=np.uint64)
+        cols = Columns(ids, np.array(request.counts, dtype=np.int64),
                        np.array(request.timestamps, dtype=np.int64), np.array(request.values, dtype=np.float64))
         segment = self.buffer.next_segment()
         try:

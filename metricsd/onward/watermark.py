@@ -36,6 +36,7 @@ _NEVER = -1
 class Rows:
     rows: np.ndarray  # per id, its row in the table (-1: not known)
     version: int  # the table's version they were found in
+    generation: int = -1  # the generation the known ones were marked in use in
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,7 @@ class Watermark:
         ``forget`` keeps them until a batch of theirs arrives; ``take`` may be given them."""
         rows = self.table.find(ids)
         self.table.cols["used"][rows[rows >= 0]] = generation  # generations only grow
-        return Rows(rows, self.table.version)
+        return Rows(rows, self.table.version, generation)
 
     def add(self, ids: np.ndarray) -> None:
         """Make ``ids`` known (those already known are left as they are)."""
@@ -84,12 +85,14 @@ class Watermark:
         ``looked_up``: what ``rows(cols.ids)`` said (used if the table has not changed since)."""
         if not cols.samples:
             return Filtered(Columns.empty(), 0, 0, np.zeros(0, np.uint64))
+        marked = False  # every row of ``pos`` already marked in use in this generation
         if looked_up is not None and looked_up.version == self.table.version and bool((looked_up.rows >= 0).all()):
             pos = looked_up.rows  # fast path: the handshake's lookup (OnwardBackend.write)
+            marked = looked_up.generation == generation
         else:
             pos = self.table.find(cols.ids)
-        if bool((pos < 0).any()):
-            raise KeyError("a series id the watermark does not know")
+            if bool((pos < 0).any()):
+                raise KeyError("a series id the watermark does not know")
         newest, seen = self.table.cols["newest"], self.table.cols["seen"]
         ts = cols.timestamps
         one_each = cols.samples == len(pos) and bool((cols.counts == 1).all())  # the live shape: fewer steps
@@ -118,7 +121,8 @@ class Watermark:
             # (a sender learns series in this order: requests of series it learned together slice its tables)
             fresh = fresh[np.sort(np.unique(fresh, return_index=True)[1])]
         seen[rows] = generation  # generations only grow
-        self.table.cols["used"][rows] = generation
+        if not marked:
+            self.table.cols["used"][rows] = generation
         return Filtered(out, duplicate, out_of_order, fresh)
 
     def restore(self, cols: Columns, generation: int) -> None:

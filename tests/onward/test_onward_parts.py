@@ -19,13 +19,14 @@ from metricsd.http import remote_write_v2
 from metricsd.http.remote_write_scan import scan
 from metricsd.onward import records
 from metricsd.onward.buffer import BufferSettings, OnwardBuffer
-from metricsd.onward.encode import encode_v1, encode_v2_labels, label_bytes_v1
+from metricsd.onward.encode import encode_v1, encode_v2_labels, label_bytes_v1, tagged_varints, varint_digits
 from metricsd.onward.records import Columns
 from metricsd.onward.shards import concat, merge, requests
 from metricsd.onward.target import TargetError, parse_targets
 from metricsd.onward.watermark import Watermark
 from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.proto import prometheus_remote_v2_pb2 as v2
+from metricsd.rpc.wire import varint
 
 # deadline=None throughout: on the shared, loaded machine an example's time says nothing.
 
@@ -51,6 +52,19 @@ def _labels(i: int) -> tuple[tuple[str, str], ...]:
 
 def _same(a: float, b: float) -> bool:
     return np.float64(a).tobytes() == np.float64(b).tobytes() or (math.isnan(a) and math.isnan(b))
+
+
+@settings(deadline=None)
+@given(st.integers(0, 2**64 - 1), st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=40),
+       st.sampled_from([0, 2**7, 2**14, 2**30, 2**64]))
+def test_varints_are_protobufs_whatever_digits_the_values_share(base: int, offsets: list[int], spread: int) -> None:
+    """Values a ``spread`` apart above ``base`` (a request's timestamps share their high digits;
+    header lengths are one or two bytes): each row, cut to its size, is the varint of its value,
+    and tagged_varints packs them behind the tag."""
+    u = np.array([(base + o % spread if spread else base) % 2**64 for o in offsets], np.uint64)
+    digits, size = varint_digits(u)
+    assert [bytes(row[:k]) for row, k in zip(digits, size, strict=True)] == [varint(int(v)) for v in u]
+    assert tagged_varints(0x0A, u).to_pylist() == [b"\x0a" + varint(int(v)) for v in u]
 
 
 @settings(deadline=None)
@@ -208,6 +222,20 @@ def test_a_retried_live_batch_one_sample_a_series_goes_onward_once() -> None:
     late = Columns(ids, np.ones(3, np.int64), np.array([110, 90, 100], np.int64), np.ones(3))
     got = wm.take(late)
     assert got.columns.ids.tolist() == [5] and (got.duplicate, got.out_of_order) == (1, 1)
+
+
+def test_a_batch_looked_up_in_an_older_generation_is_marked_in_use_in_its_own() -> None:
+    """take() skips marking rows in use when the handshake's lookup did it in the same
+    generation; looked up in an earlier one, it marks them, so the bound keeps the series."""
+    wm = Watermark()
+    ids = np.array([7, 8], np.uint64)
+    wm.add(ids)
+    cols = Columns(ids, np.ones(2, np.int64), np.array([10, 10], np.int64), np.zeros(2))
+    wm.take(cols, 1, wm.rows(ids, 1))
+    later = Columns(ids, np.ones(2, np.int64), np.array([20, 20], np.int64), np.zeros(2))
+    wm.take(later, 3, wm.rows(ids, 2))  # a new segment between the handshake and the queue
+    assert len(wm.forget(3)) == 0
+    assert wm.known(ids).all()
 
 
 def test_a_retried_batch_goes_onward_once() -> None:
