@@ -342,10 +342,15 @@ async def main() -> None:
         tmp = Path(d)
         if args.only in (None, "remote"):
             for r in range(args.rounds):
+                # A round of its own directory: the buffer's watermark persists, and a second round in the
+                # first one's directory would (rightly) drop the samples it overlaps as already sent.
+                round_dir = tmp / f"round-{r + 1}"
+                round_dir.mkdir()
                 for shape, ticks in (("live", 30), ("backlog", 30)):
                     if args.shape in (None, shape):
                         say(f"round {r + 1} remote write out {args.protocol}, {shape}",
-                            await remote_write_out(pods, ticks, shape, tmp, args.protocol, args.max_samples_per_send))
+                            await remote_write_out(pods, ticks, shape, round_dir, args.protocol,
+                                                   args.max_samples_per_send))
         if args.only in (None, "parquet"):
             ppods = args.parquet_pods // 10 if args.quick else args.parquet_pods
             for got in await parquet_hour(ppods, args.rounds) + await parquet_hour(200):
