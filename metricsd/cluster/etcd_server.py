@@ -214,6 +214,11 @@ class EtcdServer:
             raise EtcdServerError("etcd is not running")
         self._proc.send_signal(signal.SIGSTOP)
         self._paused = True
+        # kill() returns before every thread has taken the stop: on a loaded machine a request sent
+        # at once could still be served. Paused means every thread shows "T" in /proc.
+        deadline = time.monotonic() + 5.0
+        while not _all_threads_stopped(self._proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def resume(self) -> None:
         if self._proc is not None and self._paused:
@@ -267,3 +272,21 @@ class EtcdServer:
     def __repr__(self) -> str:
         state = "paused" if self._paused else "running" if self.running else "stopped"
         return f"EtcdServer({self.endpoint}, {state}, data={self.data_dir})"
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped by a signal (state T in /proc/PID/task/*/stat);
+    True where /proc cannot tell (not Linux), as SIGSTOP was sent anyway."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+        if state not in ("T", "t"):
+            return False
+    return True
