@@ -26,6 +26,7 @@ from pathlib import Path
 import cramjam
 import numpy as np
 
+from metricsd.codec.zstdsized import decompress_exact
 from metricsd.model import Labels
 from metricsd.store.chunks import STRIDE
 from metricsd.store.engine import Store
@@ -328,14 +329,10 @@ def _unpacked(tag: bytes, payload: memoryview) -> memoryview:
     (raw_len,) = _RAW_LEN.unpack_from(payload, 0)
     if raw_len > MAX_SECTION_BYTES:
         raise SnapshotError(f"section {tag.decode()} claims {raw_len} bytes")
-    out = bytearray(raw_len)
     try:
-        got = cramjam.zstd.decompress_into(bytes(payload[_RAW_LEN.size :]), out)
-    except cramjam.DecompressionError as e:
+        return decompress_exact(payload[_RAW_LEN.size :], raw_len)
+    except ValueError as e:
         raise SnapshotError(f"section {tag.decode()}: {e}") from e
-    if got != raw_len:
-        raise SnapshotError(f"section {tag.decode()} decompresses to {got} bytes, not {raw_len}")
-    return memoryview(bytes(out))
 
 
 def read_snapshot(path: Path) -> StoreImage:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import cramjam
 
+from metricsd.codec.zstdsized import decompress_exact
+
 __all__ = [
     "RECORD_HEADER_SIZE",
     "SEGMENT_HEADER_SIZE",
@@ -77,14 +79,10 @@ def decompressed(rtype: RecordType, payload: memoryview) -> tuple[RecordType, me
     if len(payload) < _RAW_LEN.size:
         raise WalFormatError("compressed record shorter than its length field")
     (n,) = _RAW_LEN.unpack_from(payload, 0)
-    out = bytearray(n)
     try:
-        got = cramjam.zstd.decompress_into(bytes(payload[_RAW_LEN.size :]), out)
-    except cramjam.DecompressionError as e:
+        return plain, decompress_exact(payload[_RAW_LEN.size :], n)
+    except ValueError as e:
         raise WalFormatError(f"compressed record: {e}") from e
-    if got != n:
-        raise WalFormatError(f"compressed record holds {got} bytes, not the {n} it states")
-    return plain, memoryview(bytes(out))
 
 
 class WalFormatError(ValueError):
