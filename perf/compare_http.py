@@ -24,14 +24,21 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from compare_queries import Question, compare_answers, from_prometheus_json, promql_get, questions, summarise
+from compare_queries import (
+    Question,
+    compare_answers,
+    from_prometheus_json,
+    promql_get,
+    questions,
+    run_timed,
+    summarise,
+)
 from compare_report import measure
 
 __all__ = ["HTTP_SYSTEMS", "check_http_answers", "http_questions", "profile_pids", "time_http"]
@@ -78,20 +85,6 @@ async def check_http_answers(qs: list[Question], systems: list[str], http: aioht
     return report, failures
 
 
-async def _run(call: Callable[[], Awaitable[object]], n: int, concurrency: int) -> list[float]:
-    times: list[float] = []
-    sem = asyncio.Semaphore(concurrency)
-
-    async def one() -> None:
-        async with sem:
-            t0 = time.perf_counter()
-            await call()
-            times.append(time.perf_counter() - t0)
-
-    await asyncio.gather(*(one() for _ in range(n)))
-    return times
-
-
 def _minus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {k: v - b.get(k, 0.0) for k, v in a.items()}
 
@@ -101,14 +94,14 @@ async def interleaved_cpu(calls: dict[str, Callable[[], Awaitable[object]]], cpu
     """compare_queries.interleaved, also summing each system's server CPU over its own timed runs
     (seconds by role)."""
     for call in calls.values():
-        await _run(call, warmup, concurrency)
+        await run_timed(call, warmup, concurrency)
     times: dict[str, list[float]] = {name: [] for name in calls}
     spent: dict[str, dict[str, float]] = {name: {} for name in calls}
     names = list(calls)
     for order, share in ((names, n // 2), (names[::-1], n - n // 2)):
         for name in order:
             before = cpu[name]()
-            times[name].extend(await _run(calls[name], share, concurrency))
+            times[name].extend(await run_timed(calls[name], share, concurrency))
             for role, v in _minus(cpu[name](), before).items():
                 spent[name][role] = spent[name].get(role, 0.0) + v
     return times, spent

@@ -190,7 +190,8 @@ def summarise(seconds: Sequence[float]) -> dict[str, float]:
             "mean_ms": float(a.mean()), "n": int(a.size)}
 
 
-async def _run(call: Callable[[], Awaitable[object]], n: int, concurrency: int) -> list[float]:
+async def run_timed(call: Callable[[], Awaitable[object]], n: int, concurrency: int) -> list[float]:
+    """``n`` calls, ``concurrency`` at a time; each one's wall time in seconds."""
     times: list[float] = []
     sem = asyncio.Semaphore(concurrency)
 
@@ -209,10 +210,10 @@ async def interleaved(calls: dict[str, Callable[[], Awaitable[object]]], n: int,
     """``n`` timed calls per system in two passes, A B C D then D C B A, so drift in the machine's
     load over the run falls on every system alike; ``warmup`` untimed calls each first."""
     for call in calls.values():
-        await _run(call, warmup, concurrency)
+        await run_timed(call, warmup, concurrency)
     out: dict[str, list[float]] = {name: [] for name in calls}
     names = list(calls)
     for order, share in ((names, n // 2), (names[::-1], n - n // 2)):
         for name in order:
-            out[name].extend(await _run(calls[name], share, concurrency))
+            out[name].extend(await run_timed(calls[name], share, concurrency))
     return out
