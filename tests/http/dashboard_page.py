@@ -290,3 +290,15 @@ def expected_words() -> dict[str, list[str]]:
                  for c in cases["status_line"]],
         "reclaim": [reclaimable_words({c["resource"]: c["value"]}) for c in cases["amount"]],
     }
+
+
+def assert_cluster_view_drawn(view: View, pixels: dict[str, dict[str, Any]]) -> None:
+    """Every chart of the cluster view ready and coloured; nodes online; capacity, requested, used and
+    reclaimable drawn for cores and bytes (on `metricsd up` and on a cluster alike)."""
+    for chart_id, chart in view.charts.items():
+        assert chart.state == "ready" and not chart.hidden, (chart_id, chart)
+        assert pixels[chart_id]["colour"] > 50, (chart_id, pixels[chart_id])
+    assert view.charts["chart-nodes"].points("online") > 0
+    for chart_id in ("chart-cores", "chart-bytes"):
+        for label in ("capacity", "requested", "used", "reclaimable"):
+            assert view.charts[chart_id].points(label) > 0, (chart_id, label, view.charts[chart_id])
