@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metricsd.promql.values import format_float
+from metricsd.promql.values import format_float, format_floats, format_times
 
 
 @given(st.floats(allow_nan=False, allow_infinity=False))
@@ -24,3 +24,35 @@ def test_the_special_values_and_the_edges_of_repr_exponents() -> None:
     assert [format_float(x) for x in (math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, 0.1, 1e15, 1e16, 1e-4, 1e-5)] \
         == ["NaN", "+Inf", "-Inf", "0", "-0", "1", "0.1", "1000000000000000", "10000000000000000", "0.0001",
             "0.00001"]
+
+
+# format_floats: a whole series at once, as format_float gives each value (the body of a range query)
+_EDGES = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 0.1, 1e15, 1e16, -1e16, 9999999999999998.0, 1e-4,
+          -1e-4, 0.99999e-4, 1e-5, 5e-324, 1.7976931348623157e308, 10.0, 100.0, 20.5, 3.0e-3, 123456789.0]
+
+
+@given(st.lists(st.floats(), max_size=50))
+@settings(max_examples=2000, deadline=None)
+def test_a_series_is_formatted_value_by_value_as_format_float_does(values: list[float]) -> None:
+    assert format_floats(np.array(values, dtype=np.float64)) == [format_float(v) for v in values]
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=64))
+@settings(max_examples=500, deadline=None)
+def test_any_bit_pattern_is_formatted_as_format_float_does(bits: list[int]) -> None:
+    values = np.array(bits, dtype=np.uint64).view(np.float64)
+    assert format_floats(values) == [format_float(float(v)) for v in values]
+
+
+def test_the_edges_in_one_series_and_many_random_magnitudes() -> None:
+    rng = np.random.default_rng(7)
+    values = np.concatenate([np.array(_EDGES), rng.random(20_000) * 10.0 ** rng.integers(-6, 18, 20_000),
+                             np.round(rng.random(5_000) * 1e6), -rng.random(1_000)])
+    assert format_floats(values) == [format_float(float(v)) for v in values]
+    assert format_floats(np.zeros(0)) == []
+
+
+def test_times_are_whole_seconds_as_ints_and_the_others_as_float_seconds() -> None:
+    assert format_times(np.array([1_000, 2_000, 3_000_000], dtype=np.int64)) == [1, 2, 3_000]
+    assert format_times(np.array([1_000, 1_500, -2_250], dtype=np.int64)) == [1, 1.5, -2.25]
+    assert format_times(np.zeros(0, dtype=np.int64)) == []
