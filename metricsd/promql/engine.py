@@ -38,7 +38,7 @@ from metricsd.promql.values import (
     drop_name_labels,
 )
 
-__all__ = ["DEFAULT_MAX_SAMPLES", "MAX_POINTS", "Engine", "parse"]
+__all__ = ["DEFAULT_MAX_SAMPLES", "MAX_POINTS", "Engine", "parse", "range_matrix"]
 
 DEFAULT_MAX_SAMPLES = 50_000_000
 MAX_POINTS = 11_000  # points per series in a range query, as Prometheus' HTTP API allows
@@ -139,23 +139,36 @@ class Engine:
             )
         ast, neg = parsed or parse(expr)
         ctx = self._ctx(start_ms, end_ms, step_ms, neg)
-        value = _Evaluator(ctx).eval(ast)
-        if isinstance(value, RangeArg | str):
-            kind = "range vector" if isinstance(value, RangeArg) else "string"
-            raise PromQLError(
-                "bad_data", f'invalid expression type "{kind}" for range query, must be Scalar or instant Vector'
-            )
-        if isinstance(value, np.ndarray):
-            return Matrix([Series((), ctx.steps.copy(), value.astype(np.float64))])
-        out = []
-        for s in sorted(_finish(_as_list(value), ctx.n), key=lambda s: s.labels):
-            out.append(Series(s.labels, ctx.steps[s.present], s.values[s.present]))
-        return Matrix(out)
+        return range_matrix(_Evaluator(ctx).eval(ast), ctx.steps)
 
     def _ctx(self, start: int, end: int, step: int, neg: dict[int, int]) -> EvalContext:
         steps = np.arange(start, end + 1, step, dtype=np.int64)
         return EvalContext(self.source, start, end, step, steps, self.lookback_ms, self.max_samples, neg,
                            deadline=self.deadline)
+
+
+def range_matrix(value: Value, steps: np.ndarray) -> Matrix:
+    """A range query's answer from its expression's value over ``steps``: series sorted by labels,
+    each with the steps where it is present, after delayed name removal and the duplicate check."""
+    if isinstance(value, RangeArg | str):
+        kind = "range vector" if isinstance(value, RangeArg) else "string"
+        raise PromQLError(
+            "bad_data", f'invalid expression type "{kind}" for range query, must be Scalar or instant Vector'
+        )
+    if isinstance(value, np.ndarray):
+        return Matrix([Series((), steps.copy(), value.astype(np.float64))])
+    if isinstance(value, VectorBlock) and len(value) == 1:
+        # fast path: one series (a panel of one pod) needs no sort, merge or duplicate check
+        present = value.present[0]
+        if not present.any():
+            return Matrix([])
+        labels = value.labels.labels_at(0)
+        return Matrix([Series(drop_name_labels(labels) if value.drop_name else labels, steps[present],
+                              value.values[0][present])])
+    out = []
+    for s in sorted(_finish(_as_list(value), steps.size), key=lambda s: s.labels):
+        out.append(Series(s.labels, steps[s.present], s.values[s.present]))
+    return Matrix(out)
 
 
 def _as_list(v: list[StepSeries] | VectorBlock) -> list[StepSeries]:

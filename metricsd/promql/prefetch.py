@@ -25,7 +25,7 @@ from metricsd.rpc.columnar import read_columns
 from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import Matcher
 
-__all__ = ["Fetch", "PrefetchedSource", "fetch_all", "plan_fetches"]
+__all__ = ["Fetch", "PrefetchedSource", "fetch_all", "fetch_one", "plan_fetches"]
 
 _CHILDREN = ("expr", "lhs", "rhs", "param", "vector_selector")
 
@@ -108,11 +108,23 @@ class PrefetchedSource:
         return max((len(data) for _, data in self._fetched.values()), default=0)
 
 
+def _request(f: Fetch, max_series: int, max_samples: int) -> pb.ReadRequest:
+    return pb.ReadRequest(matchers=matchers_to_pb(f.matchers), start_ms=f.start_ms, end_ms=f.end_ms,
+                          max_series=max_series, max_samples=max_samples)
+
+
+async def fetch_one(backend: MetricsBackend, fetch: Fetch, max_series: int = 0, max_samples: int = 0
+                    ) -> PrefetchedSource:
+    """fetch_all of one selector: the read awaited as it is, without a task to gather."""
+    cols = await read_columns(backend, _request(fetch, max_series, max_samples))
+    return PrefetchedSource({fetch.matchers: (fetch, cols)})
+
+
 async def fetch_all(backend: MetricsBackend, fetches: Sequence[Fetch], max_series: int = 0,
                     max_samples: int = 0) -> PrefetchedSource:
     """Read every planned selector concurrently, each within the limits (0: none; a store refuses
     past them before it reads, LimitExceeded). Raises what the backend raises."""
-    reqs = [pb.ReadRequest(matchers=matchers_to_pb(f.matchers), start_ms=f.start_ms, end_ms=f.end_ms,
-                           max_series=max_series, max_samples=max_samples) for f in fetches]
-    got = await asyncio.gather(*(read_columns(backend, r) for r in reqs))
+    if len(fetches) == 1:
+        return await fetch_one(backend, fetches[0], max_series, max_samples)
+    got = await asyncio.gather(*(read_columns(backend, _request(f, max_series, max_samples)) for f in fetches))
     return PrefetchedSource({f.matchers: (f, cols) for f, cols in zip(fetches, got, strict=True)})

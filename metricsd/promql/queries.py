@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from metricsd.promql import Engine, Matrix, MemorySource, PromQLError, Result, pushdown
+from metricsd.promql import Engine, Matrix, MemorySource, PromQLError, Result, narrow, pushdown
 from metricsd.promql.engine import MAX_POINTS, parse, prettify
 from metricsd.promql.limits import Admission, QueryLimitError, QueryLimits, prescan, refused_by_store
-from metricsd.promql.prefetch import PrefetchedSource, fetch_all, plan_fetches
+from metricsd.promql.prefetch import Fetch, PrefetchedSource, fetch_all, fetch_one, plan_fetches
 from metricsd.promql.selectors import TOO_MANY_SAMPLES, EvalContext
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
 
@@ -125,13 +125,42 @@ class QueryRunner:
                         return pushdown.result_of(p, resp), "pushdown"
         steps = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         ctx = EvalContext(MemorySource(), start_ms, end_ms, step_ms, steps, self.lookback_ms, self.max_samples,
-                          negative_at)
+                          negative_at, deadline=deadline)
         fetches = plan_fetches(ast, ctx)
+        call = None if instant else narrow.range_call(ast)
+        if call is not None and len(fetches) == 1:
+            return await self._narrow(call, fetches[0], ctx), "engine"
         try:
             source = await fetch_all(self.backend, fetches, max_series, self.max_samples) if fetches \
                 else PrefetchedSource({})
         except LimitExceeded as e:
             raise refused_by_store(str(e)) from None
+        self._check_fetched(source)
+        engine = Engine(source, lookback_ms=self.lookback_ms, max_samples=self.max_samples, deadline=deadline)
+        if source.samples <= INLINE_SAMPLES and steps.size <= INLINE_SAMPLES:
+            if instant:
+                return engine.instant(expr, start_ms, parsed), "engine"
+            return engine.range(expr, start_ms, end_ms, step_ms, parsed), "engine"
+        if instant:
+            return await asyncio.to_thread(engine.instant, expr, start_ms, parsed), "engine"
+        return await asyncio.to_thread(engine.range, expr, start_ms, end_ms, step_ms, parsed), "engine"
+
+    async def _narrow(self, call: tuple[str, Any], fetch: Fetch, ctx: EvalContext) -> Matrix:
+        """A range function of one selector (promql/narrow.py): one read, then the selector and
+        the function without the evaluator; the limits and the thread hop as on the general path."""
+        try:
+            source = await fetch_one(self.backend, fetch, self.limits.max_series, self.max_samples)
+        except LimitExceeded as e:
+            raise refused_by_store(str(e)) from None
+        self._check_fetched(source)
+        ctx.source = source
+        if source.samples <= INLINE_SAMPLES and ctx.steps.size <= INLINE_SAMPLES:
+            return narrow.evaluate(*call, ctx)
+        return await asyncio.to_thread(narrow.evaluate, *call, ctx)
+
+    def _check_fetched(self, source: PrefetchedSource) -> None:
+        """The sample and series limits over what was read (a cluster's stores each checked their own)."""
+        max_series = self.limits.max_series
         samples = source.samples
         if samples > self.max_samples:
             raise QueryLimitError("execution", f"{TOO_MANY_SAMPLES} (--query.max-samples {self.max_samples:,})",
@@ -140,11 +169,3 @@ class QueryRunner:
         if widest > max_series:  # the stores of a cluster each held fewer
             raise QueryLimitError("execution", f"query.max-series: a selector of the query matches {widest:,} series, "
                                   f"more than the limit of {max_series:,} (--query.max-series)", "max_series")
-        engine = Engine(source, lookback_ms=self.lookback_ms, max_samples=self.max_samples, deadline=deadline)
-        if samples <= INLINE_SAMPLES and steps.size <= INLINE_SAMPLES:
-            if instant:
-                return engine.instant(expr, start_ms, parsed), "engine"
-            return engine.range(expr, start_ms, end_ms, step_ms, parsed), "engine"
-        if instant:
-            return await asyncio.to_thread(engine.instant, expr, start_ms, parsed), "engine"
-        return await asyncio.to_thread(engine.range, expr, start_ms, end_ms, step_ms, parsed), "engine"
