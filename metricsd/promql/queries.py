@@ -90,7 +90,8 @@ class QueryRunner:
                         timeout_s: float | None) -> tuple[Result, Path]:
         """Limits first (cheap, on the loop), then a slot, then the query under its deadline; the
         request's own timeout (the HTTP middleware's) can only be shorter."""
-        prescan(expr, self.limits)
+        if expr not in self._parsed:  # a kept parse passed the same limits before
+            prescan(expr, self.limits)
         timeout = min(self.timeout_s, timeout_s) if timeout_s else self.timeout_s
         deadline = time.monotonic() + timeout
         try:
