@@ -64,13 +64,10 @@ def whole_query_middleware(path: WholeQueryPath, settings: HttpSettings, metrics
             step = params.duration_ms("step")
         started = path.view.clock.monotonic()
         timeout = timeout_s(params)
-        frame = path.frame_for(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step, timeout_s=timeout,
-                               settings=runner)
-        if frame is None:
-            return await handler(request)
         try:
             async with asyncio.timeout(timeout + 1.0):
-                answer = await path.run(frame)
+                answer = await path.run(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step,
+                                        timeout_s=timeout, settings=runner)
         except TimeoutError:
             raise ApiError("timeout", "query timed out in expression evaluation") from None
         if answer is None:

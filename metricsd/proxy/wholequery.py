@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from typing import Any
 
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proxy.fanout import consume, readable
@@ -34,7 +33,7 @@ from metricsd.proxy.latency import LatencyTracker
 from metricsd.proxy.members import SlotNotHeld
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, Unavailable
-from metricsd.rpc.wholequery import NotSupported, QueryAnswer, QueryFrame, decode_answer, encode_request
+from metricsd.rpc.wholequery import NotSupported, QueryAnswer, QueryFrame, RunnerSettings, decode_answer, encode_request
 
 __all__ = ["UNSUPPORTED_RETRY_S", "WholeQueryPath", "whole_holders"]
 
@@ -63,32 +62,41 @@ class WholeQueryPath:
         self.counters = counters
         self.enabled = view.settings.whole_queries
         self._unsupported: dict[str, float] = {}  # member -> monotonic time it said it does not know the frame
+        self._full: tuple[ShardMap | None, list[str]] = (None, [])  # (map, its members holding every slot)
 
-    def frame_for(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
-                  settings: Any) -> QueryFrame | None:
-        """The frame of a query if the map has a store to send it to, else None."""
-        if not self.enabled or not self._holders():
+    async def run(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
+                  settings: RunnerSettings) -> QueryAnswer | None:
+        """The store's answer (data or the query's error), or None: evaluate it on the proxy."""
+        if not self.enabled:
             return None
-        return QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, self.view.current_map().num_slots,
-                          None, settings)
-
-    def _holders(self) -> list[str]:
         try:
             shard_map = self.view.current_map()
         except Unavailable:
-            return []
-        now = self.view.clock.monotonic()
-        healthy = {m for m in readable(self.view, shard_map)
-                   if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S}
-        return whole_holders(shard_map, healthy, self.view.rotation())
-
-    async def run(self, frame: QueryFrame) -> QueryAnswer | None:
-        """The store's answer (data or the query's error), or None: evaluate it on the proxy."""
-        shard_map = self.view.current_map()
-        holders = self._holders()
+            return None
+        holders = self._holders(shard_map)
         if not holders:
             self.counters["whole_query_skipped"] += 1
             return None
+        frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings)
+        return await self._send(shard_map, holders, frame)
+
+    def _holders(self, shard_map: ShardMap) -> list[str]:
+        if self._full[0] is not shard_map:  # once per map: O(slots x rf) per member
+            self._full = (shard_map, whole_holders(shard_map, frozenset(shard_map.members), 0))
+        full = self._full[1]
+        if not full:
+            return []
+        ok = readable(self.view, shard_map)
+        if self._unsupported:
+            now = self.view.clock.monotonic()
+            ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
+        out = [m for m in full if m in ok]
+        if len(out) > 1:
+            k = self.view.rotation() % len(out)
+            out = out[k:] + out[:k]
+        return out
+
+    async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame) -> QueryAnswer | None:
         body = encode_request(frame)
         clock = self.view.clock
         timeout = frame.timeout_s + GRACE_S
@@ -122,14 +130,14 @@ class WholeQueryPath:
         waiting = list(holders)
         try:
             while waiting or tasks:
-                if waiting and (not tasks or len(tasks) < 2):
+                if waiting:  # the first store, a hedge past the last one's delay, or a failed one's replacement
                     member = waiting.pop(0)
+                    if tasks:
+                        self.counters["whole_query_hedges"] += 1
                     started: asyncio.Future[QueryAnswer] = asyncio.ensure_future(ask(member))
                     started.add_done_callback(consume)
                     tasks[started] = member
-                    if len(tasks) == 2:
-                        self.counters["whole_query_hedges"] += 1
-                delay = self.latency.delay(tasks[next(iter(tasks))]) if waiting else None
+                delay = self.latency.delay(member) if waiting else None
                 done, _ = await asyncio.wait(set(tasks), timeout=delay, return_when=asyncio.FIRST_COMPLETED)
                 for fut in done:
                     member = tasks.pop(fut)

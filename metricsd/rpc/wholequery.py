@@ -14,7 +14,7 @@ JSON, not protobuf: the proto file stays as it is, and a frame is decoded once p
 
 from __future__ import annotations
 
-import json
+import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -75,27 +75,33 @@ class QueryAnswer:
 
 
 def encode_request(frame: QueryFrame) -> bytes:
-    doc = asdict(frame)
-    doc["slots"] = None if frame.slots is None else list(frame.slots)
-    return orjson.dumps(doc)
+    return orjson.dumps({"query": frame.query, "instant": frame.instant, "start_ms": frame.start_ms,
+                         "end_ms": frame.end_ms, "step_ms": frame.step_ms, "timeout_s": frame.timeout_s,
+                         "num_slots": frame.num_slots, "slots": None if frame.slots is None else list(frame.slots),
+                         "settings": _settings_doc(frame.settings)})
+
+
+@functools.lru_cache(maxsize=16)
+def _settings_doc(settings: RunnerSettings) -> dict[str, Any]:
+    """asdict once per settings (a proxy has one): it copies recursively, at every query otherwise."""
+    return asdict(settings)
 
 
 def decode_request(body: bytes) -> QueryFrame:
     """Raises ValueError naming what is wrong (the store answers it as INVALID_ARGUMENT)."""
     try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError) as e:
+        doc = orjson.loads(body)  # nesting past 1,024 levels is a JSONDecodeError too
+    except orjson.JSONDecodeError as e:
         raise ValueError(f"query frame: not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise ValueError("query frame: not a JSON object")
     s = _field(doc, "settings", dict)
     limits_doc = _field(s, "limits", dict)
     try:
-        limits = QueryLimits(**{k: _field(limits_doc, k, int) for k in QueryLimits.__dataclass_fields__})
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"query frame: limits: {e}") from None
-    settings = RunnerSettings(_field(s, "lookback_ms", int), _field(s, "max_samples", int),
-                              _field(s, "pushdown", bool), float(_field(s, "timeout_s", (int, float))), limits)
+        key = (tuple(sorted((k, v) for k, v in s.items() if k != "limits")), tuple(sorted(limits_doc.items())))
+        settings = _settings(key)
+    except TypeError:  # an unhashable value: a list or object where a number belongs
+        raise ValueError("query frame: settings hold a value of the wrong type") from None
     num_slots = _field(doc, "num_slots", int)
     raw_slots = doc.get("slots")
     slots: tuple[int, ...] | None = None
@@ -106,10 +112,24 @@ def decode_request(body: bytes) -> QueryFrame:
     frame = QueryFrame(_field(doc, "query", str), _field(doc, "instant", bool), _field(doc, "start_ms", int),
                        _field(doc, "end_ms", int), _field(doc, "step_ms", int),
                        float(_field(doc, "timeout_s", (int, float))), num_slots, slots, settings)
-    if frame.timeout_s <= 0 or settings.timeout_s <= 0 or num_slots < 1 or settings.lookback_ms < 0 \
-            or settings.max_samples < 1:
-        raise ValueError("query frame: timeouts, num_slots and max_samples must be positive, lookback_ms >= 0")
+    if frame.timeout_s <= 0 or num_slots < 1:
+        raise ValueError("query frame: timeout_s and num_slots must be positive")
     return frame
+
+
+@functools.lru_cache(maxsize=16)
+def _settings(key: tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]]) -> RunnerSettings:
+    """The settings of a frame, checked once per distinct settings (a proxy sends the same each time)."""
+    s, limits_doc = dict(key[0]), dict(key[1])
+    try:
+        limits = QueryLimits(**{k: _field(limits_doc, k, int) for k in QueryLimits.__dataclass_fields__})
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"query frame: limits: {e}") from None
+    settings = RunnerSettings(_field(s, "lookback_ms", int), _field(s, "max_samples", int),
+                              _field(s, "pushdown", bool), float(_field(s, "timeout_s", (int, float))), limits)
+    if settings.timeout_s <= 0 or settings.lookback_ms < 0 or settings.max_samples < 1:
+        raise ValueError("query frame: settings: timeout_s and max_samples must be positive, lookback_ms >= 0")
+    return settings
 
 
 def _field(doc: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:

@@ -140,7 +140,8 @@ async def test_a_query_sent_whole_answers_what_the_proxys_own_quorum_path_answer
                                           end=AT, step="30")
     assert s1 == s2 == 200 and same_answer(one, quorum) and one["data"]["result"], (one, quorum)
     assert harness.counter("whole_queries") == whole0 + 2
-    assert sum(n.service.answered for n in harness.nodes.values() if n.service is not None) == whole0 + 2
+    answered = sum(n.service.answered for n in harness.nodes.values() if n.service is not None)
+    assert whole0 + 2 <= answered <= whole0 + 2 + harness.counter("whole_query_hedges")  # a hedge's answer too
 
 
 @pytest.mark.parametrize("harness", [{"max_samples": 1500}], indirect=True)
