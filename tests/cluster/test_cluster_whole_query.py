@@ -85,12 +85,13 @@ async def test_whole_queries_answer_as_the_quorum_path_and_quorum_reads_never_ta
 async def test_a_frozen_then_killed_store_is_hedged_and_failed_over(cluster: Cluster) -> None:  # noqa: F811
     await _write(cluster)
     _, want, _ = await _get(cluster, "/api/v1/query", query=QUERIES[1], time=AT, consistency="quorum")
+    # counted before the freeze: the proxy's Stats asks every store, and a frozen one's timeout marks it down
     hedges = await cluster.counter("whole_query_hedges")
+    whole = await cluster.counter("whole_queries")
     frozen = [cluster.stores["store-1"], cluster.stores["store-2"]]
     for p in frozen:
         p.popen.send_signal(signal.SIGSTOP)
     try:
-        whole = await cluster.counter("whole_queries")
         took = []
         for _ in range(6):  # each store first in turn: the frozen ones are hedged past
             status, body, secs = await _get(cluster, "/api/v1/query", query=QUERIES[1], time=AT)
