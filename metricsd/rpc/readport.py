@@ -136,6 +136,10 @@ class ReadPortServer:
             frame = encode(Kind.ERROR, request_id, e.code.value[0], e.message.encode())
         except FrameError as e:  # an answer over the size limit
             frame = encode(Kind.ERROR, request_id, grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], str(e).encode())
+        except Exception as e:  # a bug: answered, so that the client does not wait for its timeout
+            log.exception("read port: method %d failed", method)
+            frame = encode(Kind.ERROR, request_id, grpc.StatusCode.INTERNAL.value[0],
+                           f"internal error: {type(e).__name__}".encode())
         writer.write(frame)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
