@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from metricsd.columns import SeriesColumns
 from metricsd.http.jsonbody import dumps
 from metricsd.http.params import STATUS_OF
 from metricsd.promql import PromQLError, to_prometheus_json
@@ -27,6 +28,7 @@ from metricsd.promql.limits import QueryLimitError
 from metricsd.promql.queries import QueryRunner
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
+from metricsd.rpc.columnar import list_columns, read_columns
 from metricsd.rpc.wholequery import ANSWER_DATA, QueryFrame, RunnerSettings, decode_request, error_answer
 
 __all__ = ["QueryService", "SlotScoped"]
@@ -59,6 +61,12 @@ class SlotScoped:
 
     async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
         return await self.inner.aggregate(self._scoped(request))
+
+    async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:  # the engine's reads: no protobuf
+        return await read_columns(self.inner, self._scoped(request))
+
+    async def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
+        return await list_columns(self.inner, self._scoped(request))
 
     async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
         return await self.inner.rollups(self._scoped(request))
