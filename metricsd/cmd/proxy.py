@@ -66,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-linger", type=float, default=CoalesceSettings.linger_s * 1000, metavar="MS",
                    help="how long a client batch bound for an idle store waits for others to share its message "
                         "(0: only those read in the same event-loop iteration; at most 1000; default %(default)g)")
+    p.add_argument("--no-whole-queries", dest="whole_queries", action="store_false",
+                   help="evaluate every PromQL query here instead of sending a dashboard's whole query to one "
+                        "store that holds every slot (README: Read consistency)")
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
@@ -92,7 +95,7 @@ async def serve(args: argparse.Namespace) -> None:
         raise SystemExit("metricsd proxy: --write-calls-per-member must be >= 0")
     if not 0 <= args.write_linger <= 1000:
         raise SystemExit("metricsd proxy: --write-linger must be in [0, 1000] milliseconds")
-    settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout,
+    settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout, whole_queries=args.whole_queries,
                              coalesce=CoalesceSettings(calls_per_member=args.write_calls_per_member,
                                                        linger_s=args.write_linger / 1000))
     security = server_from_args(args)

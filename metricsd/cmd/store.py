@@ -52,6 +52,7 @@ from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
 from metricsd.store.engine import Store
 from metricsd.store.limits import DEFAULT_NEW_SERIES_PER_MINUTE, SeriesLimits, default_max_series
 from metricsd.store.settings import StoreSettings
+from metricsd.store.wholequery import QueryService
 
 __all__ = ["add_arguments", "add_parser", "advertised_address", "run", "serve"]
 
@@ -183,7 +184,7 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
                                               name="replication"))
     read_port: ReadPortServer | None = None
     if args.read_port >= 0:
-        read_port = ReadPortServer(backend, security)
+        read_port = ReadPortServer(backend, security, query=QueryService(backend).answer)
         backend = AdvertisedReadPort(backend, await read_port.start(args.host, args.read_port))
     server, bound = await start_cluster_grpc(StoreNodeServicer(backend, api), backend, args.host, args.grpc_port,
                                              security)

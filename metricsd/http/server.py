@@ -178,6 +178,9 @@ def build_app(
     middlewares = [_middleware(settings, metrics, clock)]
     if auth is not None:
         middlewares.append(auth_middleware(auth))
+    whole = getattr(backend, "whole_query_middleware", None)  # a proxy's: a query sent whole to one store
+    if whole is not None:
+        middlewares.append(whole(settings, metrics))
     app = web.Application(client_max_size=settings.client_max_size, middlewares=middlewares)
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics

@@ -24,7 +24,7 @@ from metricsd.proxy.acks import acks_for
 from metricsd.proxy.members import SlotNotHeld
 from metricsd.proxy.quorum import ReplicaPlan, plan_read
 from metricsd.proxy.view import ClusterView
-from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
+from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
 
 __all__ = ["QuorumFailure", "ReadPlans", "Replies", "Reply", "consume", "plan_reads", "read_fanout", "readable",
            "slot_filter"]
@@ -128,7 +128,7 @@ class ReadPlans:
 async def read_fanout(view: ClusterView, shard_map: ShardMap, plans: Sequence[ReplicaPlan], call: MemberCall[T]
                       ) -> Replies[T]:
     """Ask the replicas ``plans`` name (plan_reads, ReadPlans) through ``call(backend, member_slots,
-    member)``. Raises QuorumFailure when some slot cannot get R replies, BadRequest when a store
+    member)``. Raises QuorumFailure when some slot cannot get R replies, BadRequest (LimitExceeded) when a store
     rejects the request."""
     tracker = acks_for(plans)
     out: Replies[T] = Replies([])
@@ -153,7 +153,7 @@ async def read_fanout(view: ClusterView, shard_map: ShardMap, plans: Sequence[Re
                     for s in member_slots:
                         out.answered.setdefault(s, []).append(member)
                     continue
-                if isinstance(exc, BadRequest):
+                if isinstance(exc, (BadRequest, LimitExceeded)):  # every replica would refuse it: say why
                     raise exc
                 if isinstance(exc, SlotNotHeld):
                     out.stale = True

@@ -8,7 +8,8 @@ fails is replaced at once, the same way. So every slot's answer comes from exact
 which an aggregate needs (group partials of two replicas of a slot must not both be summed).
 
 Raises QuorumFailure (an Unavailable) naming the slots when some slot has no replica left that
-answers; BadRequest as soon as a store rejects the request (another replica would too).
+answers; BadRequest or LimitExceeded (a query's series or sample limit) as soon as a store
+rejects the request (another replica would too).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from metricsd.proxy.latency import LatencyTracker
 from metricsd.proxy.members import SlotNotHeld
 from metricsd.proxy.quorum import plan_one
 from metricsd.proxy.view import ClusterView
-from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
+from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, Unavailable
 
 __all__ = ["one_fanout"]
 
@@ -95,7 +96,7 @@ async def one_fanout(view: ClusterView, shard_map: ShardMap, slots: Sequence[int
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     exc = task.exception()
-                    if isinstance(exc, BadRequest):
+                    if isinstance(exc, (BadRequest, LimitExceeded)):  # another replica would refuse it too
                         raise exc
                     if task is first:
                         if exc is None:

@@ -22,6 +22,7 @@ from metricsd.rpc.client import StreamingBackend
 from metricsd.rpc.frames import Method
 from metricsd.rpc.readport import ReadPortClient
 from metricsd.rpc.server import GRPC_OPTIONS
+from metricsd.rpc.wholequery import NotSupported
 from metricsd.security.settings import ClientSecurity
 
 __all__ = [
@@ -131,6 +132,14 @@ class MemberClient(StreamingBackend):
 
     async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
         return await self._over_port(Method.ROLLUPS, request, super().rollups)
+
+    async def query(self, body: bytes) -> bytes:
+        """A whole PromQL query (a QUERY frame's body, metricsd/rpc/wholequery.py) over the read
+        port; raises NotSupported when the store has no read port or does not know the frame."""
+        client = await self._read_port()
+        if client is None:
+            raise NotSupported(f"{self.address}: no read port (yet) for a whole query")
+        return await client.call_raw(Method.QUERY, body)
 
     async def close(self) -> None:
         if self._port_client is not None:

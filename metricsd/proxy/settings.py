@@ -90,6 +90,8 @@ class ProxySettings:
         leave together in one message on its WriteStream (proxy/coalesce.py).
     hedge: reads of consistency one (metricsd/rpc/consistency.py) ask one replica per slot and,
         after a delay from that member's recent latency, the next (proxy/latency.py, hedge.py).
+    whole_queries: a PromQL query over HTTP of consistency one goes whole to one store that holds
+        every slot (proxy/wholequery.py); off: the proxy evaluates every query itself.
     """
 
     w: int = 2
@@ -106,6 +108,7 @@ class ProxySettings:
     digest_reads: bool = True
     coalesce: CoalesceSettings = field(default_factory=CoalesceSettings)
     hedge: HedgeSettings = field(default_factory=HedgeSettings)
+    whole_queries: bool = True
 
     def __post_init__(self) -> None:
         if self.w < 1 or self.r < 1:

@@ -20,9 +20,11 @@ import numpy as np
 from metricsd.cluster.mapsource import MapSource
 from metricsd.cluster.member import describe_slots
 from metricsd.cluster.shardmap import ShardMap
+from metricsd.columns import SeriesColumns
 from metricsd.maths.slots import slot_of_labels
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import MetricsBackend, NotOwner, Unavailable
+from metricsd.rpc.columnar import list_columns, read_columns
 from metricsd.rpc.wire import labels_from_pb
 from metricsd.store.engine import Store
 
@@ -125,6 +127,16 @@ class OwnershipBackend:
     async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
         self.check_filter(request.slots, "aggregate")
         return await self.inner.aggregate(request)
+
+    async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:
+        """A read as columns, for the store's own PromQL engine (a whole query sent by a proxy,
+        metricsd/store/wholequery.py): without it the engine's reads took the protobuf way in process."""
+        self.check_filter(request.slots, "read")
+        return await read_columns(self.inner, request)
+
+    async def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
+        self.check_filter(request.slots, "list series")
+        return await list_columns(self.inner, request)
 
     async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
         self.check_filter(request.slots, "rollups")

@@ -34,6 +34,7 @@ class Method(enum.IntEnum):
     LIST_SERIES = 3
     LABEL_VALUES = 4
     ROLLUPS = 5
+    QUERY = 6  # a whole PromQL query (rpc/wholequery.py); not a protobuf method, so not in METHODS
 
 
 # method -> (the gRPC method's name, its request and response messages, the MetricsBackend method)

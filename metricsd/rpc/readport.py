@@ -22,6 +22,7 @@ import contextlib
 import functools
 import logging
 import ssl
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -32,6 +33,7 @@ from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotO
 from metricsd.rpc.frames import HEADER, METHODS, FrameError, Kind, Method, decode_header, encode, status_code
 from metricsd.rpc.servicer import _status_of
 from metricsd.rpc.status import error_of
+from metricsd.rpc.wholequery import NotSupported
 from metricsd.security.auth import Identity, PermissionDenied, Unauthenticated
 from metricsd.security.policy import grpc_role
 from metricsd.security.settings import ClientSecurity, ServerSecurity
@@ -50,8 +52,9 @@ class ReadPortServer:
     """Serves ``backend``'s reads on a port of its own. Start with :meth:`start`, stop with :meth:`stop`."""
 
     def __init__(self, backend: MetricsBackend, security: ServerSecurity | None = None, *, max_in_flight: int = 64,
-                 hello_timeout_s: float = 10.0) -> None:
+                 hello_timeout_s: float = 10.0, query: Callable[[bytes], Awaitable[bytes]] | None = None) -> None:
         self.backend = backend
+        self.query = query  # answers a QUERY frame's body (store/wholequery.py); None: UNIMPLEMENTED
         self.security = security
         self.max_in_flight = max_in_flight
         self.hello_timeout_s = hello_timeout_s
@@ -133,22 +136,26 @@ class ReadPortServer:
             frame = encode(Kind.ERROR, request_id, e.code.value[0], e.message.encode())
         except FrameError as e:  # an answer over the size limit
             frame = encode(Kind.ERROR, request_id, grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], str(e).encode())
+        except Exception as e:  # a bug: answered, so that the client does not wait for its timeout
+            log.exception("read port: method %d failed", method)
+            frame = encode(Kind.ERROR, request_id, grpc.StatusCode.INTERNAL.value[0],
+                           f"internal error: {type(e).__name__}".encode())
         writer.write(frame)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
     async def _call(self, method: int, body: bytes, identity: Identity | None) -> bytes:
+        if method == Method.QUERY and self.query is not None:
+            self._authorize("Read", "Query", identity)  # a query reads, as Read does: the read role
+            try:
+                return await self.query(body)
+            except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
+                raise _Refused(_status_of(e), str(e)) from None
         spec = METHODS.get(method)
         if spec is None:
             raise _Refused(grpc.StatusCode.UNIMPLEMENTED, f"unknown read port method {method}")
         name, request_type, _, attr = spec
-        auth = self.security.auth if self.security is not None else None
-        role = grpc_role(f"/metricsd.v1.Metrics/{name}")
-        if auth is not None and identity is not None and role is not None:
-            try:
-                auth.authorize(identity, role, name)
-            except PermissionDenied as e:
-                raise _Refused(grpc.StatusCode.PERMISSION_DENIED, str(e)) from None
+        self._authorize(name, name, identity)
         try:
             request = request_type.FromString(body)
         except DecodeError as e:
@@ -158,6 +165,16 @@ class ReadPortServer:
         except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
             raise _Refused(_status_of(e), str(e)) from None
         return response.SerializeToString()
+
+    def _authorize(self, rpc: str, name: str, identity: Identity | None) -> None:
+        """Raise _Refused(PERMISSION_DENIED) unless the identity has the role gRPC method ``rpc`` needs."""
+        auth = self.security.auth if self.security is not None else None
+        role = grpc_role(f"/metricsd.v1.Metrics/{rpc}")
+        if auth is not None and identity is not None and role is not None:
+            try:
+                auth.authorize(identity, role, name)
+            except PermissionDenied as e:
+                raise _Refused(grpc.StatusCode.PERMISSION_DENIED, str(e)) from None
 
 
 def _finished(tasks: set[asyncio.Task[None]], slots: asyncio.Semaphore, task: asyncio.Task[None]) -> None:
@@ -193,22 +210,31 @@ class ReadPortClient:
 
     async def call(self, method: Method, request: Message) -> Any:
         name, _, response_type, _ = METHODS[method]
+        body = await self.call_raw(method, request.SerializeToString(), name)
+        try:
+            return response_type.FromString(body)
+        except DecodeError as e:
+            raise Unavailable(f"{name}: a malformed answer from the read port: {e}") from None
+
+    async def call_raw(self, method: Method, body: bytes, name: str = "Query") -> bytes:
+        """One request of ``method`` with ``body`` as it is; the answer's body. Raises as call(),
+        and NotSupported when the store does not know the method (ERROR 12)."""
         writer = await self._connection()
         self._next_id += 1
         request_id = self._next_id
         answer: asyncio.Future[tuple[Kind, int, bytes]] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
         try:
-            writer.write(encode(Kind.REQUEST, request_id, method, request.SerializeToString()))
-            kind, code, body = await answer
+            writer.write(encode(Kind.REQUEST, request_id, method, body))
+            kind, code, out = await answer
         finally:
             self._waiting.pop(request_id, None)
         if kind is Kind.ERROR:
-            raise error_of(name, status_code(code), body.decode(errors="replace"))
-        try:
-            return response_type.FromString(body)
-        except DecodeError as e:
-            raise Unavailable(f"{name}: a malformed answer from the read port: {e}") from None
+            status, text = status_code(code), out.decode(errors="replace")
+            if status == grpc.StatusCode.UNIMPLEMENTED:
+                raise NotSupported(f"{name}: {status.name}: {text}")
+            raise error_of(name, status, text)
+        return out
 
     async def _connection(self) -> asyncio.StreamWriter:
         async with self._connecting:

@@ -254,3 +254,38 @@ async def test_a_read_port_that_cannot_be_reached_is_given_up_within_the_call_an
     finally:
         await member.close()
         await grpc_server.stop(None)
+
+
+async def test_a_whole_query_frame_wants_the_read_role_and_a_failing_method_is_answered_at_once(
+        served: Served) -> None:
+    """Method 6 (a whole PromQL query, rpc/wholequery.py) on a server that answers it: a token with
+    the read role is answered, a write-only one refused as Read would be. A method that raises what
+    it should not is answered INTERNAL at once, not left to the client's timeout."""
+    from metricsd.promql.limits import QueryLimits
+    from metricsd.rpc.wholequery import QueryFrame, RunnerSettings, decode_answer, encode_request
+    from metricsd.store.wholequery import QueryService
+
+    async def broken(body: bytes) -> bytes:
+        raise RuntimeError("a bug")
+
+    backend = LocalBackend(StoreAPI(served.store))
+    frame = QueryFrame('sum(cpu{namespace="ns"})', True, 3000, 3000, 1, 5.0, 16, None,
+                       RunnerSettings(300_000, 1_000_000, True, 5.0, QueryLimits()))
+    for answer in (QueryService(backend).answer, broken):
+        served.server.query = answer
+        client = served.client()
+        try:
+            if answer is broken:
+                with pytest.raises(Unavailable, match="INTERNAL: internal error: RuntimeError"):
+                    await asyncio.wait_for(client.call_raw(Method.QUERY, encode_request(frame)), 2.0)
+                continue
+            got = decode_answer(await client.call_raw(Method.QUERY, encode_request(frame)))
+            assert got.data == b'{"resultType":"vector","result":[{"metric":{},"value":[3,"860"]}]}'
+        finally:
+            await client.close()
+    writer = served.client("w-token")
+    try:
+        with pytest.raises(Unavailable, match="PERMISSION_DENIED: agent \\(roles: write\\) may not call Query"):
+            await writer.call_raw(Method.QUERY, encode_request(frame))
+    finally:
+        await writer.close()

@@ -1,0 +1,83 @@
+"""The proxy's HTTP end of a whole query (wholequery.py): an aiohttp middleware in front of
+``/api/v1/query`` and ``/api/v1/query_range`` that, for a read of consistency one, sends the
+query to one store and answers its result's bytes; otherwise, and whenever the whole path falls
+back, the Prometheus API's handler (metricsd/http/promapi.py) answers as before.
+
+It sits inside the app's error middleware (metricsd/http/server.py build_app), so the request's
+consistency is already chosen and its errors are mapped as every other route's. The parameters
+are read as promapi.py reads them, in the same order, so a bad parameter gets the same 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from metricsd.http.params import ApiError, Params, bad, read_params
+from metricsd.http.selfmetrics import SelfMetrics
+from metricsd.http.settings import HttpSettings
+from metricsd.proxy.wholequery import WholeQueryPath
+from metricsd.rpc import consistency
+from metricsd.rpc.consistency import Consistency
+from metricsd.rpc.wholequery import RunnerSettings
+
+__all__ = ["whole_query_middleware"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_PATHS = {"/api/v1/query": True, "/api/v1/query_range": False}  # path -> instant
+
+
+def whole_query_middleware(path: WholeQueryPath, settings: HttpSettings, metrics: SelfMetrics
+                           ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    runner = RunnerSettings(settings.lookback_ms, settings.max_samples, settings.pushdown,
+                            settings.request_timeout_s, settings.query_limits)
+
+    def timeout_s(params: Params) -> float:  # as PromAPI._timeout_s
+        limit = settings.request_timeout_s
+        if params.get("timeout"):
+            limit = min(limit, params.duration_ms("timeout") / 1000.0)
+        if limit <= 0:
+            raise bad("timeout", "must be positive")
+        return limit
+
+    @web.middleware
+    async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
+        instant = _PATHS.get(request.path)
+        if instant is None or consistency.current() is not Consistency.ONE:
+            return await handler(request)
+        params = await read_params(request)  # cached by aiohttp: the handler may read them again
+        expr = params.require("query")
+        if instant:
+            start = end = params.time_ms("time", path.view.clock.now_ms())
+            step = 1
+        else:
+            has_start, has_end = bool(params.get("start")), bool(params.get("end"))
+            start = params.time_ms("start", -1) if has_start else 0
+            end = params.time_ms("end", -1) if has_end else 0
+            if not has_start:
+                raise bad("start", "parameter is missing")
+            if not has_end:
+                raise bad("end", "parameter is missing")
+            step = params.duration_ms("step")
+        started = path.view.clock.monotonic()
+        timeout = timeout_s(params)
+        try:
+            async with asyncio.timeout(timeout + 1.0):
+                answer = await path.run(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step,
+                                        timeout_s=timeout, settings=runner)
+        except TimeoutError:
+            raise ApiError("timeout", "query timed out in expression evaluation") from None
+        if answer is None:
+            return await handler(request)
+        if answer.data is None:
+            if answer.limit:
+                metrics.queries_refused.labels(limit=answer.limit).inc()
+            raise ApiError(answer.error_type, answer.message, answer.status)
+        metrics.query_duration.labels(path="whole").observe(path.view.clock.monotonic() - started)
+        return web.Response(body=b'{"status":"success","data":' + answer.data + b"}", content_type="application/json",
+                            charset="utf-8")
+
+    return handle

@@ -1,0 +1,165 @@
+"""A whole PromQL query sent to one store: the dashboard path (consistency one) when one healthy
+store holds every slot the query can touch.
+
+Through the proxy's own path a query costs the proxy HTTP, the parse and the engine, and each
+selector a read frame to a store; here the proxy sends the query text and its parameters as one
+QUERY frame (metricsd/rpc/wholequery.py) to such a store, which evaluates it with its own engine
+over its own data and answers the finished JSON, which the proxy relays unparsed.
+
+Which store: a member that is readable (healthy, not joining) and holds every slot in the proxy's
+map, in the rotation's order so that queries spread over them. At RF 3 on 3 stores every store
+qualifies. (A query whose selectors pin pods to slots that one store holds, with RF below the
+member count, still takes the proxy's path: finding those slots needs the query's selectors.)
+
+Hedging as the one-replica reads do (hedge.py): when the store has not answered within its
+latency tracker's delay, the next qualifying store gets the same frame; the first answer wins and
+the other is cancelled. A store that fails is replaced at once.
+
+Fallback (the caller evaluates the query itself, as before): no store qualifies; the store does
+not know the frame (an older store: remembered for ``UNSUPPORTED_RETRY_S``); a store refuses a slot
+(its map differs: the proxy's map is refreshed in the background); every store asked failed.
+A query's own errors (bad query, a limit, its timeout) are answers, relayed as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+from metricsd.cluster.shardmap import ShardMap
+from metricsd.proxy.fanout import consume, readable
+from metricsd.proxy.latency import LatencyTracker
+from metricsd.proxy.members import SlotNotHeld
+from metricsd.proxy.view import ClusterView
+from metricsd.rpc.backend import BadRequest, Unavailable
+from metricsd.rpc.wholequery import NotSupported, QueryAnswer, QueryFrame, RunnerSettings, decode_answer, encode_request
+
+__all__ = ["UNSUPPORTED_RETRY_S", "WholeQueryPath", "whole_holders"]
+
+log = logging.getLogger("metricsd.proxy.wholequery")
+
+UNSUPPORTED_RETRY_S = 60.0  # a store that did not know the frame is asked again after this (it may be upgraded)
+GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to arrive
+
+
+def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offset: int) -> list[str]:
+    """The healthy members that hold every slot of the map, rotated by ``offset``. Pure."""
+    everything = shard_map.num_slots
+    out = sorted(m for m in healthy if m in shard_map.members and len(set(shard_map.slots_of(m))) == everything)
+    if out:
+        k = offset % len(out)
+        out = out[k:] + out[:k]
+    return out
+
+
+class WholeQueryPath:
+    """Not thread-safe (one event loop)."""
+
+    def __init__(self, view: ClusterView, latency: LatencyTracker, counters: Counter[str]) -> None:
+        self.view = view
+        self.latency = latency
+        self.counters = counters
+        self.enabled = view.settings.whole_queries
+        self._unsupported: dict[str, float] = {}  # member -> monotonic time it said it does not know the frame
+        self._full: tuple[ShardMap | None, list[str]] = (None, [])  # (map, its members holding every slot)
+
+    async def run(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
+                  settings: RunnerSettings) -> QueryAnswer | None:
+        """The store's answer (data or the query's error), or None: evaluate it on the proxy."""
+        if not self.enabled:
+            return None
+        try:
+            shard_map = self.view.current_map()
+        except Unavailable:
+            return None
+        holders = self._holders(shard_map)
+        if not holders:
+            self.counters["whole_query_skipped"] += 1
+            return None
+        frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings)
+        return await self._send(shard_map, holders, frame)
+
+    def _holders(self, shard_map: ShardMap) -> list[str]:
+        if self._full[0] is not shard_map:  # once per map: O(slots x rf) per member
+            self._full = (shard_map, whole_holders(shard_map, frozenset(shard_map.members), 0))
+        full = self._full[1]
+        if not full:
+            return []
+        ok = readable(self.view, shard_map)
+        if self._unsupported:
+            now = self.view.clock.monotonic()
+            ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
+        out = [m for m in full if m in ok]
+        if len(out) > 1:
+            k = self.view.rotation() % len(out)
+            out = out[k:] + out[:k]
+        return out
+
+    async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame) -> QueryAnswer | None:
+        body = encode_request(frame)
+        clock = self.view.clock
+        timeout = frame.timeout_s + GRACE_S
+
+        async def ask(member: str) -> QueryAnswer:
+            t0 = clock.monotonic()
+            backend = self.view.pool.get(shard_map, member)
+            query = getattr(backend, "query", None)
+            if query is None:
+                raise NotSupported(f"{member}: its connection cannot send a whole query")
+            try:
+                async with asyncio.timeout(timeout):
+                    answer = decode_answer(await query(body))
+            except TimeoutError:
+                err = Unavailable(f"{member}: no answer to a whole query within {timeout:g} s")
+                self.view.health.failure(member, str(err))
+                raise err from None
+            except asyncio.CancelledError:
+                self.latency.record(member, clock.monotonic() - t0)  # a hedge won: at least this long
+                raise
+            except (NotSupported, SlotNotHeld, BadRequest):
+                raise
+            except Unavailable as e:
+                self.view.health.failure(member, str(e))
+                raise
+            self.latency.record(member, clock.monotonic() - t0)
+            self.view.health.success(member)
+            return answer
+
+        tasks: dict[asyncio.Future[QueryAnswer], str] = {}
+        waiting = list(holders)
+        try:
+            while waiting or tasks:
+                if waiting:  # the first store, a hedge past the last one's delay, or a failed one's replacement
+                    member = waiting.pop(0)
+                    if tasks:
+                        self.counters["whole_query_hedges"] += 1
+                    started: asyncio.Future[QueryAnswer] = asyncio.ensure_future(ask(member))
+                    started.add_done_callback(consume)
+                    tasks[started] = member
+                delay = self.latency.delay(member) if waiting else None
+                done, _ = await asyncio.wait(set(tasks), timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    member = tasks.pop(fut)
+                    exc = fut.exception()
+                    if exc is None:
+                        self.counters["whole_queries"] += 1
+                        return fut.result()
+                    if isinstance(exc, NotSupported):
+                        self._unsupported[member] = clock.monotonic()
+                        self.counters["whole_query_unsupported"] += 1
+                        return None
+                    if isinstance(exc, SlotNotHeld):  # the maps differ: the proxy's path retries with a fresh one
+                        self.counters["whole_query_stale_map"] += 1
+                        self.view.refresh_soon()
+                        return None
+                    if isinstance(exc, BadRequest):  # a frame the store finds out of format: not the query's fault
+                        log.warning("%s refused a whole query frame: %s", member, exc)
+                        return None
+                    log.debug("whole query: %s failed: %s", member, exc)
+            self.counters["whole_query_failed"] += 1
+            return None
+        finally:
+            for fut in tasks:
+                if not fut.done():
+                    fut.cancel()

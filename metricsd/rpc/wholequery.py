@@ -1,0 +1,159 @@
+"""The body of the read port's QUERY frame: a whole PromQL query a proxy sends to one store, and
+the finished answer the store sends back (layout in FORMAT.md, "6 Query"). Pure: no I/O.
+
+Through the cluster, a dashboard's ``rate()`` of one pod cost the proxy its HTTP, the PromQL
+engine and a read of every selector from a store, and the store the read: about 2.4x one store's
+CPU (perf/RESULTS.md, issue 23). When one store holds every slot a query can touch, the proxy sends
+it the query instead, and relays the answer's bytes without parsing them.
+
+The request carries everything the answer depends on besides the data: the query, its times, the
+proxy's PromQL settings (lookback, max samples, pushdown, the query limits and timeout), so a
+store answers exactly what the proxy would, under the same limits, and with the same errors.
+JSON, not protobuf: the proto file stays as it is, and a frame is decoded once per query.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+
+from metricsd.promql.limits import QueryLimits
+from metricsd.rpc.backend import Unavailable
+
+__all__ = ["ANSWER_DATA", "ANSWER_ERROR", "NotSupported", "QueryAnswer", "QueryFrame", "RunnerSettings",
+           "decode_answer", "decode_request", "encode_request", "error_answer"]
+
+ANSWER_DATA = 0  # first byte of an answer: the Prometheus JSON ``data`` member follows
+ANSWER_ERROR = 1  # first byte of an answer: a JSON error object follows
+
+
+class NotSupported(Unavailable):
+    """The store does not know the QUERY method (an older store: ERROR 12 UNIMPLEMENTED)."""
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """The proxy's PromQL settings (metricsd/http/settings.py), which the store's runner takes."""
+
+    lookback_ms: int
+    max_samples: int
+    pushdown: bool
+    timeout_s: float
+    limits: QueryLimits
+
+
+@dataclass(frozen=True)
+class QueryFrame:
+    """One query. ``instant``: at ``start_ms`` (= ``end_ms``, step 1). ``timeout_s``: the request's
+    own timeout (``?timeout=``, at most the runner's). ``slots``: None, every slot of
+    ``num_slots`` (the store must hold them all); else the only slots the query may read."""
+
+    query: str
+    instant: bool
+    start_ms: int
+    end_ms: int
+    step_ms: int
+    timeout_s: float
+    num_slots: int
+    slots: tuple[int, ...] | None
+    settings: RunnerSettings
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """``data``: the JSON of the result's ``data`` member; else an error as the HTTP API answers
+    it (``limit``: the query limit that refused it, for the refusal metric; "" for none)."""
+
+    data: bytes | None = None
+    error_type: str = ""
+    message: str = ""
+    status: int = 0
+    limit: str = ""
+
+
+def encode_request(frame: QueryFrame) -> bytes:
+    return orjson.dumps({"query": frame.query, "instant": frame.instant, "start_ms": frame.start_ms,
+                         "end_ms": frame.end_ms, "step_ms": frame.step_ms, "timeout_s": frame.timeout_s,
+                         "num_slots": frame.num_slots, "slots": None if frame.slots is None else list(frame.slots),
+                         "settings": _settings_doc(frame.settings)})
+
+
+@functools.lru_cache(maxsize=16)
+def _settings_doc(settings: RunnerSettings) -> dict[str, Any]:
+    """asdict once per settings (a proxy has one): it copies recursively, at every query otherwise."""
+    return asdict(settings)
+
+
+def decode_request(body: bytes) -> QueryFrame:
+    """Raises ValueError naming what is wrong (the store answers it as INVALID_ARGUMENT)."""
+    try:
+        doc = orjson.loads(body)  # nesting past 1,024 levels is a JSONDecodeError too
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"query frame: not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("query frame: not a JSON object")
+    s = _field(doc, "settings", dict)
+    limits_doc = _field(s, "limits", dict)
+    try:
+        key = (tuple(sorted((k, v) for k, v in s.items() if k != "limits")), tuple(sorted(limits_doc.items())))
+        settings = _settings(key)
+    except TypeError:  # an unhashable value: a list or object where a number belongs
+        raise ValueError("query frame: settings hold a value of the wrong type") from None
+    num_slots = _field(doc, "num_slots", int)
+    raw_slots = doc.get("slots")
+    slots: tuple[int, ...] | None = None
+    if raw_slots is not None:
+        if not isinstance(raw_slots, list) or not all(type(x) is int and 0 <= x < num_slots for x in raw_slots):
+            raise ValueError(f"query frame: slots must be a list of slots below {num_slots}")
+        slots = tuple(raw_slots)
+    frame = QueryFrame(_field(doc, "query", str), _field(doc, "instant", bool), _field(doc, "start_ms", int),
+                       _field(doc, "end_ms", int), _field(doc, "step_ms", int),
+                       float(_field(doc, "timeout_s", (int, float))), num_slots, slots, settings)
+    if frame.timeout_s <= 0 or num_slots < 1:
+        raise ValueError("query frame: timeout_s and num_slots must be positive")
+    return frame
+
+
+@functools.lru_cache(maxsize=16)
+def _settings(key: tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]]) -> RunnerSettings:
+    """The settings of a frame, checked once per distinct settings (a proxy sends the same each time)."""
+    s, limits_doc = dict(key[0]), dict(key[1])
+    try:
+        limits = QueryLimits(**{k: _field(limits_doc, k, int) for k in QueryLimits.__dataclass_fields__})
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"query frame: limits: {e}") from None
+    settings = RunnerSettings(_field(s, "lookback_ms", int), _field(s, "max_samples", int),
+                              _field(s, "pushdown", bool), float(_field(s, "timeout_s", (int, float))), limits)
+    if settings.timeout_s <= 0 or settings.lookback_ms < 0 or settings.max_samples < 1:
+        raise ValueError("query frame: settings: timeout_s and max_samples must be positive, lookback_ms >= 0")
+    return settings
+
+
+def _field(doc: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = doc.get(name)
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        raise ValueError(f"query frame: {name!r} is missing or of the wrong type")
+    return value
+
+
+def error_answer(error_type: str, message: str, status: int, limit: str = "") -> bytes:
+    return bytes([ANSWER_ERROR]) + orjson.dumps({"errorType": error_type, "error": message, "status": status,
+                                                 "limit": limit})
+
+
+def decode_answer(body: bytes) -> QueryAnswer:
+    """Raises Unavailable for an answer out of format."""
+    if body[:1] == bytes([ANSWER_DATA]):
+        return QueryAnswer(data=body[1:])
+    if body[:1] == bytes([ANSWER_ERROR]):
+        try:
+            doc = orjson.loads(body[1:])
+            return QueryAnswer(None, str(doc["errorType"]), str(doc["error"]), int(doc["status"]),
+                               str(doc.get("limit", "")))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise Unavailable(f"query frame: a malformed error answer: {e}") from None
+    raise Unavailable("query frame: an answer out of format")

@@ -1,0 +1,149 @@
+"""A store's end of the read port's QUERY frame (metricsd/rpc/wholequery.py): evaluate a whole
+PromQL query over this store's data and answer the finished result.
+
+The query runs through the same QueryRunner the HTTP API uses (metricsd/promql/queries.py), with
+the proxy's settings from the frame, over this store's backend: in a cluster that backend checks
+slot ownership (metricsd/replica/ownership.py), so a store whose map says it does not hold a slot
+the proxy named refuses (FAILED_PRECONDITION), and the proxy falls back to its own path. When the
+frame names some slots only, every read the engine makes is restricted to them, so series of
+slots the proxy reads elsewhere are not counted twice.
+
+Errors are answered as the HTTP API answers them (errorType, message, status), the same text the
+proxy's own evaluation would give; NotOwner and Unavailable go back as frame errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from metricsd.columns import SeriesColumns
+from metricsd.http.jsonbody import dumps
+from metricsd.http.params import STATUS_OF
+from metricsd.promql import PromQLError, to_prometheus_json
+from metricsd.promql.limits import QueryLimitError
+from metricsd.promql.queries import QueryRunner
+from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
+from metricsd.rpc.columnar import list_columns, read_columns
+from metricsd.rpc.wholequery import ANSWER_DATA, QueryFrame, RunnerSettings, decode_request, error_answer
+
+__all__ = ["QueryService", "SlotScoped"]
+
+log = logging.getLogger("metricsd.store.wholequery")
+
+MAX_RUNNERS = 8  # distinct proxy settings kept (one per proxy configuration; bounded against a flood)
+
+_SLOTS: contextvars.ContextVar[pb.SlotFilter | None] = contextvars.ContextVar("metricsd_query_slots", default=None)
+
+
+class SlotScoped:
+    """``inner`` with every read restricted to the slot filter of the query being answered (a
+    context variable: each query's task sees its own); without one, reads pass unchanged."""
+
+    def __init__(self, inner: MetricsBackend) -> None:
+        self.inner = inner
+
+    def _scoped(self, request: Any) -> Any:
+        f = _SLOTS.get()
+        if f is None:
+            return request
+        sub = type(request)()
+        sub.CopyFrom(request)
+        sub.slots.CopyFrom(f)
+        return sub
+
+    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        return await self.inner.read(self._scoped(request))
+
+    async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
+        return await self.inner.aggregate(self._scoped(request))
+
+    async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:  # the engine's reads: no protobuf
+        return await read_columns(self.inner, self._scoped(request))
+
+    async def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
+        return await list_columns(self.inner, self._scoped(request))
+
+    async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
+        return await self.inner.rollups(self._scoped(request))
+
+    async def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
+        return await self.inner.list_series(self._scoped(request))
+
+    async def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
+        return await self.inner.label_values(self._scoped(request))
+
+    def __getattr__(self, name: str) -> Any:  # write, health, stats: not scoped
+        return getattr(self.inner, name)
+
+
+class QueryService:
+    """Answers QUERY frames over ``backend``; ``check_slots(filter)`` (the ownership check, when
+    the store is a cluster member) refuses a query naming every slot when some is not held."""
+
+    def __init__(self, backend: MetricsBackend) -> None:
+        self.backend = SlotScoped(backend)
+        check: Callable[[pb.SlotFilter, str], None] | None = getattr(backend, "check_filter", None)
+        self.check_slots = check
+        self._runners: dict[RunnerSettings, QueryRunner] = {}
+        self.answered = 0
+
+    def _runner(self, s: RunnerSettings) -> QueryRunner:
+        runner = self._runners.get(s)
+        if runner is None:
+            if len(self._runners) >= MAX_RUNNERS:
+                self._runners.clear()
+            runner = self._runners[s] = QueryRunner(self.backend, lookback_ms=s.lookback_ms,
+                                                    max_samples=s.max_samples, allow_pushdown=s.pushdown,
+                                                    limits=s.limits, timeout_s=s.timeout_s)
+        return runner
+
+    async def answer(self, body: bytes) -> bytes:
+        """The answer's body (rpc/FORMAT.md); raises BadRequest for a frame out of format, NotOwner
+        when a slot named is not held, Unavailable as a read would."""
+        try:
+            frame = decode_request(body)
+        except ValueError as e:
+            raise BadRequest(str(e)) from None
+        if frame.slots is None:
+            if self.check_slots is not None:
+                self.check_slots(pb.SlotFilter(slot_count=frame.num_slots, slots=range(frame.num_slots)), "query")
+            token = None
+        else:
+            token = _SLOTS.set(pb.SlotFilter(slot_count=frame.num_slots, slots=frame.slots))
+        try:
+            return await self._evaluate(frame)
+        finally:
+            if token is not None:
+                _SLOTS.reset(token)
+
+    async def _evaluate(self, frame: QueryFrame) -> bytes:
+        runner = self._runner(frame.settings)
+        try:
+            async with asyncio.timeout(frame.timeout_s):
+                if frame.instant:
+                    result, _ = await runner.instant(frame.query, frame.start_ms, timeout_s=frame.timeout_s)
+                else:
+                    result, _ = await runner.range(frame.query, frame.start_ms, frame.end_ms, frame.step_ms,
+                                                   timeout_s=frame.timeout_s)
+        except TimeoutError:  # as the HTTP API words it (metricsd/http/promapi.py)
+            return error_answer("timeout", "query timed out in expression evaluation", STATUS_OF["timeout"])
+        except QueryLimitError as e:
+            return error_answer(e.kind, e.message, STATUS_OF.get(e.kind, 500), e.limit)
+        except PromQLError as e:
+            return error_answer(e.kind, e.message, STATUS_OF.get(e.kind, 500))
+        except (NotOwner, Unavailable):
+            raise  # the proxy asks another replica, or falls back
+        except BadRequest as e:
+            return error_answer("bad_data", str(e), STATUS_OF["bad_data"])
+        except LimitExceeded as e:
+            return error_answer("resource_exhausted", str(e), 429)
+        except Exception as e:  # never leave the proxy waiting on a frame that is not answered
+            log.exception("query %r failed", frame.query)
+            return error_answer("internal", f"internal error: {type(e).__name__}", 500)
+        self.answered += 1
+        return bytes([ANSWER_DATA]) + dumps(to_prometheus_json(result))

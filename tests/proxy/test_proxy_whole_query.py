@@ -1,0 +1,240 @@
+"""A whole PromQL query sent to one store (metricsd/proxy/wholequery.py), in one process: three
+real stores, each with its slot-ownership check, gRPC server and read port answering QUERY frames
+(metricsd/store/wholequery.py); a real ProxyBackend dialling them and its real HTTP API on
+loopback. The maps the proxy and the stores hold are set apart to make a stale map."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry
+from proxy_cluster import SLOTS, fast_settings, workload, write_request
+
+from metricsd.clock import SystemClock
+from metricsd.cluster.assign import assign
+from metricsd.cluster.mapsource import StaticMapSource
+from metricsd.cluster.shardmap import Member, ShardMap
+from metricsd.http.server import build_app, start_http, stop_http
+from metricsd.http.settings import HttpSettings
+from metricsd.proxy.backend import ProxyBackend
+from metricsd.replica.ownership import OwnershipBackend, store_write_slots
+from metricsd.rpc.backend import BadRequest
+from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
+from metricsd.rpc.server import start_grpc_server
+from metricsd.rpc.servicer import MetricsServicer
+from metricsd.store.api import LocalBackend, StoreAPI
+from metricsd.store.engine import Store
+from metricsd.store.wholequery import QueryService
+
+T0 = 1_700_000_000_000
+TIMES = [T0 + i * 15_000 for i in range(40)]  # 10 minutes
+AT = str((T0 + 600_000) / 1000)
+
+# Instant and range queries: pushed-down aggregations, the engine, topk across pods, every slot.
+QUERIES = [
+    "sum(rate(container_cpu_usage_seconds_total[5m]))",
+    "sum by (namespace) (rate(container_cpu_usage_seconds_total[5m]))",
+    "topk(3, rate(container_cpu_usage_seconds_total[5m]))",
+    'rate(container_cpu_usage_seconds_total{namespace="ns1", pod="pod-4"}[5m])',
+    "sum(rate(container_cpu_usage_seconds_total[5m])) / sum(kube_pod_container_resource_requests)",
+    "count(kube_pod_container_resource_requests)",
+    "1",
+]
+
+
+@dataclass
+class Node:
+    member: str
+    store: Store = field(default_factory=Store)
+    maps: StaticMapSource | None = None
+    answers_queries: bool = True
+    service: QueryService | None = None
+    port: int = 0
+    servers: list[Any] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class Harness:
+    nodes: dict[str, Node]
+    proxy: ProxyBackend
+    proxy_maps: StaticMapSource
+    url: str
+    http: aiohttp.ClientSession
+
+    async def get(self, path: str, **params: str) -> tuple[int, Any]:
+        async with self.http.get(self.url + path, params=params) as r:
+            return r.status, await r.json()
+
+    def counter(self, name: str) -> int:
+        return int(self.proxy.counters[name])
+
+
+async def _start_node(node: Node) -> None:
+    """As metricsd/cmd/store.py wires a cluster member (ownership check, read port, gRPC)."""
+    assert node.maps is not None
+    backend = OwnershipBackend(LocalBackend(StoreAPI(node.store, node.member)), node.member, node.maps,
+                               store_write_slots(node.store))
+    node.service = QueryService(backend) if node.answers_queries else None
+    rp = ReadPortServer(backend, query=node.service.answer if node.service is not None else None)
+    advertised = AdvertisedReadPort(backend, await rp.start("127.0.0.1", 0))
+    server, _ = await start_grpc_server(MetricsServicer(advertised), "127.0.0.1", node.port)
+    node.servers = [rp, server]
+
+
+def _map(nodes: list[Node], rf: int = 3) -> ShardMap:
+    return assign([Member(n.member, n.address) for n in nodes], None, SLOTS, rf)
+
+
+@pytest.fixture
+async def harness(request: pytest.FixtureRequest, free_ports: Callable[[], int]) -> AsyncIterator[Harness]:
+    param = getattr(request, "param", {})
+    old = param.get("old", ())
+    nodes = {f"store-{i}": Node(f"store-{i}", answers_queries=f"store-{i}" not in old) for i in range(3)}
+    for n in nodes.values():
+        n.port = free_ports()
+    shard_map = _map(list(nodes.values()))
+    for n in nodes.values():
+        n.maps = StaticMapSource(shard_map)
+        await _start_node(n)
+    proxy_maps = StaticMapSource(shard_map)
+    proxy = ProxyBackend(proxy_maps, fast_settings(), SystemClock())
+    series = workload(24)
+    await proxy.write(write_request(series, TIMES, labels=True))
+    settings = HttpSettings(max_samples=param.get("max_samples", 50_000_000))
+    app = build_app(proxy, settings=settings, registry=CollectorRegistry(), clock=SystemClock())
+    runner, port = await start_http(app, "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield Harness(nodes, proxy, proxy_maps, f"http://127.0.0.1:{port}", http)
+    finally:
+        await stop_http(runner)
+        await proxy.close()
+        for n in nodes.values():
+            await n.servers[0].stop()
+            await n.servers[1].stop(None)
+
+
+async def _both(h: Harness, path: str, **params: str) -> tuple[tuple[int, Any], tuple[int, Any]]:
+    """(the default answer: consistency one, the whole path; the quorum path's answer)."""
+    return await h.get(path, **params), await h.get(path, consistency="quorum", **params)
+
+
+@pytest.mark.parametrize("query", QUERIES)
+async def test_a_query_sent_whole_answers_what_the_proxys_own_quorum_path_answers(harness: Harness,
+                                                                                   query: str) -> None:
+    whole0 = harness.counter("whole_queries")
+    (s1, one), (s2, quorum) = await _both(harness, "/api/v1/query", query=query, time=AT)
+    assert s1 == s2 == 200, (one, quorum)
+    assert same_answer(one, quorum) and one["data"]["result"], (one, quorum)
+    assert harness.counter("whole_queries") == whole0 + 1  # the default took the whole path, quorum did not
+    (s1, one), (s2, quorum) = await _both(harness, "/api/v1/query_range", query=query, start=str(T0 / 1000 + 300),
+                                          end=AT, step="30")
+    assert s1 == s2 == 200 and same_answer(one, quorum) and one["data"]["result"], (one, quorum)
+    assert harness.counter("whole_queries") == whole0 + 2
+    answered = sum(n.service.answered for n in harness.nodes.values() if n.service is not None)
+    assert whole0 + 2 <= answered <= whole0 + 2 + harness.counter("whole_query_hedges")  # a hedge's answer too
+
+
+@pytest.mark.parametrize("harness", [{"max_samples": 1500}], indirect=True)
+async def test_query_errors_come_back_with_the_same_status_and_message(harness: Harness) -> None:
+    """Each error as the proxy's own path of consistency one (the whole path off) answers it, and
+    but for the sample limit (which the quorum read fails as unavailable: a store's refusal counts
+    as a failed replica there) as the quorum path does."""
+    cases = [
+        ("/api/v1/query", {"query": "sum(", "time": AT}, 400),  # a parse error
+        ("/api/v1/query", {"query": 'label_replace(up, "a", "$1", "b", "(")', "time": AT}, 422),  # unsupported
+        ("/api/v1/query", {"query": 'count_over_time({__name__=~".+"}[10m])', "time": AT},
+         422),  # 48 series x 40 samples, over --query.max-samples 1500
+        ("/api/v1/query_range", {"query": "1", "start": AT, "end": str(T0 / 1000), "step": "10"}, 400),
+        ("/api/v1/query_range", {"query": "1", "start": str(T0 / 1000), "end": AT, "step": "0"}, 400),
+        ("/api/v1/query", {"query": "1" + "+1" * 300, "time": AT}, 400),  # over the limits' 256 operators
+        ("/api/v1/query", {"query": "1", "time": AT, "timeout": "-1s"}, 400),
+    ]
+    answered: list[tuple[int, Any]] = []
+    whole0 = harness.counter("whole_queries")
+    for path, params, status in cases:
+        answered.append(await harness.get(path, **params))
+        assert answered[-1][0] == status, (params, answered[-1])
+    sent_whole = harness.counter("whole_queries") - whole0
+    harness.proxy.whole.enabled = False
+    for (path, params, status), (got_status, got) in zip(cases, answered, strict=True):
+        assert await harness.get(path, **params) == (got_status, got), params
+        if status != 422:
+            assert await harness.get(path, consistency="quorum", **params) == (got_status, got), params
+    assert harness.counter("whole_queries") - whole0 == sent_whole
+    # answered by a store: the parse errors, the limit and the range checks; not the bad timeout
+    assert sent_whole == len(cases) - 1
+
+
+async def test_a_store_whose_map_differs_refuses_and_the_proxy_answers_by_its_own_path(harness: Harness) -> None:
+    """The stores' map has moved on (store-1 now holds half the slots at RF 2); the proxy still
+    routes on the old one (every store holds every slot). store-1 refuses a whole query, the
+    proxy falls back, evaluates it itself, and refreshes its map."""
+    want = await harness.get("/api/v1/query", query=QUERIES[1], time=AT, consistency="quorum")
+    nodes = list(harness.nodes.values())
+    old = harness.proxy_maps.current()
+    assert old is not None
+    assignments = [(("store-0", "store-1") if s % 2 == 0 else ("store-0", "store-2")) for s in range(SLOTS)]
+    new = ShardMap(old.version + 1, 2, tuple(assignments), old.members)
+    for n in nodes:
+        assert n.maps is not None
+        n.maps.set(new)
+    for _ in range(6):  # the rotation comes to store-1 and store-2 in turn
+        status, body = await harness.get("/api/v1/query", query=QUERIES[1], time=AT)
+        assert status == want[0] == 200 and same_answer(body, want[1]), (body, want)
+    assert harness.counter("whole_query_stale_map") >= 2
+    assert harness.counter("map_refreshes") >= 1
+    assert nodes[0].service is not None and nodes[0].service.answered >= 1  # store-0 still holds everything
+
+
+@pytest.mark.parametrize("harness", [{"old": ("store-1",)}], indirect=True)
+async def test_a_store_that_does_not_know_the_frame_is_read_the_old_way(harness: Harness) -> None:
+    want = await harness.get("/api/v1/query", query=QUERIES[0], time=AT, consistency="quorum")
+    for _ in range(6):
+        status, body = await harness.get("/api/v1/query", query=QUERIES[0], time=AT)
+        assert status == want[0] == 200 and same_answer(body, want[1]), (body, want)
+    assert harness.counter("whole_query_unsupported") == 1  # then left alone for UNSUPPORTED_RETRY_S
+    assert harness.counter("whole_queries") == 5
+
+
+async def test_a_frame_out_of_format_is_refused_and_changes_nothing(harness: Harness) -> None:
+    node = harness.nodes["store-0"]
+    assert node.service is not None
+    for body in (b"", b"[]", b"{", b"[" * 100_000 + b"]" * 100_000, b'{"query": 1}'):
+        with pytest.raises(BadRequest, match="query frame"):
+            await node.service.answer(body)
+
+
+
+def same_answer(a: Any, b: Any) -> bool:
+    """Two Prometheus JSON answers alike: the same series (labels, order), timestamps and values,
+    a value equal up to the last bits of a float (1e-12 relative): a sum over one store's series
+    and the proxy's merge of per-store partials add in different orders (28.999999999999996 and
+    28.999999999999993 for 29)."""
+    if a.get("status") != "success" or b.get("status") != "success":
+        return bool(a == b)
+    da, db = a["data"], b["data"]
+    if da["resultType"] != db["resultType"]:
+        return False
+    if da["resultType"] in ("scalar", "string"):
+        return _points_alike([da["result"]], [db["result"]])
+    ra, rb = da["result"], db["result"]
+    return len(ra) == len(rb) and all(
+        x["metric"] == y["metric"]
+        and _points_alike(x.get("values", [x.get("value")]), y.get("values", [y.get("value")]))
+        for x, y in zip(ra, rb, strict=True))
+
+
+def _points_alike(xs: list[Any], ys: list[Any]) -> bool:
+    return len(xs) == len(ys) and all(
+        p[0] == q[0] and (p[1] == q[1] or math.isclose(float(p[1]), float(q[1]), rel_tol=1e-12, abs_tol=0.0))
+        for p, q in zip(xs, ys, strict=True))
