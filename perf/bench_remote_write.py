@@ -24,8 +24,10 @@ systems' order rotating block by block, ``--in-flight`` requests at once (4 send
 
 Reported per system and phase: samples/s while it was being fed, server CPU seconds per million
 samples counting every process of the system (the cluster's proxy and stores also apart; etcd and
-the config server in "control"), and RSS: the peak sampled during ingest (5 Hz, summed over the
-system's processes) against the settled RSS 3 s after the last phase. Bodies are built between
+the config server in "control", which is also split by process), the proxy's counters of client
+writes and of the messages and parts it sent the stores (how much its coalescing merged), and RSS:
+the peak sampled during ingest (5 Hz, summed over the system's processes) against the settled RSS
+3 s after the last phase. Bodies are built between
 blocks, outside the timed sends; the client runs on the same 2 cores, as for every system.
 
 Prints a Markdown table (with ``uptime``'s load) and writes perf/results/bench_remote_write.json;
