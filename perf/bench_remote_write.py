@@ -5,6 +5,7 @@ documented command, not a test).
     .venv/bin/python perf/bench_remote_write.py --pods 2000 --hours 0.5
     .venv/bin/python perf/bench_remote_write.py --systems store,victoriametrics
     .venv/bin/python perf/bench_remote_write.py --profile            # plus py-spy of every metricsd process
+    BENCH_PYSPY_NATIVE=1 .venv/bin/python perf/bench_remote_write.py --profile   # with C frames (gRPC core)
 
 Starts, on 127.0.0.1 with temporary data directories (perf/compare_peers.py):
 - ``store``: ``metricsd up --no-simulate --no-consumers`` (one process, in memory);
@@ -23,8 +24,10 @@ systems' order rotating block by block, ``--in-flight`` requests at once (4 send
 
 Reported per system and phase: samples/s while it was being fed, server CPU seconds per million
 samples counting every process of the system (the cluster's proxy and stores also apart; etcd and
-the config server in "control"), and RSS: the peak sampled during ingest (5 Hz, summed over the
-system's processes) against the settled RSS 3 s after the last phase. Bodies are built between
+the config server in "control", which is also split by process), the proxy's counters of client
+writes and of the messages and parts it sent the stores (how much its coalescing merged), and RSS:
+the peak sampled during ingest (5 Hz, summed over the system's processes) against the settled RSS
+3 s after the last phase. Bodies are built between
 blocks, outside the timed sends; the client runs on the same 2 cores, as for every system.
 
 Prints a Markdown table (with ``uptime``'s load) and writes perf/results/bench_remote_write.json;
@@ -57,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import RW_HEADERS, server_cpu, server_rss, wait_cluster_ready
 from compare_peers import Processes, Server, ensure_installed, package_version
 from compare_workload import Batch, Workload, WorkloadConfig
+from procstat import cpu_seconds
 
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.channel import open_channel
@@ -135,16 +139,16 @@ def profiled(servers: dict[str, Server], folder: Path | None, phase: str) -> Ite
         yield
         return
     procs = []
+    # C frames too (gRPC core, NumPy): py-spy then stops each process for every sample
+    native = ["--native"] if os.environ.get("BENCH_PYSPY_NATIVE") else ["--nonblocking"]
     for name, s in servers.items():
         if name == "victoriametrics":
             continue
         for role, pids in s.pids().items():
-            if role == "control" and s.tree:
-                continue
-            for i, pid in enumerate(pids):
+            for i, pid in enumerate(pids):  # control: the parent, the config server (etcd is not Python)
                 out = folder / f"profile_rw_{phase}_{name}_{role}{i if len(pids) > 1 else ''}.txt"
                 procs.append(subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
-                                               "--nonblocking", "-o", str(out)],
+                                               *native, "-o", str(out)],
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1.0)
     try:
@@ -161,6 +165,7 @@ async def ingest(wl: Workload, live: bool, senders: dict[str, Send], servers: di
     cfg = wl.config
     per_req = cfg.live_series if live else cfg.backfill_series
     cpu0 = {n: server_cpu(servers[n]) for n in senders}
+    control0 = {n: control_cpu(servers[n]) for n in senders}
     wall = dict.fromkeys(senders, 0.0)
     samples = requests = 0
     names = list(senders)
@@ -183,6 +188,26 @@ async def ingest(wl: Workload, live: bool, senders: dict[str, Send], servers: di
         out[n] = {"samples": samples, "requests": requests, "wall_s": wall[n], "samples_per_s": samples / wall[n],
                   "cpu_s": cpu["all"], "cpu_s_per_million": cpu["all"] / samples * 1e6,
                   "by_role": {r: v / samples * 1e6 for r, v in cpu.items() if r != "all"} if servers[n].tree else {}}
+        if servers[n].tree:  # which control process burns CPU: the parent, the config server or etcd
+            out[n]["control"] = {k: (v - control0[n].get(k, 0.0)) / samples * 1e6
+                                 for k, v in control_cpu(servers[n]).items()}
+    return out
+
+
+async def proxy_calls(client: MetricsClient) -> dict[str, int]:
+    """The proxy's counters of client writes and of the messages (calls, parts) it sent the stores."""
+    st = await client.stats()
+    return {k: int(st.rejected.get(f"proxy_{k}", 0)) for k in ("writes", "member_write_calls", "member_write_parts")}
+
+
+def control_cpu(server: Server) -> dict[str, float]:
+    """CPU seconds so far of a cluster's control processes, by what each runs (etcd, config, the parent)."""
+    out: dict[str, float] = {}
+    for pid in server.pids().get("control", []) if server.tree else []:
+        with contextlib.suppress(OSError):
+            argv = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+            name = "etcd" if any(a.endswith("etcd") for a in argv[:1]) else " ".join(argv[1:4])[:40] or str(pid)
+            out[f"{name} ({pid})"] = cpu_seconds(pid)
     return out
 
 
@@ -261,11 +286,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     if is_live and not cfg.live_ticks:
                         continue
                     print(f"{phase} ...", flush=True)
+                    calls0 = await proxy_calls(probe) if "cluster" in servers else {}
                     with profiled(servers, prof, phase):
                         res[phase] = await ingest(wl, is_live, senders, servers, peaks, args.in_flight)
+                    if "cluster" in servers:  # how many client batches a message to a store carried
+                        calls1 = await proxy_calls(probe)
+                        res[phase]["cluster"]["proxy"] = {k: v - calls0.get(k, 0) for k, v in calls1.items()}
+                    if "cluster" in servers:
+                        print(f"    proxy: {res[phase]['cluster']['proxy']}")
                     for n, r in res[phase].items():
                         print(f"  {n:16} {r['samples_per_s']:12,.0f} samples/s  {r['cpu_s_per_million']:6.2f} CPU s "
                               f"per million  {r['by_role'] or ''}", flush=True)
+                        if r.get("control"):
+                            print("    control: " + ", ".join(f"{k} {v:.2f}" for k, v in r["control"].items()))
             res["rss"] = {n: {"peak": peaks.peak[n], "settled": server_rss(s)} for n, s in servers.items()}
     res["load_after"] = _load()
     return res

@@ -18,6 +18,7 @@ import numpy as np
 __all__ = ["bit_length", "pack_segments", "segment_index", "unpack_segments", "unzigzag", "zigzag"]
 
 _U64 = np.uint64
+_SIXTY_THREE = _U64(63)
 _SIXTY_FOUR = _U64(64)
 
 
@@ -154,14 +155,21 @@ def pack_into(words: np.ndarray, bit_start: np.ndarray, values: np.ndarray, widt
     if k == 0 or n == 0:
         return
     w = np.asarray(widths, dtype=np.int64)[:, None]
-    bit = np.asarray(bit_start, dtype=np.int64)[:, None] + np.arange(n, dtype=np.int64)[None, :] * w
+    bit = np.arange(n, dtype=np.int64)[None, :] * w
+    bit += np.asarray(bit_start, dtype=np.int64)[:, None]
     word = (bit >> 6).ravel()
-    shift = (bit & 63).astype(np.uint64)
-    top = values << (64 - w).astype(np.uint64)
+    shift = np.bitwise_and(bit, 63, out=bit).view(np.uint64)  # bit is not needed any more
+    top = values << (64 - w).view(np.uint64)
     hi = (top >> shift).ravel()
-    spill = shift > 0
-    lo = np.where(spill, top << np.where(spill, _SIXTY_FOUR - shift, _U64(0)), _U64(0)).ravel()
-    first = np.flatnonzero(np.concatenate(([True], word[1:] != word[:-1])))
+    # the bits that spill into the next word: top << (64 - shift), done as two shifts so that a
+    # shift of 0 spills nothing (a shift by 64 is undefined)
+    top <<= _SIXTY_THREE - shift
+    top <<= _U64(1)
+    lo = top.ravel()
+    brk = np.empty(len(word), dtype=bool)
+    brk[0] = True
+    np.not_equal(word[1:], word[:-1], out=brk[1:])
+    first = np.flatnonzero(brk)
     dest = word[first]
     words[dest] += np.add.reduceat(hi, first)
     words[dest + 1] += np.add.reduceat(lo, first)

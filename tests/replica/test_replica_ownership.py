@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import numpy as np
 import pytest
 
 from metricsd.cluster.mapsource import StaticMapSource
@@ -90,6 +91,30 @@ async def test_a_write_by_id_only_is_checked_against_the_series_the_store_knows(
     source.set(ShardMap(version=4, rf=1, slots=moved, members=two_member_map().members))
     with pytest.raises(NotOwner, match="version 4"):
         await backend.write(write_of(pod, with_labels=False, ts=2000))
+
+
+async def test_a_member_holding_every_slot_works_out_no_slots_until_the_map_takes_one_away() -> None:
+    """RF = stores (`cluster up`: 3 stores, RF 3): every write passes unchecked; once a map takes a
+    slot away, writes are checked again and a write of that slot is refused."""
+    every = ShardMap(version=5, rf=1, slots=tuple(("store-a",) for _ in range(SLOTS)),
+                     members=two_member_map().members)
+    store = Store()
+    source = StaticMapSource(every)
+    asked: list[int] = []
+    slots_of = store_write_slots(store)
+
+    def counting(request: pb.WriteRequest, slot_count: int) -> np.ndarray:
+        asked.append(len(request.ids))
+        return slots_of(request, slot_count)
+
+    backend = OwnershipBackend(LocalBackend(StoreAPI(store, "store-a")), "store-a", source, counting)
+    for parity in (0, 1):
+        assert (await backend.write(write_of(pod_in_slot(parity)))).samples_written == 1
+    assert asked == [] and store.index.n_alive == 2
+    source.set(two_member_map(version=6))
+    with pytest.raises(NotOwner, match="version 6"):
+        await backend.write(write_of(pod_in_slot(1), ts=2000))
+    assert asked == [1]
 
 
 async def test_an_unknown_id_without_labels_is_left_to_the_store_which_asks_for_labels() -> None:
