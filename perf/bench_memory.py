@@ -9,7 +9,10 @@ the backfill shape (1,000 series x 60 samples a batch), so that the RSS it repor
 store alone: no gRPC buffers, no interpreter start-up. It splits that growth into the head's
 arrays (the rings of raw samples and the per-series columns of the chunks), the compressed
 chunks' bytes and the rest (index, labels, rollups, per-series objects, allocator slack), and
-counts live Python objects. perf/compare.py measures the whole server process beside
+counts live Python objects. It reports the growth right after ingest and once more after
+``malloc_trim`` (settled: what a running store holds after its retention loop's once-a-minute
+trim; the pages each block's copy of its open chunk frees stay resident until then).
+perf/compare.py measures the whole server process beside
 Prometheus and VictoriaMetrics; this is the tool for changing the layout.
 Writes perf/results/bench_memory.json and prints a Markdown table.
 """
@@ -82,6 +85,13 @@ def one_case(series: int, ticks: int, chunk_samples: int, head_keep: int) -> dic
     cpu = time.process_time() - cpu0
     gc.collect()
     grown = _rss() - rss0  # the generated blocks are still held: they were in rss0 too
+    # Every store process hands its heap's free pages back to the kernel once a minute, after its
+    # retention pass (metricsd/store/api.py gc_loop): what is left is what a running store holds.
+    # Until then, the pages freed by each block's copy of its open chunk stay resident.
+    from metricsd.memory import release_free_memory
+
+    release_free_memory()
+    settled = _rss() - rss0
     samples = n * ticks
     c = store.chunks
     head_bytes = store.head.nbytes + sum(a.nbytes for a in (c.max_ts, c.samples, c.open_min, c.open_count,
@@ -93,6 +103,9 @@ def one_case(series: int, ticks: int, chunk_samples: int, head_keep: int) -> dic
         "rss_growth_mib": grown / 2**20,
         "bytes_per_sample": grown / samples,
         "bytes_per_series": grown / n,
+        "settled_rss_growth_mib": settled / 2**20,
+        "settled_bytes_per_sample": settled / samples,
+        "settled_bytes_per_series": settled / n,
         "head_bytes_per_series": head_bytes / n,
         "chunk_bytes_per_sample": float(st["chunk_bytes"]) / samples,
         "other_bytes_per_series": (grown - head_bytes - float(st["chunk_bytes"])) / n,
@@ -101,12 +114,14 @@ def one_case(series: int, ticks: int, chunk_samples: int, head_keep: int) -> dic
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    out = ["| series x samples | RSS growth, MiB | bytes / sample | bytes / series | head / series | chunks, "
-           "bytes / sample | rest / series | Python objects / series | ingest CPU s / M |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| series x samples | RSS growth, MiB | bytes / sample | bytes / series | settled (after malloc_trim): "
+           "bytes / sample | bytes / series | head / series | chunks, bytes / sample | rest / series "
+           "| Python objects / series | ingest CPU s / M |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['series']:,} x {r['ticks']:,} | {r['rss_growth_mib']:.1f} | {r['bytes_per_sample']:.2f} | "
-                   f"{r['bytes_per_series']:,.0f} | {r['head_bytes_per_series']:,.0f} | "
+                   f"{r['bytes_per_series']:,.0f} | {r['settled_bytes_per_sample']:.2f} | "
+                   f"{r['settled_bytes_per_series']:,.0f} | {r['head_bytes_per_series']:,.0f} | "
                    f"{r['chunk_bytes_per_sample']:.2f} | {r['other_bytes_per_series']:,.0f} | "
                    f"{r['python_objects_per_series']:.1f} | {r['ingest_cpu_s_per_million']:.2f} |")
     return "\n".join(out)

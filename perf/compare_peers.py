@@ -207,7 +207,10 @@ class Processes:
         d.mkdir()
         grpc_port, http_port = free_port(), free_port()
         argv = [str(METRICSD), "--log-level", "WARNING", "up", "--no-simulate", "--no-consumers",
-                "--grpc-port", str(grpc_port), "--http-port", str(http_port)]
+                "--grpc-port", str(grpc_port), "--http-port", str(http_port),
+                # the series limits are sized for a live cluster; a side-by-side backfill creates
+                # 200,000 series (--scale 5) in under a minute on a quiet machine
+                "--max-series", "0", "--max-new-series-per-minute", "0"]
         if data_dir:
             argv += ["--data-dir", str(d / "data")]
         return self._start(name, argv, f"http://127.0.0.1:{http_port}", "/api/v1/status/buildinfo",

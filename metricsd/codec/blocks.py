@@ -26,7 +26,7 @@ from metricsd.codec.bits import bit_length, pack_into, unpack_segments, unzigzag
 from metricsd.codec.errors import CorruptChunk
 
 __all__ = ["MAX_BLOCK", "MAX_SCALE", "NO_CHUNK", "XOR_FAMILY", "Chain", "Encoded", "chunk_header_size",
-           "decode_chunks", "encode_blocks"]
+           "decode_chunks", "decode_many", "encode_blocks", "walk_many"]
 
 MAX_SCALE = 12  # decimal chunks: v == m / 10**k for k in 0..12 and int |m| < 2**52
 XOR_FAMILY = 0x80  # the family byte of a chunk whose values are XOR'd float bits
@@ -577,11 +577,27 @@ def _uvarints(raw: np.ndarray, pos: np.ndarray, end: np.ndarray) -> tuple[np.nda
     raise CorruptChunk("varint over 64 bits")
 
 
-def decode_many(buf: bytes | memoryview, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
+def decode_many(buf: bytes | memoryview, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray,
+                shift0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """decode_chunks for many chunks at once (a full scan of many series): the block headers of
     every chunk are walked in lock step, a NumPy step per block position instead of a Python step
-    per block, so the cost is per sample, not per chunk. Same answer and errors as decode_chunks."""
+    per block, so the cost is per sample, not per chunk. Same answer and errors as decode_chunks.
+    ``shift0``: each chunk's running value shift before its first block (codec/tail.py enters a
+    chunk at a block whose shift was set by an earlier one); 0 by default, as in a chunk's start."""
+    walked = walk_many(buf, starts, ends, counts, shift0)
+    if walked is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    raw, heads, blocks = walked
+    per_chunk = np.bincount(blocks[:, 0], minlength=len(heads.family))
+    return _reconstruct(raw, blocks[:, 2:8], heads, per_chunk, np.asarray(counts, dtype=np.int64))
+
+
+def walk_many(buf: bytes | memoryview, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray,
+              shift0: np.ndarray | None = None) -> tuple[np.ndarray, _Heads, np.ndarray] | None:
+    """The chunk headers and the block headers of many chunks, walked in lock step (no payload
+    read): (the buffer as uint8, the headers, one row per block: chunk, position in its chunk, n,
+    mode, wt, wv, shift, payload start, flags byte position; each chunk's blocks in order, chunk
+    after chunk). None when there is nothing to decode. Raises CorruptChunk as decode_chunks."""
     raw = np.frombuffer(buf, dtype=np.uint8)
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
@@ -590,7 +606,7 @@ def decode_many(buf: bytes | memoryview, starts: np.ndarray, ends: np.ndarray, c
     if k == 0 or int(counts.sum()) == 0:
         if bool((counts != 0).any() or (ends != starts).any()):
             raise CorruptChunk("chunk bounds and counts disagree")
-        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return None
     if bool((starts < 0).any() or (ends < starts).any() or (ends > len(raw)).any() or (starts + 10 > ends).any()):
         raise CorruptChunk("chunk bounds outside the buffer or shorter than a header")
     padded = np.concatenate([raw, np.zeros(16, np.uint8)])  # header reads may look past a chunk's end
@@ -619,7 +635,7 @@ def decode_many(buf: bytes | memoryview, starts: np.ndarray, ends: np.ndarray, c
     # blocks, one position at a time for every chunk that has one left (FORMAT.md "Block")
     steps: list[np.ndarray] = []
     got = np.zeros(k, np.int64)
-    shift = np.zeros(k, np.int64)
+    shift = np.zeros(k, np.int64) if shift0 is None else np.asarray(shift0, dtype=np.int64).copy()
     active = np.flatnonzero(pos < ends)
     step = 0
     while len(active):
@@ -647,7 +663,7 @@ def decode_many(buf: bytes | memoryview, starts: np.ndarray, ends: np.ndarray, c
         got[active] += n
         if bool((got[active] > counts[active]).any()):
             raise CorruptChunk("chunk holds more than the samples expected")
-        steps.append(np.stack([active, np.full(len(active), step), n, mode, wt, wv, sh, at], axis=1))
+        steps.append(np.stack([active, np.full(len(active), step), n, mode, wt, wv, sh, at, p], axis=1))
         pos[active] = at + (n * wt + 7) // 8 + (n * wv + 7) // 8
         if bool((pos[active] > ends[active]).any()):
             raise CorruptChunk("block runs past its chunk")
@@ -656,6 +672,4 @@ def decode_many(buf: bytes | memoryview, starts: np.ndarray, ends: np.ndarray, c
     if bool((got != counts).any()):
         raise CorruptChunk("chunks hold other sample counts than expected")
     blocks = np.concatenate(steps)
-    blocks = blocks[np.lexsort((blocks[:, 1], blocks[:, 0]))]  # each chunk's blocks in order
-    per_chunk = np.bincount(blocks[:, 0], minlength=k)
-    return _reconstruct(raw, blocks[:, 2:], heads, per_chunk, counts)
+    return raw, heads, blocks[np.lexsort((blocks[:, 1], blocks[:, 0]))]  # each chunk's blocks in order

@@ -31,12 +31,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from metricsd.codec.blocks import NO_CHUNK, Chain, Encoded, decode_chunks
+from metricsd.codec.tail import decode_tails
 from metricsd.maths.samplehash import sample_hashes
 
-__all__ = ["STRIDE", "ChunkSplit", "Chunks", "split_chunks"]
+__all__ = ["STRIDE", "TAIL_MIN_BLOCKS", "ChunkSplit", "Chunks", "split_chunks"]
 
 STRIDE = 5  # index entries per closed chunk: min_ts, max_ts, end offset, samples, hash sum (int64 bits)
 NO_TS = np.iinfo(np.int64).min
+TAIL_MIN_BLOCKS = 4  # an open chunk of fewer blocks is decoded whole: entering it saves little
 
 _EMPTY_T = np.zeros(0, np.int64)
 _EMPTY_V = np.zeros(0, np.float64)
@@ -211,6 +213,34 @@ class Chunks:
         entry = np.array([[self.open_min[row], self.max_ts[row], end, self.open_count[row],
                            self.open_hash[row].view(np.int64)]], dtype=np.int64)
         return np.concatenate([closed, entry])
+
+    def open_tails(self, rows: np.ndarray, start_ms: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The sealed samples from ``start_ms`` on of the ``rows`` whose open chunk began before
+        it, decoded from a block near ``start_ms`` instead of the chunk's start (codec/tail.py:
+        the chain is solved from the open chunk's two newest samples, the columns ``max_ts``,
+        ``t2``, ``v1``, ``v2``). Returns (which of ``rows`` were answered; for those, samples per
+        row, then their timestamps and values, row after row, each from its chunk's block at or
+        before ``start_ms`` to its newest sample). The other rows are the caller's to read whole."""
+        rows = np.asarray(rows, dtype=np.int64)
+        answered = np.zeros(len(rows), bool)
+        cnt = self.open_count[rows].astype(np.int64)
+        lo = self.open_min[rows]
+        hi = self.max_ts[rows]
+        cand = np.flatnonzero((cnt >= TAIL_MIN_BLOCKS * self.block) & (lo < start_ms) & (hi > lo))
+        if len(cand) == 0:
+            return answered, np.zeros(0, np.int64), _EMPTY_T.copy(), _EMPTY_V.copy()
+        r = rows[cand]
+        cnt, lo, hi = cnt[cand], lo[cand], hi[cand]
+        # samples after start_ms if they are evenly spaced, and a block more for the spacing's wobble
+        want = -((hi - start_ms) * (cnt - 1) // -(hi - lo)) + 1 + self.block
+        pieces = [self.open[i] for i in r.tolist()]
+        ends = np.cumsum(np.fromiter(map(len, pieces), np.int64, count=len(pieces)))
+        tails = decode_tails(b"".join(pieces), ends - np.fromiter(map(len, pieces), np.int64, count=len(pieces)),
+                             ends, cnt, want, hi, self.t2[r], self.v1[r], self.v2[r])
+        covered = tails.ok & (tails.before < start_ms)
+        answered[cand[covered]] = True
+        keep = np.repeat(covered[tails.ok], tails.counts[tails.ok])
+        return answered, tails.counts[covered], tails.t[keep], tails.v[keep]
 
     def first_max_ts(self, row: int) -> int:
         """The newest sample of the oldest chunk (retention drops chunks by it); NO_TS: none."""

@@ -84,7 +84,24 @@ def _batch(store: Store, rows: np.ndarray, start_ms: int, end_ms: int) -> tuple[
 
 def _chunk_samples(store: Store, rows: np.ndarray, need: np.ndarray, start_ms: int, end_ms: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The chunk samples in range of ``rows[need]``: (per row of ``rows``, timestamps, values)."""
+    """The chunk samples in range of ``rows[need]``: (per row of ``rows``, timestamps, values).
+    A row whose range starts inside its open chunk is read from a block near the start
+    (Chunks.open_tails), not from the chunk's first block."""
+    chunks = store.chunks
+    tailed, tail_counts, tail_t, tail_v = chunks.open_tails(rows[need], start_ms)
+    if bool(tailed.any()):
+        rest = _whole_chunks(store, rows, need[~tailed], start_ms, end_ms)
+        owner = np.concatenate([np.repeat(need[tailed], tail_counts), np.repeat(np.arange(len(rows)), rest[0])])
+        t, v = np.concatenate([tail_t, rest[1]]), np.concatenate([tail_v, rest[2]])
+        keep = np.flatnonzero((t >= start_ms) & (t <= end_ms) | (np.arange(len(t)) >= len(tail_t)))
+        order = keep[np.argsort(owner[keep], kind="stable")]  # row after row, each part already in time order
+        return np.bincount(owner[keep], minlength=len(rows)), t[order], v[order]
+    return _whole_chunks(store, rows, need, start_ms, end_ms)
+
+
+def _whole_chunks(store: Store, rows: np.ndarray, need: np.ndarray, start_ms: int, end_ms: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_chunk_samples with every chunk that overlaps the range decoded from its start."""
     chunks = store.chunks
     bufs: list[bytes | memoryview] = []
     starts: list[int] = []

@@ -20,8 +20,10 @@ class StoreSettings:
     head_keep: samples per block, and the newest samples kept raw in each series' ring (32:
         5 min 20 s at 10 s), so that short windows (a rate over a minute or over 5 minutes, the
         last value) are answered without decoding (metricsd/store/head.py). A window that reaches
-        past the ring decodes the series' chunks from their start (up to ``chunk_samples``): with
-        16, a 5-minute rate over 2,500 series took 1,983 ms instead of 38 (perf/RESULTS.md). At most 255.
+        past the ring decodes the closed chunks it reaches from their start (up to
+        ``chunk_samples`` a chunk), and the open chunk from a block near the window's start
+        (metricsd/codec/tail.py): with 16, before that, a 5-minute rate over 2,500 series took
+        1,983 ms instead of 38 (perf/RESULTS.md). At most 255.
     retention_ms: raw samples older than the newest sample in the store minus this are dropped
         (relative to the data, as Prometheus does, so replayed or historic data is not dropped
         by the wall clock).
