@@ -13,7 +13,8 @@ PARQUET_SERIES_PER_READ series each, asked as columns (``backend_columns``: the 
 flag, answered by one SeriesBatch of arrays, which a proxy's fan-out asks its stores for too and
 merges as columns: proxy/batchmerge.py); or, given one, from the store's columnar read where the
 store is in this process (``store_columns``: ``metricsd up``), the same reads answered as NumPy
-arrays with no message at all. In a cluster, ``cluster up`` gives --parquet-dir to one proxy only.
+arrays with no message at all. In a cluster, ``cluster up`` gives --parquet-dir to every proxy and
+they elect the one that writes (``ElectedParquet``).
 """
 
 from __future__ import annotations
@@ -168,11 +169,14 @@ async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
 
 
 class HourlyParquet:
-    """``run()`` until cancelled. ``root``: a directory or an fsspec URL."""
+    """``run()`` until cancelled. ``root``: a directory or an fsspec URL. ``writer_id`` goes in each
+    hour's marker (``writer``): which process wrote it."""
 
     def __init__(self, backend: MetricsBackend, root: str, clock: Clock, *, delay_s: float = 600.0,
-                 lookback_hours: int = 24, check_s: float = 60.0, read_columns: ReadColumns | None = None) -> None:
+                 lookback_hours: int = 24, check_s: float = 60.0, read_columns: ReadColumns | None = None,
+                 writer_id: str = "") -> None:
         self.backend = backend
+        self.writer_id = writer_id
         self.read_columns = read_columns
         self.fs, self.root = fsspec.core.url_to_fs(root)
         self.clock = clock
@@ -193,6 +197,8 @@ class HourlyParquet:
 
     async def write_hour(self, hour_ms: int) -> HourFiles:
         files = await hour_files(self.backend, hour_ms, self.read_columns)
+        if self.writer_id:
+            files.manifest["writer"] = self.writer_id
         for rel, data in files.files():
             path = self._path(rel)
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -217,3 +223,52 @@ class HourlyParquet:
                     break
             await asyncio.sleep(self.check_s)
 
+
+class Election(Protocol):
+    """What ElectedParquet needs of a leader election (metricsd/cluster/election.py's LeaderElection,
+    which onward/ does not import: the cluster layer lies beside it)."""
+
+    candidate_id: str
+
+    @property
+    def deposed(self) -> asyncio.Event: ...
+    async def campaign(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+class ElectedParquet:
+    """The hourly writer of a cluster: every proxy runs one, and the one that leads the election
+    (a key under an etcd lease) writes. When the leader dies its lease expires and another proxy
+    takes over within the lease's TTL; its first check writes every closed hour within the
+    lookback that has no marker yet, so the hours the dead leader did not write are written once,
+    by the new one. A leader deposed (its lease lost: etcd unreachable for a TTL) stops writing at
+    once and campaigns again. Two writers at once (a deposed leader in the middle of an hour as
+    its successor starts) write the same files: each file is put whole, the marker last, so a
+    reader sees one of them complete. ``run()`` until cancelled."""
+
+    def __init__(self, writer: HourlyParquet, election: Election) -> None:
+        self.writer = writer
+        self.election = election
+        self.terms = 0  # times this process began to lead
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.election.campaign()
+                self.terms += 1
+                log.info("parquet: %s leads; writing the closed hours", self.election.candidate_id)
+                work = asyncio.ensure_future(self.writer.run())
+                lost = asyncio.ensure_future(self.election.deposed.wait())
+                try:
+                    await asyncio.wait([work, lost], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for t in (work, lost):
+                        t.cancel()
+                    failed = await asyncio.gather(work, lost, return_exceptions=True)
+                if not lost.cancelled():
+                    log.warning("parquet: %s no longer leads; stopped writing", self.election.candidate_id)
+                elif isinstance(failed[0], Exception):  # the writer stopped on its own (its root unreadable)
+                    log.warning("parquet: %s", failed[0])
+                    await asyncio.sleep(self.writer.check_s)
+        finally:
+            await self.election.close()
