@@ -200,8 +200,14 @@ async def parquet_hour(pods: int, rounds: int = 1) -> list[dict[str, float | str
         owner = hourly if whole else parquet
         setattr(owner, name, timed(name, getattr(owner, name)))
     hourly.to_parquet = timed("to_parquet", hourly.to_parquet)
-    variants: list[tuple[str, Any]] = [("protobuf reads", None)]
-    if hasattr(hourly, "store_columns"):  # what `metricsd up` runs: the store's columnar read, per group
+    # A proxy's backend answers messages only (no read_columns of a store in its process): what
+    # hour_files does with it is what a cluster's proxy-1 does (protobuf reads before 2026-11-27 session 33,
+    # the Read's columnar flag since), over this process's store instead of the fan-out.
+    messages = _MessagesOnly(backend)
+    variants: list[tuple[str, Any]] = [("messages only, as proxy-1", None)]
+    if hasattr(hourly, "backend_columns"):  # what `metricsd up` runs since 2026-11-27 session 33
+        variants.append(("LocalBackend.read_columns, as metricsd up", "direct"))
+    if hasattr(hourly, "store_columns"):  # what `metricsd up` ran before: Store.read's arrays, per group
         columnar = hourly.store_columns(store)
 
         async def read_columns(req: pb.ReadRequest) -> Any:
@@ -210,7 +216,7 @@ async def parquet_hour(pods: int, rounds: int = 1) -> list[dict[str, float | str
                 return await columnar(req)
             finally:
                 parts["read_columns"] = parts.get("read_columns", 0.0) + time.process_time() - t
-        variants.append(("columnar read (hourly.store_columns, as metricsd up)", read_columns))
+        variants.append(("columnar read (hourly.store_columns, as metricsd up before)", read_columns))
     elif hasattr(hourly, "ReadColumns"):
         async def read_columns(req: pb.ReadRequest) -> Any:
             t = time.process_time()
@@ -226,7 +232,8 @@ async def parquet_hour(pods: int, rounds: int = 1) -> list[dict[str, float | str
         for what, reader in variants:
             parts.clear()
             t0 = time.process_time()
-            files = await (hour_files(backend, hour, reader) if reader is not None else hour_files(backend, hour))
+            files = await (hour_files(messages, hour) if reader is None else hour_files(backend, hour) if
+                           reader == "direct" else hour_files(backend, hour, reader))
             cpu = time.process_time() - t0
             samples = int(files.manifest["samples"])  # type: ignore[call-overload]
             out.append({"what": f"{pods} pods, {what}", "samples": samples,
@@ -236,6 +243,22 @@ async def parquet_hour(pods: int, rounds: int = 1) -> list[dict[str, float | str
                         "all_bytes_per_sample": (len(files.samples) + len(files.rollups)) / samples,
                         "load": os.getloadavg()[0]})
     return out
+
+
+class _MessagesOnly:
+    """A backend's message methods alone, as a proxy offers them."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def read(self, req: pb.ReadRequest) -> pb.ReadResponse:
+        return await self._inner.read(req)
+
+    async def list_series(self, req: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
+        return await self._inner.list_series(req)
+
+    async def rollups(self, req: pb.ReadRequest) -> pb.RollupsResponse:
+        return await self._inner.rollups(req)
 
 
 def _parquet_parts(cpu: float, parts: dict[str, float], whole: bool) -> dict[str, float]:

@@ -31,7 +31,7 @@ from metricsd.cmd.status import add_status_arguments, run_status
 from metricsd.defaults import HTTP_PORT
 from metricsd.maths.slots import DEFAULT_SLOTS
 
-__all__ = ["ClusterPlan", "LocalCluster", "ProcessSpec", "add_parser", "run"]
+__all__ = ["ClusterPlan", "LocalCluster", "ProcessSpec", "add_parser", "proxies_argv", "run"]
 
 log = logging.getLogger("metricsd.cluster")
 
@@ -119,16 +119,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def proxies_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    """The flags every proxy gets: remote write in and out, and --parquet-dir (the proxies elect
+    the one that writes: metricsd/onward/hourly.py ElectedParquet)."""
+    parquet = ("--parquet-dir", parquet_location(args.parquet_dir)) if args.parquet_dir else ()
+    return remote_write_argv(args) + onward_argv(args) + parquet
+
+
 def run(args: argparse.Namespace) -> int:
     if args.cluster_command == "status":
         return run_status(args)
     try:
-        proxy_args = remote_write_argv(args) + onward_argv(args)
-        first = ("--parquet-dir", parquet_location(args.parquet_dir)) if args.parquet_dir else ()
+        proxy_args = proxies_argv(args)
         plan = ClusterPlan(base_port=args.base_port, stores=args.stores, proxies=args.proxies,
                            config_servers=args.config_servers, slots=args.slots, rf=args.rf, w=args.w, r=args.r,
                            simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
-                           cluster=args.cluster, proxy_args=proxy_args, first_proxy_args=first)
+                           cluster=args.cluster, proxy_args=proxy_args)
     except ValueError as e:
         print(f"metricsd cluster up: {e}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import tempfile
+import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -15,7 +16,8 @@ from metricsd.onward.buffer import BufferSettings
 from metricsd.onward.target import TargetConfig, TargetError, parse_targets
 from metricsd.onward.tee import Onward
 
-__all__ = ["add_onward_arguments", "onward_argv", "parquet_location", "start_onward", "targets_from_args"]
+__all__ = ["FileClock", "add_onward_arguments", "onward_argv", "parquet_clock", "parquet_location", "start_onward",
+           "targets_from_args"]
 
 log = logging.getLogger("metricsd.onward")
 
@@ -37,7 +39,11 @@ def add_onward_arguments(p: argparse.ArgumentParser) -> None:
                         "counted (default %(default)s)")
     g.add_argument("--parquet-dir", default=None, metavar="DIR_OR_URL",
                    help="write raw samples and hourly rollups of every closed hour as Parquet here (a directory, "
-                        "or any fsspec URL: s3://bucket/prefix, memory://x)")
+                        "or any fsspec URL: s3://bucket/prefix, memory://x). Proxies given the same one elect "
+                        "the writer in etcd: one writes, another takes over when it dies")
+    g.add_argument("--parquet-check", type=float, default=60.0, metavar="SECONDS",
+                   help="how often the Parquet writer looks for closed hours without files (default %(default)s)")
+    g.add_argument("--parquet-clock-file", type=Path, default=None, help=argparse.SUPPRESS)  # tests: the writer's clock
 
 
 def targets_from_args(args: argparse.Namespace) -> list[TargetConfig]:
@@ -70,6 +76,24 @@ def onward_argv(args: argparse.Namespace) -> tuple[str, ...]:
 def parquet_location(where: str) -> str:
     """A --parquet-dir as given to child processes: a local path made absolute, a URL unchanged."""
     return where if "://" in where else str(Path(where).resolve())
+
+
+class FileClock:
+    """A clock read from a file (milliseconds since the epoch, decimal text) at each look: what a
+    test passes a process so that it moves the hours of the Parquet writer without waiting."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def now_ms(self) -> int:
+        return int(self.path.read_text().strip())
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def parquet_clock(args: argparse.Namespace, clock: Clock) -> Clock:
+    return FileClock(args.parquet_clock_file) if args.parquet_clock_file is not None else clock
 
 
 def start_onward(args: argparse.Namespace, data_dir: Path | None, registry: CollectorRegistry, clock: Clock

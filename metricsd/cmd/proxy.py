@@ -11,15 +11,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import SystemClock
+from metricsd.cluster.election import LeaderElection
+from metricsd.cluster.etcd_kv import EtcdKV
 from metricsd.cluster.mapwatch import EtcdMapSource
 from metricsd.cmd.frontend import serve_front
-from metricsd.cmd.onwardflags import add_onward_arguments, start_onward, targets_from_args
+from metricsd.cmd.onwardflags import add_onward_arguments, parquet_clock, start_onward, targets_from_args
 from metricsd.cmd.queryflags import add_query_arguments, add_remote_write_arguments, http_settings_from_args
 from metricsd.cmd.runner import (
     add_etcd_arguments,
@@ -35,7 +38,7 @@ from metricsd.cmd.security import (
     require_secure_or_loopback,
     server_from_args,
 )
-from metricsd.onward.hourly import HourlyParquet
+from metricsd.onward.hourly import ElectedParquet, HourlyParquet
 from metricsd.onward.tee import OnwardBackend
 from metricsd.proxy.coalesce import CoalesceSettings
 from metricsd.proxy.settings import ProxySettings
@@ -43,7 +46,7 @@ from metricsd.rpc.backend import MetricsBackend
 
 __all__ = ["add_arguments", "add_parser", "run", "serve"]
 
-from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
+from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT, LEASE_TTL_S
 
 log = logging.getLogger("metricsd.proxy")
 
@@ -118,7 +121,7 @@ async def serve(args: argparse.Namespace) -> None:
     if onward is not None:  # every write passes through one proxy: each sample goes onward once
         backend = OnwardBackend(proxy, onward)
         onward.start()
-    parquet = asyncio.create_task(HourlyParquet(proxy, args.parquet_dir, clock).run()) if args.parquet_dir else None
+    parquet = asyncio.create_task(_parquet_writer(args, proxy, kv, clock).run()) if args.parquet_dir else None
     try:
         async with serve_front(args, backend, security, clock, registry) as where:
             print(f"metricsd proxy serving {where} (etcd {args.etcd}, cluster {args.cluster}, W {args.w}, R {args.r})",
@@ -137,6 +140,18 @@ async def serve(args: argparse.Namespace) -> None:
         await kv.close()
         if security.auth is not None:
             await security.auth.close()
+
+
+def _parquet_writer(args: argparse.Namespace, proxy: MetricsBackend, kv: EtcdKV, clock: SystemClock
+                    ) -> ElectedParquet:
+    """The hourly Parquet writer, run while this proxy leads the election of its cluster's
+    ``parquet-writer`` key: the proxies given the same --parquet-dir write each hour once, and
+    another takes over when the writer dies (onward/hourly.py ElectedParquet)."""
+    writer_id = f"{socket.gethostname()}:{args.grpc_port}"
+    writer = HourlyParquet(proxy, args.parquet_dir, parquet_clock(args, clock), check_s=args.parquet_check,
+                           writer_id=writer_id)
+    election = LeaderElection(kv, f"{layout_from_args(args).base}/parquet-writer", writer_id, LEASE_TTL_S)
+    return ElectedParquet(writer, election)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from metricsd.cmd.store import add_limit_arguments, store_settings
 from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
 from metricsd.http.server import serve_http, stop_http
 from metricsd.http.settings import HttpSettings
-from metricsd.onward.hourly import HourlyParquet, store_columns
+from metricsd.onward.hourly import HourlyParquet
 from metricsd.onward.tee import OnwardBackend
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
@@ -167,8 +167,10 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
                  opts.workloads, opts.nodes, st.series, st.samples)
     parquet = getattr(opts.onward_args, "parquet_dir", None)
     if parquet:  # after the simulated backfill: an hour written before it would be written empty, for good
-        # The store is in this process: read the hour as its arrays, not as protobuf answers.
-        writer = HourlyParquet(backend, parquet, clock, read_columns=store_columns(store))
+        # Reads need no tee: the store's own backend, whose columnar read (StoreAPI.read_columns) hands
+        # its arrays over with no message at all.
+        writer = HourlyParquet(LocalBackend(api), parquet, clock,
+                               check_s=getattr(opts.onward_args, "parquet_check", 60.0))
         tasks.append(asyncio.create_task(writer.run()))
     if consumers is not None:
         await consumers.start()

@@ -13,6 +13,10 @@ Bounded: past ``max_bytes`` the oldest segment is deleted even if a target has n
 samples that target loses are counted (``on_drop``) and its cursor moves past them. A segment
 every cursor has passed is deleted at once. The segment being appended to is never deleted.
 
+Recent batches are also kept in memory as the columns they were appended as (at most
+``recent_samples``; dropped once every target's cursor has passed them), so a sender that keeps up
+takes them from there instead of reading its file back and decoding it (``columns``).
+
 Not thread-safe: one event loop appends and reads.
 """
 
@@ -47,6 +51,7 @@ class BufferSettings:
 
     max_bytes: int = 2 << 30
     segment_bytes: int = 64 << 20
+    recent_samples: int = 400_000  # about 7 MiB: a few rounds of a sender that keeps up
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096 or self.max_bytes < 2 * self.segment_bytes:
@@ -91,6 +96,8 @@ class OnwardBuffer:
         self._writer: spool.SegmentWriter | None = None
         self._cursors: dict[str, int] = {}
         self._appended = asyncio.Event()
+        self._recent: dict[int, Columns] = {}  # seq -> the columns appended, oldest first
+        self._recent_samples = 0
         self.problems = 0  # segments read back with a damaged tail
         self._load()
 
@@ -153,6 +160,7 @@ class OnwardBuffer:
         self._cursors[name] = seq
         spool.write_consumed(self.directory / "targets" / name, seq)
         self._release()
+        self._forget_recent(min(self._cursors.values()))
 
     def pending(self, name: str) -> int:
         """Samples after the target's cursor."""
@@ -192,6 +200,7 @@ class OnwardBuffer:
         if series:
             self._write(seg, records.encode_series(series), 0)
         seq = self._write(seg, records.encode_samples(cols), cols.samples)
+        self._keep_recent(seq, cols)
         self._enforce_bound()
         self._appended.set()
         self._appended = asyncio.Event()
@@ -222,6 +231,28 @@ class OnwardBuffer:
         seg.size = self._writer.size
         return seq
 
+    def _keep_recent(self, seq: int, cols: Columns) -> None:
+        if cols.samples > self.settings.recent_samples:
+            return
+        for a in (cols.ids, cols.counts, cols.timestamps, cols.values):
+            a.setflags(write=False)  # readers share them
+        self._recent[seq] = cols
+        self._recent_samples += cols.samples
+        while self._recent_samples > self.settings.recent_samples:
+            self._recent_samples -= self._recent.pop(next(iter(self._recent))).samples
+
+    def _forget_recent(self, upto: int) -> None:
+        """Drop the kept columns of records up to ``upto`` (oldest first: seqs increase)."""
+        while self._recent:
+            first = next(iter(self._recent))
+            if first > upto:
+                return
+            self._recent_samples -= self._recent.pop(first).samples
+
+    def columns(self, seq: int) -> Columns | None:
+        """The columns of samples record ``seq`` as appended, if still kept in memory (read-only)."""
+        return self._recent.get(seq)
+
     def _enforce_bound(self) -> None:
         while self.disk_bytes() > self.settings.max_bytes and len(self._segments) > 1:
             seg = self._segments[0]
@@ -235,6 +266,7 @@ class OnwardBuffer:
                     self._cursors[name] = last.seq
                     spool.write_consumed(self.directory / "targets" / name, last.seq)
             self._delete_first()
+            self._forget_recent(min(self._cursors.values(), default=self.last_seq))
 
     def _release(self) -> None:
         if not self._cursors:

@@ -9,10 +9,12 @@ object store), the marker last.
 
 The data comes from any MetricsBackend (``metricsd up``'s store, a proxy's quorum reads, which
 merge replicas so each sample appears once), whole pods of a namespace per read, about
-PARQUET_SERIES_PER_READ series each, answers turned into columns as they come; or, given one, from
-the store's columnar read where the store is in this process (``store_columns``: ``metricsd up``),
-the same reads answered as NumPy arrays with no protobuf in between. In a cluster, ``cluster up``
-gives --parquet-dir to one proxy only.
+PARQUET_SERIES_PER_READ series each, asked as columns (``backend_columns``: the Read's columnar
+flag, answered by one SeriesBatch of arrays, which a proxy's fan-out asks its stores for too and
+merges as columns: proxy/batchmerge.py); or, given one, from the store's columnar read where the
+store is in this process (``store_columns``: ``metricsd up``), the same reads answered as NumPy
+arrays with no message at all. In a cluster, ``cluster up`` gives --parquet-dir to every proxy and
+they elect the one that writes (``ElectedParquet``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import fsspec
 import numpy as np
 
 from metricsd.clock import Clock
+from metricsd.columns import SeriesColumns
 from metricsd.http.export import re_escape, read_batches
 from metricsd.model import Labels
 from metricsd.onward.parquet import (
@@ -40,12 +43,13 @@ from metricsd.onward.parquet import (
     to_parquet,
 )
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.rpc import columnar
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.wire import labels_from_pb, matchers_from_pb
 from metricsd.selector import Matcher
 
-__all__ = ["PARQUET_SERIES_PER_READ", "HourlyParquet", "ReadColumns", "hour_files", "rollup_columns",
-           "sample_columns", "store_columns"]
+__all__ = ["PARQUET_SERIES_PER_READ", "HourlyParquet", "ReadColumns", "backend_columns", "from_series_columns",
+           "hour_files", "rollup_columns", "store_columns"]
 
 log = logging.getLogger("metricsd.onward.parquet")
 
@@ -90,6 +94,28 @@ def store_columns(store: SampleStore) -> ReadColumns:
     return read
 
 
+def from_series_columns(cols: SeriesColumns, labels_of: dict[int, Labels]) -> SampleColumns:
+    """A columnar read's answer as SampleColumns: series without samples left out, labels looked
+    up by id (built from the answer's label columns only for a series that was not listed)."""
+    counts = cols.counts
+    if len(counts) and not bool(counts.all()):
+        cols = cols.take(np.flatnonzero(counts))
+        counts = cols.counts
+    ids = cols.ids.tolist() if cols.ids is not None else [None] * len(cols)
+    labels = [(labels_of.get(i) if i is not None else None) or cols.labels.labels_at(k) for k, i in enumerate(ids)]
+    return SampleColumns(labels, counts.astype(np.int64), cols.timestamps.astype(np.int64, copy=False),
+                         cols.values.astype(np.float64, copy=False))
+
+
+def backend_columns(backend: MetricsBackend, labels_of: dict[int, Labels]) -> ReadColumns:
+    """The columnar read of any backend (rpc/columnar.py): a proxy asks its stores for SeriesBatch
+    answers and merges them as arrays, so no protobuf message per series is built or decoded."""
+
+    async def read(req: pb.ReadRequest) -> SampleColumns:
+        return from_series_columns(await columnar.read_columns(backend, req), labels_of)
+    return read
+
+
 async def _groups(backend: MetricsBackend) -> tuple[list[list[pb.Matcher]], dict[int, Labels]]:
     """The reads that cover every series (a namespace and a regex of whole pods each, about
     PARQUET_SERIES_PER_READ series), and every series' labels, decoded once here."""
@@ -99,18 +125,6 @@ async def _groups(backend: MetricsBackend) -> tuple[list[list[pb.Matcher]], dict
                pb.Matcher(type=pb.Matcher.RE, name="pod", value="|".join(re_escape(p) for p in pods))]
               for ns, pods in read_batches(found, PARQUET_SERIES_PER_READ)]
     return groups, dict(found)
-
-
-def sample_columns(resp: pb.ReadResponse, labels_of: dict[int, Labels]) -> SampleColumns:
-    """A read's answer as columns: two NumPy conversions a series, labels looked up by id (decoded
-    only for a series that was not listed)."""
-    series = [s for s in resp.series if len(s.timestamps)]
-    labels = [labels_of.get(s.id) or labels_from_pb(s.labels) for s in series]
-    counts = np.fromiter((len(s.timestamps) for s in series), np.int64, len(series))
-    ts = [np.array(s.timestamps, np.int64) for s in series]
-    vals = [np.array(s.values, np.float64) for s in series]
-    return SampleColumns(labels, counts, np.concatenate(ts) if ts else np.zeros(0, np.int64),
-                         np.concatenate(vals) if vals else np.zeros(0, np.float64))
 
 
 def rollup_columns(resp: pb.RollupsResponse, labels_of: dict[int, Labels] | None = None) -> RollupColumns:
@@ -133,21 +147,18 @@ async def _read_hour(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
     """The hour's samples, a group of whole pods a read either way (a columnar read too: one read
     of the whole hour would hold the event loop for seconds and the hour's arrays twice)."""
     groups, labels_of = await _groups(backend)
+    read = read_columns if read_columns is not None else backend_columns(backend, labels_of)
     parts = []
     for matchers in groups:
-        req = pb.ReadRequest(matchers=matchers, start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1)
-        if read_columns is not None:
-            parts.append(await read_columns(req))
-            await asyncio.sleep(0)  # a store's read does not yield: let writes and queries in between groups
-        else:
-            parts.append(sample_columns(await backend.read(req), labels_of))
+        parts.append(await read(pb.ReadRequest(matchers=matchers, start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1)))
+        await asyncio.sleep(0)  # a store's read does not yield: let writes and queries in between groups
     return SampleColumns.concat(parts), labels_of
 
 
 async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None = None) -> HourFiles:
-    """Both files of the hour starting at ``hour_ms``, built in memory. ``read_columns``: the
-    backend's columnar read, where there is one (else protobuf reads); PARQUET_SERIES_PER_READ
-    series a read either way."""
+    """Both files of the hour starting at ``hour_ms``, built in memory. ``read_columns``: a
+    columnar read of the backend's store in this process (else ``backend_columns``: the Read's
+    columnar flag); PARQUET_SERIES_PER_READ series a read either way."""
     samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
     roll = rollup_columns(await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms)),
                           labels_of)
@@ -158,11 +169,14 @@ async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
 
 
 class HourlyParquet:
-    """``run()`` until cancelled. ``root``: a directory or an fsspec URL."""
+    """``run()`` until cancelled. ``root``: a directory or an fsspec URL. ``writer_id`` goes in each
+    hour's marker (``writer``): which process wrote it."""
 
     def __init__(self, backend: MetricsBackend, root: str, clock: Clock, *, delay_s: float = 600.0,
-                 lookback_hours: int = 24, check_s: float = 60.0, read_columns: ReadColumns | None = None) -> None:
+                 lookback_hours: int = 24, check_s: float = 60.0, read_columns: ReadColumns | None = None,
+                 writer_id: str = "") -> None:
         self.backend = backend
+        self.writer_id = writer_id
         self.read_columns = read_columns
         self.fs, self.root = fsspec.core.url_to_fs(root)
         self.clock = clock
@@ -183,6 +197,8 @@ class HourlyParquet:
 
     async def write_hour(self, hour_ms: int) -> HourFiles:
         files = await hour_files(self.backend, hour_ms, self.read_columns)
+        if self.writer_id:
+            files.manifest["writer"] = self.writer_id
         for rel, data in files.files():
             path = self._path(rel)
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -206,3 +222,53 @@ class HourlyParquet:
                     log.warning("parquet: hour %s not written: %s", hour_dir("samples", hour), e)
                     break
             await asyncio.sleep(self.check_s)
+
+
+class Election(Protocol):
+    """What ElectedParquet needs of a leader election (metricsd/cluster/election.py's LeaderElection,
+    which onward/ does not import: the cluster layer lies beside it)."""
+
+    candidate_id: str
+
+    @property
+    def deposed(self) -> asyncio.Event: ...
+    async def campaign(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+class ElectedParquet:
+    """The hourly writer of a cluster: every proxy runs one, and the one that leads the election
+    (a key under an etcd lease) writes. When the leader dies its lease expires and another proxy
+    takes over within the lease's TTL; its first check writes every closed hour within the
+    lookback that has no marker yet, so the hours the dead leader did not write are written once,
+    by the new one. A leader deposed (its lease lost: etcd unreachable for a TTL) stops writing at
+    once and campaigns again. Two writers at once (a deposed leader in the middle of an hour as
+    its successor starts) write the same files: each file is put whole, the marker last, so a
+    reader sees one of them complete. ``run()`` until cancelled."""
+
+    def __init__(self, writer: HourlyParquet, election: Election) -> None:
+        self.writer = writer
+        self.election = election
+        self.terms = 0  # times this process began to lead
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.election.campaign()
+                self.terms += 1
+                log.info("parquet: %s leads; writing the closed hours", self.election.candidate_id)
+                work = asyncio.ensure_future(self.writer.run())
+                lost = asyncio.ensure_future(self.election.deposed.wait())
+                try:
+                    await asyncio.wait([work, lost], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for t in (work, lost):
+                        t.cancel()
+                    failed = await asyncio.gather(work, lost, return_exceptions=True)
+                if not lost.cancelled():
+                    log.warning("parquet: %s no longer leads; stopped writing", self.election.candidate_id)
+                elif isinstance(failed[0], Exception):  # the writer stopped on its own (its root unreadable)
+                    log.warning("parquet: %s", failed[0])
+                    await asyncio.sleep(self.writer.check_s)
+        finally:
+            await self.election.close()

@@ -119,14 +119,27 @@ class Sender:
                 last = rec.seq
                 taken += rec.samples
         parts: list[Columns] = []
+        unread: list[Record] = []  # records to read from disk, in order, before the next kept one
+        for rec in chosen:
+            cols = self.buffer.columns(rec.seq) if rec.kind == records.SAMPLES and rec.seq > self.cursor else None
+            if cols is None:
+                unread.append(rec)
+                continue
+            self._read(unread, parts)
+            unread = []
+            self._segment = max(self._segment, rec.segment)
+            self._take_samples(cols, parts)
+        self._read(unread, parts)
+        return concat(parts), last
+
+    def _read(self, chosen: list[Record], parts: list[Columns]) -> None:
         for rec, payload in self.buffer.payloads(chosen):  # consecutive records: one read
             try:
                 if isinstance(payload, Exception):
                     raise payload
                 self._take(rec, payload, parts)
             except (OSError, ValueError) as e:  # the bound deleted it under us, or damage
-                log.warning("onward %s: cannot read buffered record %d: %s", t.name, rec.seq, e)
-        return concat(parts), last
+                log.warning("onward %s: cannot read buffered record %d: %s", self.target.name, rec.seq, e)
 
     def _take(self, rec: Record, payload: bytes, parts: list[Columns]) -> None:
         self._segment = max(self._segment, rec.segment)
@@ -136,9 +149,10 @@ class Sender:
             return
         if rec.seq <= self.cursor:
             return
-        cols = records.decode_samples(payload)
-        slots = self.series.slots(cols.ids)
-        keep = self.series.sendable(slots)
+        self._take_samples(records.decode_samples(payload), parts)
+
+    def _take_samples(self, cols: Columns, parts: list[Columns]) -> None:
+        slots, keep = self.series.slots_sendable(cols.ids)
         if not keep.all():
             per_sample = np.repeat(keep, cols.counts)
             self.metrics.dropped.labels(self.target.name, "relabel").inc(int((~per_sample).sum()))

@@ -96,8 +96,8 @@ async def test_the_files_go_through_fsspec_to_any_store_it_opens() -> None:
 
 async def test_every_sample_is_in_its_series_rows_and_a_columnar_read_writes_the_same_file() -> None:
     """Row for row: each series' labels and samples as the store holds them, in label order; and
-    the hour built from the store's columnar read (hourly.store_columns, as `metricsd up` does) is the
-    same table as the one built from protobuf reads."""
+    the hour built from Store.read's arrays (hourly.store_columns) is the same table as the one
+    built from the backend's columnar read (StoreAPI.read_columns, as `metricsd up` does)."""
     backend, _ = await _backend()
     closed = NOW // HOUR_MS * HOUR_MS - HOUR_MS
     store = backend.api.store

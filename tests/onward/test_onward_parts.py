@@ -376,6 +376,24 @@ def test_a_segment_every_target_has_sent_is_deleted(tmp_path: Path) -> None:
     buf.close()
 
 
+def test_recent_batches_are_kept_in_memory_until_every_target_passed_them_and_within_their_bound(
+        tmp_path: Path) -> None:
+    buf = OnwardBuffer(tmp_path, BufferSettings(recent_samples=250), clock=ManualClock(0))
+    buf.register("a")
+    buf.register("b")
+    batches = [Columns(np.array([k], np.uint64), np.array([100], np.int64), np.arange(100, dtype=np.int64) + k,
+                       np.full(100, float(k))) for k in range(4)]
+    seqs = [buf.append(c) for c in batches]
+    assert [buf.columns(s) is None for s in seqs] == [True, True, False, False]  # 250 samples: the newest two
+    assert buf.columns(seqs[3]) is batches[3] and not batches[3].timestamps.flags.writeable
+    assert records.decode_samples(buf.payload(buf._index[-1])).timestamps.tolist() == batches[3].timestamps.tolist()
+    buf.commit("a", seqs[3])
+    assert buf.columns(seqs[2]) is not None  # b has not sent it
+    buf.commit("b", seqs[2])
+    assert buf.columns(seqs[2]) is None and buf.columns(seqs[3]) is not None
+    buf.close()
+
+
 def test_target_config_takes_prometheus_remote_write_entries(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("s3cret\n")
     text = f"""

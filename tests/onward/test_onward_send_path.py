@@ -17,6 +17,7 @@ from metricsd.http import remote_write_v2
 from metricsd.model import Labels, make_labels, series_id
 from metricsd.onward.buffer import BufferSettings
 from metricsd.onward.encode import label_bytes_v1
+from metricsd.onward.records import Columns
 from metricsd.onward.sender import Sender
 from metricsd.onward.shards import requests
 from metricsd.onward.target import parse_targets
@@ -64,8 +65,11 @@ def _sent(sender: Sender, version: int, head: bool) -> list[tuple[Labels, int, f
     return out
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_every_sample_queued_is_sent_once_while_series_go_idle_and_come_back(tmp_path: Path, version: int) -> None:
+@pytest.mark.parametrize(("version", "recent"), [(1, 400_000), (2, 400_000), (1, 0)])
+def test_every_sample_queued_is_sent_once_while_series_go_idle_and_come_back(tmp_path: Path, version: int,
+                                                                              recent: int) -> None:
+    """``recent``: the samples the buffer keeps in memory for the sender (0: every round read back
+    from disk)."""
     (target,) = parse_targets([], f"""
 - url: http://127.0.0.1:9/api/v1/write
   name: t
@@ -73,8 +77,16 @@ def test_every_sample_queued_is_sent_once_while_series_go_idle_and_come_back(tmp
   queue_config: {{shards: 3, max_samples_per_send: 40}}
 """)
     onward = Onward(tmp_path, [target], CollectorRegistry(), ManualClock(0),
-                    settings=BufferSettings(max_bytes=1 << 22, segment_bytes=4096))
+                    settings=BufferSettings(max_bytes=1 << 22, segment_bytes=4096, recent_samples=recent))
     sender = onward.senders[0]
+    kept, from_memory = onward.buffer.columns, []
+
+    def counted(seq: int) -> Columns | None:  # which records the sender took from memory
+        cols = kept(seq)
+        if cols is not None:
+            from_memory.append(seq)
+        return cols
+    onward.buffer.columns = counted  # type: ignore[method-assign]
     sender.version = version
     want: list[tuple[Labels, int, float]] = []
     got: list[tuple[Labels, int, float]] = []
@@ -104,4 +116,5 @@ def test_every_sample_queued_is_sent_once_while_series_go_idle_and_come_back(tmp
     assert onward.metrics.dropped.labels("t", "relabel")._value.get() == 110  # pod-7's
     # Decoded once each, and once more for the 12 that came back: not again at every segment.
     assert sender.series.learned == 24 + 12
+    assert (len(from_memory) > 50) == bool(recent)  # most rounds from memory, or none
     onward.buffer.close()

@@ -140,6 +140,25 @@ def test_a_series_table_forgets_what_the_previous_segment_did_not_declare() -> N
         encode_v2_labels([_labels(i) for i in ids], counts, ts, vals))
 
 
+def test_a_batch_s_slots_are_kept_until_the_bound_renumbers_them() -> None:
+    """slots_sendable answers a batch (of at least 256 ids) it has seen from memory; forget_before
+    renumbers slots, and the next answer is the new slots, not the kept ones."""
+    table = SeriesTable(lambda lab: None if lab[2][1] == "pod-13" else lab)
+    first, second = list(range(0, 300)), list(range(300, 600))
+    _learn(table, first, 1)
+    _learn(table, second, 2)
+    batch = np.array(second, np.uint64)
+    slots, keep = table.slots_sendable(batch)
+    assert slots.tolist() == list(range(300, 600)) and keep.all()
+    assert table.slots_sendable(batch)[0] is slots  # from memory
+    assert table.forget_before(2) == 300  # the first 300 go: the others move to slots 0..299
+    again, keep = table.slots_sendable(batch)
+    assert again.tolist() == table.slots(batch).tolist() == list(range(300))
+    few = np.array([13, 14], np.uint64)
+    _learn(table, [13, 14], 3)
+    assert table.slots_sendable(few)[1].tolist() == [False, True]  # relabelling dropped pod-13
+
+
 def _v2_content(raw: bytes) -> list[tuple[tuple[tuple[str, str], ...], list[tuple[int, bytes]]]]:
     """What a 2.0 request says, symbols resolved; its symbols table checked (``""`` first, each once)."""
     req = v2.Request.FromString(raw)

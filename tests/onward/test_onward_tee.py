@@ -8,7 +8,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import ManualClock
+from metricsd.cmd.cluster import proxies_argv
 from metricsd.cmd.clusterplan import ClusterPlan
+from metricsd.cmd.main import build_parser
 from metricsd.model import make_labels, series_id
 from metricsd.onward import records
 from metricsd.onward.tee import Onward, OnwardBackend
@@ -60,11 +62,13 @@ async def test_a_sample_the_store_refuses_as_too_far_ahead_does_not_go_onward(tm
     await onward.close()
 
 
-def test_in_a_cluster_proxy_1_alone_writes_parquet_and_every_proxy_keeps_its_onward_buffer() -> None:
-    plan = ClusterPlan(stores=1, proxies=3, config_servers=1, proxy_args=("--remote-write-url", "http://x/w"),
-                       first_proxy_args=("--parquet-dir", "/pq"), proxy_data_dir="/d")
+def test_in_a_cluster_every_proxy_may_write_parquet_and_keeps_its_onward_buffer() -> None:
+    """cluster up gives --parquet-dir to every proxy (they elect the writer: tests/cluster/
+    test_cluster_parquet_writer.py) and each its own onward buffer."""
+    parsed = build_parser().parse_args(["cluster", "up", "--remote-write-url", "http://x/w", "--parquet-dir", "/pq"])
+    plan = ClusterPlan(stores=1, proxies=3, config_servers=1, proxy_args=proxies_argv(parsed), proxy_data_dir="/d")
     args = {spec.name: spec.args for spec in plan.proxy_specs()}
-    assert [name for name, a in args.items() if "--parquet-dir" in a] == ["proxy-1"]
+    assert all(a[a.index("--parquet-dir") + 1] == "/pq" for a in args.values())
     for i in (1, 2, 3):
         a = args[f"proxy-{i}"]
         assert a[a.index("--data-dir") + 1] == f"/d/proxy-{i}" and "--remote-write-url" in a
