@@ -40,6 +40,7 @@ from metricsd.cmd.security import (
     serve_probes,
     server_from_args,
 )
+from metricsd.http.wholequery import QueryService
 from metricsd.memory import total_memory_bytes
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
@@ -52,7 +53,6 @@ from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
 from metricsd.store.engine import Store
 from metricsd.store.limits import DEFAULT_NEW_SERIES_PER_MINUTE, SeriesLimits, default_max_series
 from metricsd.store.settings import StoreSettings
-from metricsd.store.wholequery import QueryService
 
 __all__ = ["add_arguments", "add_parser", "advertised_address", "run", "serve"]
 

@@ -28,6 +28,7 @@ from metricsd.http.promapi import PromAPI
 from metricsd.http.remote_write import RemoteWriteReceiver
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
+from metricsd.http.wholehttp import whole_query_middleware
 from metricsd.promql import PromQLError
 from metricsd.promql.queries import QueryRunner
 from metricsd.rpc import consistency
@@ -178,9 +179,9 @@ def build_app(
     middlewares = [_middleware(settings, metrics, clock)]
     if auth is not None:
         middlewares.append(auth_middleware(auth))
-    whole = getattr(backend, "whole_query_middleware", None)  # a proxy's: a query sent whole to one store
+    whole = getattr(backend, "whole_queries", None)  # a proxy's: a query sent whole to one store
     if whole is not None:
-        middlewares.append(whole(settings, metrics))
+        middlewares.append(whole_query_middleware(whole, settings, metrics, clock))
     app = web.Application(client_max_size=settings.client_max_size, middlewares=middlewares)
     app[SETTINGS_KEY] = settings
     app[METRICS_KEY] = metrics

@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
 
 from metricsd import __version__
 from metricsd.clock import Clock
 from metricsd.cluster.mapsource import MapSource
-from metricsd.http.selfmetrics import SelfMetrics
-from metricsd.http.settings import HttpSettings
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.members import Connect, grpc_connect
 from metricsd.proxy.quorum import Op
@@ -33,7 +30,6 @@ from metricsd.proxy.reads import ReadPath
 from metricsd.proxy.routing import SeriesRouter
 from metricsd.proxy.settings import ProxySettings
 from metricsd.proxy.view import ClusterView
-from metricsd.proxy.wholehttp import whole_query_middleware
 from metricsd.proxy.wholequery import WholeQueryPath
 from metricsd.proxy.writes import WritePath
 from metricsd.rpc.backend import MetricsBackend, Unavailable
@@ -63,12 +59,9 @@ class ProxyBackend:
         self.router = SeriesRouter(settings.series_cache)
         self.writes = WritePath(self.view, self.router, clock, self.counters)
         self.reads = ReadPath(self.view, clock, self.counters)
-        self.whole = WholeQueryPath(self.view, self.reads.latency, self.counters)
-
-    def whole_query_middleware(self, settings: HttpSettings, metrics: SelfMetrics) -> Any:
-        """The HTTP middleware that sends a dashboard's PromQL query whole to one store
-        (wholehttp.py); metricsd/http/server.py build_app installs it for a backend that has it."""
-        return whole_query_middleware(self.whole, settings, metrics)
+        # a dashboard's PromQL query sent whole to one store; metricsd/http/server.py build_app
+        # puts metricsd/http/wholehttp.py in front of the query routes of a backend that has this
+        self.whole_queries = WholeQueryPath(self.view, self.reads.latency, self.counters)
 
     async def start(self) -> None:
         """Nothing to wait for: connections open on first use and the map is read per request

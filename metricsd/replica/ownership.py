@@ -133,7 +133,7 @@ class OwnershipBackend:
 
     async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:
         """A read as columns, for the store's own PromQL engine (a whole query sent by a proxy,
-        metricsd/store/wholequery.py): without it the engine's reads took the protobuf way in process."""
+        metricsd/http/wholequery.py): without it the engine's reads took the protobuf way in process."""
         self.check_filter(request.slots, "read")
         return await read_columns(self.inner, request)
 

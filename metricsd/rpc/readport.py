@@ -54,7 +54,7 @@ class ReadPortServer:
     def __init__(self, backend: MetricsBackend, security: ServerSecurity | None = None, *, max_in_flight: int = 64,
                  hello_timeout_s: float = 10.0, query: Callable[[bytes], Awaitable[bytes]] | None = None) -> None:
         self.backend = backend
-        self.query = query  # answers a QUERY frame's body (store/wholequery.py); None: UNIMPLEMENTED
+        self.query = query  # answers a QUERY frame's body (http/wholequery.py); None: UNIMPLEMENTED
         self.security = security
         self.max_in_flight = max_in_flight
         self.hello_timeout_s = hello_timeout_s

@@ -20,10 +20,9 @@ from typing import Any
 
 import orjson
 
-from metricsd.promql.limits import QueryLimits
 from metricsd.rpc.backend import Unavailable
 
-__all__ = ["ANSWER_DATA", "ANSWER_ERROR", "NotSupported", "QueryAnswer", "QueryFrame", "RunnerSettings",
+__all__ = ["ANSWER_DATA", "ANSWER_ERROR", "LIMIT_NAMES", "NotSupported", "QueryAnswer", "QueryFrame", "RunnerSettings",
            "decode_answer", "decode_request", "encode_request", "error_answer"]
 
 ANSWER_DATA = 0  # first byte of an answer: the Prometheus JSON ``data`` member follows
@@ -34,15 +33,19 @@ class NotSupported(Unavailable):
     """The store does not know the QUERY method (an older store: ERROR 12 UNIMPLEMENTED)."""
 
 
+LIMIT_NAMES = ("max_length", "max_depth", "max_operators", "max_concurrency", "max_queued", "max_series")
+
+
 @dataclass(frozen=True)
 class RunnerSettings:
-    """The proxy's PromQL settings (metricsd/http/settings.py), which the store's runner takes."""
+    """The proxy's PromQL settings (metricsd/http/settings.py), which the store's runner takes;
+    ``limits``: metricsd/promql/limits.py QueryLimits' fields as (name, value), in LIMIT_NAMES' order."""
 
     lookback_ms: int
     max_samples: int
     pushdown: bool
     timeout_s: float
-    limits: QueryLimits
+    limits: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,10 @@ def encode_request(frame: QueryFrame) -> bytes:
 
 @functools.lru_cache(maxsize=16)
 def _settings_doc(settings: RunnerSettings) -> dict[str, Any]:
-    """asdict once per settings (a proxy has one): it copies recursively, at every query otherwise."""
-    return asdict(settings)
+    """Once per settings (a proxy has one)."""
+    doc = asdict(settings)
+    doc["limits"] = dict(settings.limits)
+    return doc
 
 
 def decode_request(body: bytes) -> QueryFrame:
@@ -121,10 +126,9 @@ def decode_request(body: bytes) -> QueryFrame:
 def _settings(key: tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]]) -> RunnerSettings:
     """The settings of a frame, checked once per distinct settings (a proxy sends the same each time)."""
     s, limits_doc = dict(key[0]), dict(key[1])
-    try:
-        limits = QueryLimits(**{k: _field(limits_doc, k, int) for k in QueryLimits.__dataclass_fields__})
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"query frame: limits: {e}") from None
+    limits = tuple((k, _field(limits_doc, k, int)) for k in LIMIT_NAMES)
+    if any(v < 0 for _, v in limits):
+        raise ValueError("query frame: limits must not be negative")
     settings = RunnerSettings(_field(s, "lookback_ms", int), _field(s, "max_samples", int),
                               _field(s, "pushdown", bool), float(_field(s, "timeout_s", (int, float))), limits)
     if settings.timeout_s <= 0 or settings.lookback_ms < 0 or settings.max_samples < 1:

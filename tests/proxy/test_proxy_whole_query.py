@@ -1,6 +1,6 @@
 """A whole PromQL query sent to one store (metricsd/proxy/wholequery.py), in one process: three
 real stores, each with its slot-ownership check, gRPC server and read port answering QUERY frames
-(metricsd/store/wholequery.py); a real ProxyBackend dialling them and its real HTTP API on
+(metricsd/http/wholequery.py); a real ProxyBackend dialling them and its real HTTP API on
 loopback. The maps the proxy and the stores hold are set apart to make a stale map."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from metricsd.cluster.mapsource import StaticMapSource
 from metricsd.cluster.shardmap import Member, ShardMap
 from metricsd.http.server import build_app, start_http, stop_http
 from metricsd.http.settings import HttpSettings
+from metricsd.http.wholequery import QueryService
 from metricsd.proxy.backend import ProxyBackend
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.backend import BadRequest
@@ -29,7 +30,6 @@ from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.servicer import MetricsServicer
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
-from metricsd.store.wholequery import QueryService
 
 T0 = 1_700_000_000_000
 TIMES = [T0 + i * 15_000 for i in range(40)]  # 10 minutes
@@ -165,7 +165,7 @@ async def test_query_errors_come_back_with_the_same_status_and_message(harness: 
         answered.append(await harness.get(path, **params))
         assert answered[-1][0] == status, (params, answered[-1])
     sent_whole = harness.counter("whole_queries") - whole0
-    harness.proxy.whole.enabled = False
+    harness.proxy.whole_queries.enabled = False
     for (path, params, status), (got_status, got) in zip(cases, answered, strict=True):
         assert await harness.get(path, **params) == (got_status, got), params
         if status != 422:

@@ -261,16 +261,19 @@ async def test_a_whole_query_frame_wants_the_read_role_and_a_failing_method_is_a
     """Method 6 (a whole PromQL query, rpc/wholequery.py) on a server that answers it: a token with
     the read role is answered, a write-only one refused as Read would be. A method that raises what
     it should not is answered INTERNAL at once, not left to the client's timeout."""
+    import dataclasses
+
+    from metricsd.http.wholequery import QueryService
     from metricsd.promql.limits import QueryLimits
     from metricsd.rpc.wholequery import QueryFrame, RunnerSettings, decode_answer, encode_request
-    from metricsd.store.wholequery import QueryService
 
     async def broken(body: bytes) -> bytes:
         raise RuntimeError("a bug")
 
     backend = LocalBackend(StoreAPI(served.store))
     frame = QueryFrame('sum(cpu{namespace="ns"})', True, 3000, 3000, 1, 5.0, 16, None,
-                       RunnerSettings(300_000, 1_000_000, True, 5.0, QueryLimits()))
+                       RunnerSettings(300_000, 1_000_000, True, 5.0,
+                                      tuple(dataclasses.asdict(QueryLimits()).items())))
     for answer in (QueryService(backend).answer, broken):
         served.server.query = answer
         client = served.client()

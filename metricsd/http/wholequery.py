@@ -1,4 +1,5 @@
-"""A store's end of the read port's QUERY frame (metricsd/rpc/wholequery.py): evaluate a whole
+"""A store's end of the read port's QUERY frame (served by metricsd/cmd/store.py; here beside the HTTP
+API because it answers as that API does) (metricsd/rpc/wholequery.py): evaluate a whole
 PromQL query over this store's data and answer the finished result.
 
 The query runs through the same QueryRunner the HTTP API uses (metricsd/promql/queries.py), with
@@ -24,7 +25,7 @@ from metricsd.columns import SeriesColumns
 from metricsd.http.jsonbody import dumps
 from metricsd.http.params import STATUS_OF
 from metricsd.promql import PromQLError, to_prometheus_json
-from metricsd.promql.limits import QueryLimitError
+from metricsd.promql.limits import QueryLimitError, QueryLimits
 from metricsd.promql.queries import QueryRunner
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
@@ -33,7 +34,7 @@ from metricsd.rpc.wholequery import ANSWER_DATA, QueryFrame, RunnerSettings, dec
 
 __all__ = ["QueryService", "SlotScoped"]
 
-log = logging.getLogger("metricsd.store.wholequery")
+log = logging.getLogger("metricsd.http.wholequery")
 
 MAX_RUNNERS = 8  # distinct proxy settings kept (one per proxy configuration; bounded against a flood)
 
@@ -97,9 +98,13 @@ class QueryService:
         if runner is None:
             if len(self._runners) >= MAX_RUNNERS:
                 self._runners.clear()
+            try:
+                limits = QueryLimits(**dict(s.limits))
+            except ValueError as e:
+                raise BadRequest(f"query frame: limits: {e}") from None
             runner = self._runners[s] = QueryRunner(self.backend, lookback_ms=s.lookback_ms,
                                                     max_samples=s.max_samples, allow_pushdown=s.pushdown,
-                                                    limits=s.limits, timeout_s=s.timeout_s)
+                                                    limits=limits, timeout_s=s.timeout_s)
         return runner
 
     async def answer(self, body: bytes) -> bytes:

@@ -1,4 +1,4 @@
-"""The proxy's HTTP end of a whole query (wholequery.py): an aiohttp middleware in front of
+"""The proxy's HTTP end of a whole query (metricsd/proxy/wholequery.py): an aiohttp middleware in front of
 ``/api/v1/query`` and ``/api/v1/query_range`` that, for a read of consistency one, sends the
 query to one store and answers its result's bytes; otherwise, and whenever the whole path falls
 back, the Prometheus API's handler (metricsd/http/promapi.py) answers as before.
@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from aiohttp import web
 
+from metricsd.clock import Clock
 from metricsd.http.params import ApiError, Params, bad, read_params
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
-from metricsd.proxy.wholequery import WholeQueryPath
 from metricsd.rpc import consistency
 from metricsd.rpc.consistency import Consistency
-from metricsd.rpc.wholequery import RunnerSettings
+from metricsd.rpc.wholequery import LIMIT_NAMES, QueryAnswer, RunnerSettings
 
 __all__ = ["whole_query_middleware"]
 
@@ -30,10 +31,19 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _PATHS = {"/api/v1/query": True, "/api/v1/query_range": False}  # path -> instant
 
 
-def whole_query_middleware(path: WholeQueryPath, settings: HttpSettings, metrics: SelfMetrics
+class WholeQueries(Protocol):
+    """What a proxy offers (metricsd/proxy/wholequery.py WholeQueryPath): the store's answer, or
+    None to evaluate the query here."""
+
+    async def run(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
+                  settings: RunnerSettings) -> QueryAnswer | None: ...
+
+
+def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock
                            ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    limits = tuple((name, int(getattr(settings.query_limits, name))) for name in LIMIT_NAMES)
     runner = RunnerSettings(settings.lookback_ms, settings.max_samples, settings.pushdown,
-                            settings.request_timeout_s, settings.query_limits)
+                            settings.request_timeout_s, limits)
 
     def timeout_s(params: Params) -> float:  # as PromAPI._timeout_s
         limit = settings.request_timeout_s
@@ -51,7 +61,7 @@ def whole_query_middleware(path: WholeQueryPath, settings: HttpSettings, metrics
         params = await read_params(request)  # cached by aiohttp: the handler may read them again
         expr = params.require("query")
         if instant:
-            start = end = params.time_ms("time", path.view.clock.now_ms())
+            start = end = params.time_ms("time", clock.now_ms())
             step = 1
         else:
             has_start, has_end = bool(params.get("start")), bool(params.get("end"))
@@ -62,7 +72,7 @@ def whole_query_middleware(path: WholeQueryPath, settings: HttpSettings, metrics
             if not has_end:
                 raise bad("end", "parameter is missing")
             step = params.duration_ms("step")
-        started = path.view.clock.monotonic()
+        started = clock.monotonic()
         timeout = timeout_s(params)
         try:
             async with asyncio.timeout(timeout + 1.0):
@@ -76,7 +86,7 @@ def whole_query_middleware(path: WholeQueryPath, settings: HttpSettings, metrics
             if answer.limit:
                 metrics.queries_refused.labels(limit=answer.limit).inc()
             raise ApiError(answer.error_type, answer.message, answer.status)
-        metrics.query_duration.labels(path="whole").observe(path.view.clock.monotonic() - started)
+        metrics.query_duration.labels(path="whole").observe(clock.monotonic() - started)
         return web.Response(body=b'{"status":"success","data":' + answer.data + b"}", content_type="application/json",
                             charset="utf-8")
 
