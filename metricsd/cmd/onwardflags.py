@@ -8,13 +8,16 @@ import logging
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import Clock
 from metricsd.onward.buffer import BufferSettings
 from metricsd.onward.target import TargetConfig, TargetError, parse_targets
-from metricsd.onward.tee import Onward
+
+if TYPE_CHECKING:  # the sender imports pyarrow (~90 MiB resident): only a process that sends onward loads it
+    from metricsd.onward.tee import Onward
 
 __all__ = ["FileClock", "add_onward_arguments", "onward_argv", "parquet_clock", "parquet_location", "start_onward",
            "targets_from_args"]
@@ -110,6 +113,8 @@ def start_onward(args: argparse.Namespace, data_dir: Path | None, registry: Coll
         directory = Path(tmp.name)
         log.warning("no --remote-write-buffer-dir or --data-dir: the onward buffer is in %s and a restart loses "
                     "what was not sent", directory)
+    from metricsd.onward.tee import Onward  # pyarrow only when sending onward
+
     bound = args.remote_write_buffer_bytes
     settings = BufferSettings(max_bytes=bound, segment_bytes=max(4096, min(64 << 20, bound // 4)))
     onward = Onward(directory, targets, registry, clock, settings=settings)

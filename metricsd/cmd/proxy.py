@@ -14,6 +14,7 @@ import logging
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -38,11 +39,12 @@ from metricsd.cmd.security import (
     require_secure_or_loopback,
     server_from_args,
 )
-from metricsd.onward.hourly import ElectedParquet, HourlyParquet
-from metricsd.onward.tee import OnwardBackend
 from metricsd.proxy.coalesce import CoalesceSettings
 from metricsd.proxy.settings import ProxySettings
 from metricsd.rpc.backend import MetricsBackend
+
+if TYPE_CHECKING:
+    from metricsd.onward.hourly import ElectedParquet
 
 __all__ = ["add_arguments", "add_parser", "run", "serve"]
 
@@ -119,6 +121,8 @@ async def serve(args: argparse.Namespace) -> None:
     onward, onward_tmp = start_onward(args, args.data_dir, registry, clock)
     backend: MetricsBackend = proxy
     if onward is not None:  # every write passes through one proxy: each sample goes onward once
+        from metricsd.onward.tee import OnwardBackend  # pyarrow (~90 MiB resident) only when sending onward
+
         backend = OnwardBackend(proxy, onward)
         onward.start()
     parquet = asyncio.create_task(_parquet_writer(args, proxy, kv, clock).run()) if args.parquet_dir else None
@@ -147,6 +151,8 @@ def _parquet_writer(args: argparse.Namespace, proxy: MetricsBackend, kv: EtcdKV,
     """The hourly Parquet writer, run while this proxy leads the election of its cluster's
     ``parquet-writer`` key: the proxies given the same --parquet-dir write each hour once, and
     another takes over when the writer dies (onward/hourly.py ElectedParquet)."""
+    from metricsd.onward.hourly import ElectedParquet, HourlyParquet  # pyarrow only when writing Parquet
+
     writer_id = f"{socket.gethostname()}:{args.grpc_port}"
     writer = HourlyParquet(proxy, args.parquet_dir, parquet_clock(args, clock), check_s=args.parquet_check,
                            writer_id=writer_id)

@@ -28,8 +28,6 @@ from metricsd.cmd.store import add_limit_arguments, store_settings
 from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
 from metricsd.http.server import serve_http, stop_http
 from metricsd.http.settings import HttpSettings
-from metricsd.onward.hourly import HourlyParquet
-from metricsd.onward.tee import OnwardBackend
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.client import MetricsClient
@@ -136,6 +134,8 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     onward, onward_tmp = (start_onward(opts.onward_args, opts.data_dir, registry, clock)
                           if opts.onward_args is not None else (None, None))
     if onward is not None:  # every acknowledged write, whoever sent it, goes onward once
+        from metricsd.onward.tee import OnwardBackend  # pyarrow (~90 MiB resident) only when sending onward
+
         backend = OnwardBackend(backend, onward, max_future_ms=store.settings.max_future_ms)
         onward.start()
     server, port = await start_grpc_server(StoreNodeServicer(backend, api), opts.host, opts.grpc_port, opts.security)
@@ -169,6 +169,8 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     if parquet:  # after the simulated backfill: an hour written before it would be written empty, for good
         # Reads need no tee: the store's own backend, whose columnar read (StoreAPI.read_columns) hands
         # its arrays over with no message at all.
+        from metricsd.onward.hourly import HourlyParquet  # pyarrow only when writing Parquet
+
         writer = HourlyParquet(LocalBackend(api), parquet, clock,
                                check_s=getattr(opts.onward_args, "parquet_check", 60.0))
         tasks.append(asyncio.create_task(writer.run()))
