@@ -1,7 +1,7 @@
 """A whole PromQL query sent to one store, on real processes: 3 stores (RF 3), a config server and a
 proxy (W 2, R 2) on a real etcd, with mutual TLS and tokens as ``metricsd cluster up`` runs them
-(the fixture of test_cluster_read_consistency.py). Every store holds every slot, so each dashboard
-query goes whole to one store; ``consistency=quorum`` keeps the proxy's own path."""
+(the fixture of test_cluster_read_consistency.py), the proxy with ``--whole-queries``. Every store
+holds every slot, so each dashboard query goes whole to one store; ``consistency=quorum`` keeps the proxy's own path."""
 
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ def _alike(a: Any, b: Any) -> bool:
     return True
 
 
+@pytest.mark.parametrize("cluster", [["--whole-queries"]], indirect=True)
 async def test_whole_queries_answer_as_the_quorum_path_and_quorum_reads_never_take_them(
         cluster: Cluster) -> None:  # noqa: F811  (the imported fixture)
     await _write(cluster)
@@ -82,6 +83,7 @@ async def test_whole_queries_answer_as_the_quorum_path_and_quorum_reads_never_ta
         assert s1 == s2 == status and one == quorum and one["status"] == "error", (one, quorum)
 
 
+@pytest.mark.parametrize("cluster", [["--whole-queries"]], indirect=True)
 async def test_a_frozen_then_killed_store_is_hedged_and_failed_over(cluster: Cluster) -> None:  # noqa: F811
     await _write(cluster)
     _, want, _ = await _get(cluster, "/api/v1/query", query=QUERIES[1], time=AT, consistency="quorum")
