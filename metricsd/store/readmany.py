@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 __all__ = ["decode_joined", "ring_part", "series_samples_many"]
 
 MANY_CHUNKS = 32  # from this many chunks on, decode_many; below, decode_chunks' walk
+# Entering open chunks mid-way (Chunks.open_tails) costs ~1.8 ms a read whatever its size, and
+# saves ~3/4 of each row's decode: below ~64 rows it loses (a 1 h read of one row, in process:
+# 2.1 ms against 0.19 whole; 64 rows 2.8 against 3.2 ms; 256 rows 6.8 against 22 ms).
+TAIL_MIN_ROWS = 64
 BATCH_SERIES = 4096  # series decoded together: bounds the temporary arrays (a day of 4,096 series: ~0.6 GB)
 
 
@@ -87,6 +91,8 @@ def _chunk_samples(store: Store, rows: np.ndarray, need: np.ndarray, start_ms: i
     """The chunk samples in range of ``rows[need]``: (per row of ``rows``, timestamps, values).
     A row whose range starts inside its open chunk is read from a block near the start
     (Chunks.open_tails), not from the chunk's first block."""
+    if len(need) < TAIL_MIN_ROWS:
+        return _whole_chunks(store, rows, need, start_ms, end_ms)
     chunks = store.chunks
     tailed, tail_counts, tail_t, tail_v = chunks.open_tails(rows[need], start_ms)
     if bool(tailed.any()):
