@@ -199,6 +199,7 @@ class Chaos:
             quorum_up = self.stores_down <= self.plan.rf - self.plan.r
             order = self.proxies()
             rng.shuffle(order)
+            read_started = time.time()
             resp = await self.read_pod(pod, self.first_ts - 60_000, int(time.time() * 1000) + 60_000, order)
             self.report.reads += 1
             if resp is None:
@@ -207,10 +208,30 @@ class Chaos:
                 continue
             have = {s.id: set(s.timestamps) for s in resp.series}
             for m in range(self.workload.metrics):
-                if not set(known) <= have.get(series_id(self.workload.labels(pod, m)), set()):
+                sid = series_id(self.workload.labels(pod, m))
+                missing = sorted(set(known) - have.get(sid, set()))
+                if missing:
                     self.report.reads_missing_acked += 1
-                    log.warning("read of pod-%d misses acknowledged samples", pod)
+                    await self.explain_miss(pod, sid, missing, read_started)
                     break
+
+    async def explain_miss(self, pod: int, sid: int, missing: list[int], read_started: float) -> None:
+        """Log what each store holds of the samples a quorum read left out, so that a miss can be
+        traced to the replicas that answered (the read itself does not say which they were)."""
+        req = pb.ReadRequest(matchers=[pb.Matcher(type=pb.Matcher.EQ, name="namespace", value="chaos"),
+                                       pb.Matcher(type=pb.Matcher.EQ, name="pod", value=f"pod-{pod}")],
+                             start_ms=missing[0], end_ms=missing[-1])
+        held = []
+        for i in range(1, self.opts.stores + 1):
+            name = f"store-{i}"
+            try:
+                got = await self.stub(self.store_address(name)).Read(req, timeout=5.0)
+                ts = {t for s in got.series if s.id == sid for t in s.timestamps}
+                held.append(f"{name} has {sum(t in ts for t in missing)}/{len(missing)}")
+            except grpc.aio.AioRpcError as e:
+                held.append(f"{name} {e.code().name}")
+        log.warning("read of pod-%d (started %.3f) misses %d acknowledged samples of series %d (%s .. %s); "
+                    "now: %s", pod, read_started, len(missing), sid, missing[0], missing[-1], ", ".join(held))
 
     # --- faults ----------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from metricsd.http.wholequery import QueryService
 from metricsd.memory import total_memory_bytes
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
+from metricsd.replica.readiness import SlotReadiness
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.health import start_cluster_grpc
@@ -178,10 +179,11 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
         if lost:
             api.status = pb.HealthResponse.CATCHING_UP
         member = ClusterMember(kv, layout_from_args(args), record, ttl=args.lease_ttl)
+        readiness = SlotReadiness(member_id)  # slots gained by a map change: reads refused until caught up
         backend = OwnershipBackend(backend, member_id, member.maps, store_write_slots(store),
-                                   on_refused=_refresher(member))
-        background.append(asyncio.create_task(_replicate(store, durability, api, member, args, peers, lost),
-                                              name="replication"))
+                                   on_refused=_refresher(member), readiness=readiness)
+        background.append(asyncio.create_task(_replicate(store, durability, api, member, args, peers, lost,
+                                                         readiness), name="replication"))
     read_port: ReadPortServer | None = None
     if args.read_port >= 0:
         read_port = ReadPortServer(backend, security, query=QueryService(backend).answer)
@@ -228,14 +230,15 @@ async def _stop_task(tasks: list[asyncio.Task[Any]], name: str) -> None:
 
 
 async def _replicate(store: Store, durability: Any, api: StoreAPI, member: ClusterMember,
-                     args: argparse.Namespace, peers: ClientSecurity, behind: bool = False) -> None:
+                     args: argparse.Namespace, peers: ClientSecurity, behind: bool = False,
+                     readiness: SlotReadiness | None = None) -> None:
     from metricsd.clock import SystemClock
     from metricsd.replica.catchup_client import local_apply
     from metricsd.replica.replication import ReplicaSync, SyncSettings
 
     sync = ReplicaSync(store, local_apply(store, durability), api, member.id, member.maps, SystemClock(),
                        SyncSettings(interval_s=args.sync_interval), publish=member.set_state,
-                       security=peers, behind=behind)
+                       security=peers, behind=behind, readiness=readiness)
     try:
         await sync.run()
     finally:

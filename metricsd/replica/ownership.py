@@ -9,6 +9,10 @@ reader asks. Until the first map arrives, every data request is refused as Unava
 map yet"). Requests without a slot filter (an operator reading one store directly) are served
 from whatever the store holds. Health and Stats are always answered; Health says NOT_SERVING
 while there is no map.
+
+Reads (not writes) of a slot that a map change has just given this member are refused the same
+way until its catch-up is done (:mod:`metricsd.replica.readiness`): until then the member holds
+nothing of the slot, and a quorum read counting it could miss an acknowledged sample.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from metricsd.cluster.shardmap import ShardMap
 from metricsd.columns import SeriesColumns
 from metricsd.maths.slots import slot_of_labels
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.replica.readiness import SlotReadiness
 from metricsd.rpc.backend import MetricsBackend, NotOwner, Unavailable
 from metricsd.rpc.columnar import list_columns, read_columns
 from metricsd.rpc.wire import labels_from_pb
@@ -62,8 +67,9 @@ class OwnershipBackend:
     """:class:`MetricsBackend` that serves ``inner`` only for the slots ``member_id`` holds in ``maps``."""
 
     def __init__(self, inner: MetricsBackend, member_id: str, maps: MapSource, write_slots: WriteSlots,
-                 on_refused: Callable[[], None] | None = None) -> None:
+                 on_refused: Callable[[], None] | None = None, readiness: SlotReadiness | None = None) -> None:
         self.inner = inner
+        self.readiness = readiness or SlotReadiness(member_id)
         self.member_id = member_id
         self.maps = maps
         self.write_slots = write_slots
@@ -79,6 +85,7 @@ class OwnershipBackend:
         if current is None:
             raise Unavailable(f"member {self.member_id}: no shard map yet")
         if current is not self._held_map:
+            self.readiness.observe(current)
             held = np.zeros(current.num_slots, dtype=bool)
             held[current.slots_of(self.member_id)] = True
             self._held_map, self._held, self._holds_all = current, held, bool(held.all())
@@ -95,7 +102,8 @@ class OwnershipBackend:
                         f"{shard_map.version} (it holds {held} of {shard_map.num_slots}); {what} refused")
 
     def check_filter(self, f: pb.SlotFilter, what: str) -> None:
-        """Raise NotOwner unless every slot of the filter is held (an empty filter passes)."""
+        """Raise NotOwner unless every slot of the filter is held and, for a read, not still being
+        caught up after a map gave it (an empty filter passes: an operator reading one store)."""
         shard_map, held = self._map()
         if f.slot_count == 0:
             return
@@ -108,6 +116,14 @@ class OwnershipBackend:
         missing = slots[~held[slots]]
         if len(missing):
             raise self._refuse(shard_map, what, missing.tolist())
+        gaining = self.readiness.refused(slots)
+        if len(gaining):
+            self.refused += 1
+            bad = sorted(set(gaining.tolist()))
+            since = min(self.readiness.since.get(s, shard_map.version) for s in bad)
+            raise NotOwner(f"member {self.member_id} is still catching up {'slot' if len(bad) == 1 else 'slots'} "
+                           f"{describe_slots(bad)}, given to it in shard map version {since}; {what} refused until "
+                           "it is level (writes are taken)")
 
     def check_write(self, request: pb.WriteRequest) -> None:
         shard_map, held = self._map()

@@ -12,7 +12,9 @@
    may hold the only copy of some (it acknowledged them with a replica that was wiped since).
    While any catch-up runs the store answers Health with CATCHING_UP; once a slot's digests show
    that it lacks data its member record says ``joining`` too, so proxies leave it out of read
-   quorums (it still takes writes); when all are done it says SERVING / ``active`` again. A store
+   quorums (it still takes writes), and the slots a later map gave it are refused to reads by the
+   store itself from the moment it sees that map (readiness.py), without waiting for the record to
+   go round through etcd; when all are done it says SERVING / ``active`` again. A store
    that finds nothing to copy (a new cluster, a quick restart that missed nothing) never leaves
    ``active``, so the map does not change for it.
 2. **Anti-entropy.** Every ``interval_s`` it compares a few slots (``slots_per_round``, round
@@ -44,6 +46,7 @@ from metricsd.defaults import ANTI_ENTROPY_INTERVAL_S
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
 from metricsd.replica.catchup_client import Apply, CatchUpError, CatchUpStats, sync_slots
+from metricsd.replica.readiness import SlotReadiness
 from metricsd.rpc.channel import open_channel
 from metricsd.security.settings import ClientSecurity
 from metricsd.store.api import StoreAPI
@@ -110,7 +113,8 @@ class ReplicaSync:
 
     def __init__(self, store: Store, apply: Apply, api: StoreAPI, member_id: str, maps: MapSource, clock: Clock,
                  settings: SyncSettings | None = None, *, publish: Publish | None = None,
-                 security: ClientSecurity | None = None, behind: bool = False) -> None:
+                 security: ClientSecurity | None = None, behind: bool = False,
+                 readiness: SlotReadiness | None = None) -> None:
         self.store = store
         self.apply = apply
         self.api = api
@@ -123,6 +127,9 @@ class ReplicaSync:
         self.counters = SyncCounters()
         self._held: set[int] = set()
         self._pending: set[int] = set()
+        # Slots a map change gave this member, whose reads the ownership check refuses until
+        # their catch-up below is done (readiness.py); shared with the OwnershipBackend.
+        self.readiness = readiness or SlotReadiness(member_id)
         # What the store registered as (metricsd/cmd/store.py): joining when its restart lost data
         # (``behind``), so no proxy reads from it until a catch-up has copied what it lacks.
         self._published = MemberState.JOINING if behind else MemberState.ACTIVE
@@ -157,6 +164,7 @@ class ReplicaSync:
         """Catch up, then keep level; until cancelled."""
         self.api.status = pb.HealthResponse.CATCHING_UP
         shard_map = await self._first_map()
+        self.readiness.observe(shard_map)
         self._held = set(shard_map.slots_of(self.member_id))
         await self.catch_up(self._held)
         seen = shard_map
@@ -165,8 +173,11 @@ class ReplicaSync:
             await asyncio.sleep(0.5)
             current = self.maps.current()
             if current is not None:
+                self.readiness.observe(current)
                 held = set(current.slots_of(self.member_id))
-                gained = held - self._held
+                # Slots the ownership check refuses are caught up even when this loop did not see
+                # them go and come back between two of its looks (never refused for good).
+                gained = (held - self._held) | (self.readiness.gaining() & held)
                 self._held = held
                 if gained:
                     log.info("member %s gained slots %s: catching up", self.member_id, describe_slots(gained))
@@ -225,6 +236,7 @@ class ReplicaSync:
         log.info("member %s level with its peers after %.2f s: %d slots compared, %d differed, %d samples copied "
                  "(%d pages, %d resumes)", self.member_id, took, total.slots_compared, total.slots_differing,
                  total.samples_written, total.pages, total.resumes)
+        self.readiness.level(slots)
         await self._set_state(MemberEvent.LEVEL)
         return total
 

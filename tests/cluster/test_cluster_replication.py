@@ -26,9 +26,13 @@ from metricsd.proxy.fanout import plan_reads
 from metricsd.proxy.quorum import QuorumSettings
 from metricsd.replica.catchup_client import local_apply
 from metricsd.replica.digest import store_digest
+from metricsd.replica.ownership import OwnershipBackend, store_write_slots
+from metricsd.replica.readiness import SlotReadiness
 from metricsd.replica.replication import ReplicaSync, SyncSettings
 from metricsd.replica.servicer import StoreNodeServicer
+from metricsd.rpc.backend import NotOwner
 from metricsd.rpc.server import start_grpc_server
+from metricsd.rpc.wire import labels_to_pb
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
@@ -205,6 +209,59 @@ async def test_a_catch_up_takes_the_union_of_the_replicas_and_of_a_moved_slots_f
             while sync.counters.catch_ups < 2:
                 await asyncio.sleep(0.02)
         assert digest(c.store, [0]).slots[0].samples == 2  # s1's sample, and s0's from the former owner
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sync.close()
+
+
+async def test_a_slot_given_by_a_new_map_is_refused_to_reads_until_caught_up_but_takes_writes(
+        nodes: list[Node]) -> None:
+    """A member that leaves has its replicas handed to others at once; the new replica holds nothing
+    of the slot until its catch-up is done. Counted in a quorum read meanwhile, it and a replica
+    whose hinted hand-off has not arrived can both lack an acknowledged sample (chaos run of
+    2026-11-27: a read of pod-54 missed 6 samples that only store-2 held). So it refuses the read
+    (NotOwner: the proxy asks another replica without marking it down) from the moment it sees
+    the map, and serves it once level."""
+    a, _, c = nodes
+    members = {n.name: n.member() for n in nodes}
+    pods = [i for i in range(2000) if _slot(labels(i)) == 0][:3]
+    for i in pods:
+        write(a.store, range(i, i + 1), [T0 + 1000, T0 + 2000])
+    slots = tuple(("s0", "s1") if s == 0 else ("s0", "s1", "s2") for s in range(SLOTS))
+    source = StaticMapSource(ShardMap(1, 3, slots, members))
+    readiness = SlotReadiness("s2")
+    owner = OwnershipBackend(LocalBackend(c.api), "s2", source, store_write_slots(c.store), readiness=readiness)
+    settings = SyncSettings(interval_s=3600, window_ms=3_600_000, retry_s=0.05)
+    sync = ReplicaSync(c.store, local_apply(c.store), c.api, "s2", source, SystemClock(), settings,
+                       readiness=readiness)
+    read = pb.ReadRequest(matchers=[pb.Matcher(type=pb.Matcher.EQ, name="namespace", value="ns"),
+                                    pb.Matcher(type=pb.Matcher.EQ, name="pod", value=f"p{pods[0]}")],
+                          start_ms=T0, end_ms=T0 + 10_000, slots=pb.SlotFilter(slot_count=SLOTS, slots=[0]))
+    task = asyncio.ensure_future(sync.run())
+    try:
+        async with asyncio.timeout(20):
+            while sync.counters.catch_ups < 1:
+                await asyncio.sleep(0.02)
+        other = pb.ReadRequest(start_ms=T0, end_ms=T0 + 10_000, slots=pb.SlotFilter(slot_count=SLOTS, slots=[1]))
+        await owner.read(other)  # slots of the first map are served
+        source.set(ShardMap(2, 3, (("s1", "s2"), *slots[1:]), members))  # slot 0: -s0 +s2
+        with pytest.raises(NotOwner, match=r"member s2 is still catching up slot 0, given to it in shard map "
+                                           r"version 2; read refused until it is level \(writes are taken\)"):
+            await owner.read(read)
+        with pytest.raises(NotOwner, match="catching up"):
+            await owner.aggregate(pb.AggregateRequest(slots=pb.SlotFilter(slot_count=SLOTS, slots=[0, 1])))
+        labs = labels(pods[1])
+        resp = await owner.write(pb.WriteRequest(ids=[series_id(labs)], counts=[1], timestamps=[T0 + 3000],
+                                                 values=[1.0], series=[pb.SeriesLabels(id=series_id(labs),
+                                                                                       labels=labels_to_pb(labs))]))
+        assert resp.samples_written == 1
+        async with asyncio.timeout(20):
+            while sync.counters.catch_ups < 2:
+                await asyncio.sleep(0.02)
+        got = await owner.read(read)
+        assert [list(s.timestamps) for s in got.series] == [[T0 + 1000, T0 + 2000]]  # copied from s0
+        assert not readiness.any
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
