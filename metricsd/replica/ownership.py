@@ -10,9 +10,10 @@ map yet"). Requests without a slot filter (an operator reading one store directl
 from whatever the store holds. Health and Stats are always answered; Health says NOT_SERVING
 while there is no map.
 
-Reads (not writes) of a slot that a map change has just given this member are refused the same
-way until its catch-up is done (:mod:`metricsd.replica.readiness`): until then the member holds
-nothing of the slot, and a quorum read counting it could miss an acknowledged sample.
+Reads (not writes) of a slot that a map change has just given this member wait for its catch-up
+(up to ``catch_up_wait_s``) and are refused the same way if it is not done by then
+(:mod:`metricsd.replica.readiness`): until then the member holds nothing of the slot, and a quorum
+read counting it could miss an acknowledged sample.
 """
 
 from __future__ import annotations
@@ -33,7 +34,19 @@ from metricsd.rpc.columnar import list_columns, read_columns
 from metricsd.rpc.wire import labels_from_pb
 from metricsd.store.engine import Store
 
-__all__ = ["OwnershipBackend", "WriteSlots", "store_write_slots"]
+__all__ = ["CATCH_UP_WAIT_S", "CatchingUp", "OwnershipBackend", "WriteSlots", "store_write_slots"]
+
+# How long a read of a slot still being caught up waits before it is refused: below the proxy's
+# call timeout (ProxySettings.call_timeout_s, 5 s), so the proxy still has time to ask another.
+CATCH_UP_WAIT_S = 3.0
+
+
+class CatchingUp(NotOwner):
+    """A read of slots this member was given by a map change and has not caught up yet."""
+
+    def __init__(self, message: str, slots: np.ndarray) -> None:
+        super().__init__(message)
+        self.slots = slots
 
 WriteSlots = Callable[[pb.WriteRequest, int], np.ndarray]
 """(request, slot_count) -> the slot of each series of the request, -1 where it cannot be known."""
@@ -67,8 +80,10 @@ class OwnershipBackend:
     """:class:`MetricsBackend` that serves ``inner`` only for the slots ``member_id`` holds in ``maps``."""
 
     def __init__(self, inner: MetricsBackend, member_id: str, maps: MapSource, write_slots: WriteSlots,
-                 on_refused: Callable[[], None] | None = None, readiness: SlotReadiness | None = None) -> None:
+                 on_refused: Callable[[], None] | None = None, readiness: SlotReadiness | None = None,
+                 catch_up_wait_s: float = CATCH_UP_WAIT_S) -> None:
         self.inner = inner
+        self.catch_up_wait_s = catch_up_wait_s
         self.readiness = readiness or SlotReadiness(member_id)
         self.member_id = member_id
         self.maps = maps
@@ -118,12 +133,21 @@ class OwnershipBackend:
             raise self._refuse(shard_map, what, missing.tolist())
         gaining = self.readiness.refused(slots)
         if len(gaining):
-            self.refused += 1
             bad = sorted(set(gaining.tolist()))
             since = min(self.readiness.since.get(s, shard_map.version) for s in bad)
-            raise NotOwner(f"member {self.member_id} is still catching up {'slot' if len(bad) == 1 else 'slots'} "
-                           f"{describe_slots(bad)}, given to it in shard map version {since}; {what} refused until "
-                           "it is level (writes are taken)")
+            raise CatchingUp(f"member {self.member_id} is still catching up {'slot' if len(bad) == 1 else 'slots'} "
+                             f"{describe_slots(bad)}, given to it in shard map version {since}; {what} refused "
+                             "until it is level (writes are taken)", gaining)
+
+    async def check_read(self, f: pb.SlotFilter, what: str) -> None:
+        """check_filter, waiting up to ``catch_up_wait_s`` for slots still being caught up."""
+        try:
+            self.check_filter(f, what)
+        except CatchingUp as e:
+            if not await self.readiness.wait(e.slots, self.catch_up_wait_s):
+                self.refused += 1
+                raise
+            self.check_filter(f, what)
 
     def check_write(self, request: pb.WriteRequest) -> None:
         shard_map, held = self._map()
@@ -140,33 +164,33 @@ class OwnershipBackend:
         return await self.inner.write(request)
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
-        self.check_filter(request.slots, "read")
+        await self.check_read(request.slots, "read")
         return await self.inner.read(request)
 
     async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
-        self.check_filter(request.slots, "aggregate")
+        await self.check_read(request.slots, "aggregate")
         return await self.inner.aggregate(request)
 
     async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:
         """A read as columns, for the store's own PromQL engine (a whole query sent by a proxy,
         metricsd/http/wholequery.py): without it the engine's reads took the protobuf way in process."""
-        self.check_filter(request.slots, "read")
+        await self.check_read(request.slots, "read")
         return await read_columns(self.inner, request)
 
     async def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
-        self.check_filter(request.slots, "list series")
+        await self.check_read(request.slots, "list series")
         return await list_columns(self.inner, request)
 
     async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
-        self.check_filter(request.slots, "rollups")
+        await self.check_read(request.slots, "rollups")
         return await self.inner.rollups(request)
 
     async def list_series(self, request: pb.ListSeriesRequest) -> pb.ListSeriesResponse:
-        self.check_filter(request.slots, "list series")
+        await self.check_read(request.slots, "list series")
         return await self.inner.list_series(request)
 
     async def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
-        self.check_filter(request.slots, "label values")
+        await self.check_read(request.slots, "label values")
         return await self.inner.label_values(request)
 
     async def health(self) -> pb.HealthResponse:

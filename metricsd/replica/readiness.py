@@ -17,13 +17,19 @@ proxy asks another replica of the slot (a refusal never marks the store down, so
 writes). The slots of the first map a store sees are not refused: a starting store registers
 ``joining`` when its restart lost data, and a new cluster has nothing to copy.
 
-Pure bookkeeping: the ownership check and the replication loop both call :meth:`observe` with the
-map they see (so a change is noticed by whichever sees it first), the loop catches up
-:meth:`gaining` and calls :meth:`level` when done. Not thread-safe (one event loop).
+A read that meets such a slot first waits for its catch-up, up to a bound below the proxy's call
+timeout (:meth:`wait`): catch-ups take 1-8 s, and when a member's lease runs out and it comes back,
+two maps a few seconds apart can give two of a slot's three replicas to new members, so refusing at
+once would fail quorum reads (``metricsd chaos`` saw that too) where waiting answers them whole.
+
+Bookkeeping: the ownership check and the replication loop both call :meth:`observe` with the map
+they see (so a change is noticed by whichever sees it first), the loop catches up :meth:`gaining`
+and calls :meth:`level` when done. Not thread-safe (one event loop).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 import numpy as np
@@ -41,6 +47,7 @@ class SlotReadiness:
         self._gaining = np.zeros(0, dtype=bool)
         self.since: dict[int, int] = {}  # slot -> the map version that gave it (for messages)
         self.any = False  # some slot is refused: the read check's fast path
+        self._changed: asyncio.Event | None = None  # set (and dropped) when slots stop being refused
 
     def observe(self, shard_map: ShardMap) -> None:
         """Note the slots ``shard_map`` gives this member that the map seen before did not."""
@@ -59,6 +66,7 @@ class SlotReadiness:
         self._seen, self._held, self._gaining = shard_map, held, gaining
         self.since = {s: v for s, v in self.since.items() if gaining[s]}
         self.any = bool(gaining.any())
+        self._wake()
 
     def gaining(self) -> set[int]:
         """Slots gained and not yet level."""
@@ -68,7 +76,29 @@ class SlotReadiness:
         """Those of ``slots`` (in range) whose reads are refused."""
         if not self.any or not len(slots):
             return slots[:0]
+        slots = slots[slots < len(self._gaining)]  # a map with fewer slots came meanwhile
         return slots[self._gaining[slots]]
+
+    async def wait(self, slots: np.ndarray, timeout_s: float) -> bool:
+        """Wait until none of ``slots`` is refused any more; False if ``timeout_s`` runs out first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while len(self.refused(slots)):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def level(self, slots: Iterable[int]) -> None:
         """The catch-up of ``slots`` is done: serve their reads."""
@@ -77,3 +107,4 @@ class SlotReadiness:
                 self._gaining[s] = False
                 self.since.pop(s, None)
         self.any = bool(self._gaining.any())
+        self._wake()

@@ -222,7 +222,8 @@ async def test_a_slot_given_by_a_new_map_is_refused_to_reads_until_caught_up_but
     whose hinted hand-off has not arrived can both lack an acknowledged sample (chaos run of
     2026-11-27: a read of pod-54 missed 6 samples that only store-2 held). So it refuses the read
     (NotOwner: the proxy asks another replica without marking it down) from the moment it sees
-    the map, and serves it once level."""
+    the map, unless its catch-up ends within ``catch_up_wait_s``: then the read waits for it and is
+    answered whole."""
     a, _, c = nodes
     members = {n.name: n.member() for n in nodes}
     pods = [i for i in range(2000) if _slot(labels(i)) == 0][:3]
@@ -232,6 +233,8 @@ async def test_a_slot_given_by_a_new_map_is_refused_to_reads_until_caught_up_but
     source = StaticMapSource(ShardMap(1, 3, slots, members))
     readiness = SlotReadiness("s2")
     owner = OwnershipBackend(LocalBackend(c.api), "s2", source, store_write_slots(c.store), readiness=readiness)
+    impatient = OwnershipBackend(LocalBackend(c.api), "s2", source, store_write_slots(c.store), readiness=readiness,
+                                 catch_up_wait_s=0.0)
     settings = SyncSettings(interval_s=3600, window_ms=3_600_000, retry_s=0.05)
     sync = ReplicaSync(c.store, local_apply(c.store), c.api, "s2", source, SystemClock(), settings,
                        readiness=readiness)
@@ -248,20 +251,17 @@ async def test_a_slot_given_by_a_new_map_is_refused_to_reads_until_caught_up_but
         source.set(ShardMap(2, 3, (("s1", "s2"), *slots[1:]), members))  # slot 0: -s0 +s2
         with pytest.raises(NotOwner, match=r"member s2 is still catching up slot 0, given to it in shard map "
                                            r"version 2; read refused until it is level \(writes are taken\)"):
-            await owner.read(read)
+            await impatient.read(read)
         with pytest.raises(NotOwner, match="catching up"):
-            await owner.aggregate(pb.AggregateRequest(slots=pb.SlotFilter(slot_count=SLOTS, slots=[0, 1])))
+            await impatient.aggregate(pb.AggregateRequest(slots=pb.SlotFilter(slot_count=SLOTS, slots=[0, 1])))
         labs = labels(pods[1])
         resp = await owner.write(pb.WriteRequest(ids=[series_id(labs)], counts=[1], timestamps=[T0 + 3000],
                                                  values=[1.0], series=[pb.SeriesLabels(id=series_id(labs),
                                                                                        labels=labels_to_pb(labs))]))
-        assert resp.samples_written == 1
-        async with asyncio.timeout(20):
-            while sync.counters.catch_ups < 2:
-                await asyncio.sleep(0.02)
-        got = await owner.read(read)
+        assert resp.samples_written == 1 and sync.counters.catch_ups == 1
+        got = await owner.read(read)  # waits for the catch-up (the next loop turn, within 0.5 s)
         assert [list(s.timestamps) for s in got.series] == [[T0 + 1000, T0 + 2000]]  # copied from s0
-        assert not readiness.any
+        assert not readiness.any and sync.counters.catch_ups == 2
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

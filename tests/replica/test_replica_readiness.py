@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -63,3 +65,18 @@ def test_refused_is_exactly_held_and_gained_since_the_first_map_and_not_level_si
         r.level(levels[v - 1])
         want -= levels[v - 1]
         assert set(refused(r, 6)) == want == r.gaining() and r.any == bool(want)
+
+
+async def test_wait_returns_when_the_slots_are_level_or_false_at_its_bound() -> None:
+    r = SlotReadiness("c")
+    r.observe(map_of(1, [("a", "b"), ("a", "b")]))
+    r.observe(map_of(2, [("c", "b"), ("c", "b")]))
+    assert not await r.wait(np.array([0]), 0.05)
+    waiter = asyncio.ensure_future(r.wait(np.array([0, 1]), 5.0))
+    await asyncio.sleep(0.01)
+    r.level([0])
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # slot 1 still refused
+    r.observe(map_of(3, [("c", "b"), ("a", "b")]))  # slot 1 moved away: nothing to wait for
+    assert await asyncio.wait_for(waiter, 1.0)
+    assert await r.wait(np.array([1]), 0.0)
