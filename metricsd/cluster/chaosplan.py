@@ -172,8 +172,8 @@ class ChaosReport:
 
     @property
     def ok(self) -> bool:
-        return (self.lost == 0 and self.reads_failed_with_quorum == 0 and self.digests_agree and self.orphans == 0
-                and self.corruptions_found == self.corrupted_restarts)
+        return (self.lost == 0 and self.reads_failed_with_quorum == 0 and self.reads_missing_acked == 0
+                and self.digests_agree and self.orphans == 0 and self.corruptions_found == self.corrupted_restarts)
 
     def lines(self, opts: Any) -> list[str]:
         """The printed summary; ``opts`` is the run's ChaosOptions."""

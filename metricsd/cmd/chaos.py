@@ -9,9 +9,11 @@ restarted on damaged files (a byte flipped in a snapshot and a WAL segment: it m
 copy what it lost from its peers), one under a launcher that is SIGKILLed (the store must end with
 it), store-1's disk filled to the last byte for a while (its data on a 64 MiB tmpfs, as root),
 etcd stopped for a while, a proxy killed. At the end it reads everything back and prints:
-samples acknowledged, samples lost (must be 0), reads that failed while a read quorum was up
-(must be 0), how long each restarted store took to be level again, and whether all replicas'
-digests agree, whether every damaged restart was reported and no child outlived its launcher.
+samples acknowledged, samples lost (must be 0), reads that failed while a read quorum was up (must
+be 0), quorum reads that missed a sample acknowledged before they began (must be 0; each is logged
+with what every store holds of the missed samples), how long each restarted store took to be level
+again, and whether all replicas' digests agree, whether every damaged restart was reported and no
+child outlived its launcher.
 Exit code 0 only when all of these hold.
 
 A writer retries a batch (idempotent: same timestamps and values) on the other proxy when its
