@@ -13,7 +13,7 @@ while there is no map.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -122,6 +122,18 @@ class OwnershipBackend:
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         self.check_write(request)
         return await self.inner.write(request)
+
+    async def write_together(self, parts: Sequence[pb.WriteRequest]) -> list[pb.WriteResponse]:
+        """The inner backend's write_together (store/api.py) when this member holds every slot (no
+        part can be refused); otherwise none taken, and each part goes through write()."""
+        together = getattr(self.inner, "write_together", None)
+        if together is None or self.maps.current() is None:
+            return []
+        self._map()
+        if not self._holds_all:
+            return []
+        answers: list[pb.WriteResponse] = await together(parts)
+        return answers
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         self.check_filter(request.slots, "read")

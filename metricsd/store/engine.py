@@ -39,6 +39,10 @@ class WriteResult:
     unknown_ids: list[int] = field(default_factory=list)
     too_old: int = 0
     duplicate: int = 0
+    # (entry, too_old, duplicate) of each entry of the batch that was merged (not newer than its
+    # series' newest sample), entry being its position in ``ids``: a write of several requests
+    # together (StoreAPI.write_together) tells each request what it lost. Empty on the fast path.
+    merged: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -171,8 +175,10 @@ class Store:
             sid = int(ids[i])
             rows[i] = self._add_series(sid, new_series[sid])
         result = WriteResult()
+        entry: np.ndarray | None = None  # positions in the batch of the entries kept, when some are empty
         nonempty = counts > 0
         if not bool(nonempty.all()):
+            entry = np.flatnonzero(nonempty)
             rows, counts = rows[nonempty], counts[nonempty]
         if len(rows) == 0:
             return result
@@ -186,10 +192,13 @@ class Store:
             if len(f):
                 sel = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in f.tolist()])
                 self._append(rows[f], counts[f], np.cumsum(counts[f]) - counts[f], timestamps[sel], values[sel])
+            window = self.settings.ooo_window_ms if batch.ooo_window_ms is None else batch.ooo_window_ms
             for i in np.flatnonzero(~fast).tolist():
                 s, c = int(starts[i]), int(counts[i])
-                self._merge_series(int(rows[i]), timestamps[s : s + c], values[s : s + c], result,
-                                   self.settings.ooo_window_ms if batch.ooo_window_ms is None else batch.ooo_window_ms)
+                too_old, duplicate = result.too_old, result.duplicate
+                self._merge_series(int(rows[i]), timestamps[s : s + c], values[s : s + c], result, window)
+                result.merged.append((i if entry is None else int(entry[i]), result.too_old - too_old,
+                                      result.duplicate - duplicate))
         result.written = int(counts.sum()) - result.too_old - result.duplicate
         self.samples_written += result.written
         self.rejected["too_old"] += result.too_old
