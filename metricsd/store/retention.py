@@ -1,18 +1,19 @@
 """Retention: drop sealed chunks older than the cutoff and series left with nothing.
 
-A pass used to visit every live row in Python: 39-71 ms of a 40,000-series store's event loop
-every minute with nothing to drop (perf/RESULTS.md, "The cluster column after writes moved to
-streams"), a second a minute at a million series. Now each row carries an expiry floor in the
-head (``Head.expiry_floor``): a lower bound on what retention looks at in it, its oldest chunk's
-newest sample or, without chunks, its oldest sample. A pass selects the rows whose floor is below
-the cutoff with one NumPy comparison, visits only those, and sets each visited row's floor
-exactly. On the same store: the first pass after a start (every floor unknown) 32 ms, the next
-ones 0.0 - 0.2 ms. The rows such a first pass finds with nothing to drop (their oldest chunk ends
-after the cutoff: every row of a store holding less than the retention) get their floor in one
-NumPy pass: 40,000 series with open chunks only, 262 -> 1.0 ms; with a closed chunk each (2.8 h at
-10 s) 365 -> 80 ms, the first closed chunk's end read per row. Under steady retention a row is
-visited once per chunk span, when its oldest chunk expires; series written together seal together, so that pass still visits most rows at
-once (a stall once per chunk span, ~20 minutes at a 10 s interval, instead of every minute).
+A pass used to visit every live row in Python: 39-71 ms of a 40,000-series store's event loop every
+minute with nothing to drop (perf/RESULTS.md, "The cluster column after writes moved to streams"),
+a second a minute at a million series. Now each row carries an expiry floor in the head
+(``Head.expiry_floor``): a lower bound on what retention looks at in it, its oldest chunk's newest
+sample or, without chunks, its oldest sample. A pass selects the rows whose floor is below the
+cutoff with one NumPy comparison, visits only those, and sets each visited row's floor exactly. On
+the same store: the first pass after a start (every floor unknown) 32 ms, the next ones 0.0 - 0.2
+ms. The rows such a first pass finds with nothing to drop (their oldest chunk ends after the
+cutoff: every row of a store holding less than the retention) get their floor in one NumPy pass:
+40,000 series with open chunks only, 262 -> 1.0 ms; with a closed chunk each (2.8 h at 10 s) 365 ->
+80 ms, the first closed chunk's end read per row. Under steady retention a row is visited once per
+chunk span, when its oldest chunk expires; series written together seal together, so that pass
+still visits most rows at once (a stall once per chunk span, ~20 minutes at a 10 s interval,
+instead of every minute).
 
 The floor stays a lower bound because every sample enters through ``Store.apply``. Its fast path
 appends only samples newer than the row's newest, so chunks sealed from them end after the
