@@ -155,7 +155,7 @@ class StoreAPI:
         if not admits_all(self.store, batch.timestamps, self.clock.now_ms()):
             return []
         try:
-            res = self._write(batch)
+            res = self._write(batch, [len(p.ids) for p in taken])
         except (InvalidSeries, Unavailable):
             return []
         if res.unknown_ids:
@@ -171,10 +171,11 @@ class StoreAPI:
             out.append(answer(resp, None, self.store))
         return out
 
-    def _write(self, batch: WriteColumns) -> WriteResult:
-        """Validate and apply a live write, one vectorized append (DurableStoreAPI logs it in between)."""
+    def _write(self, batch: WriteColumns, runs: Sequence[int] = ()) -> WriteResult:
+        """Validate and apply a live write, one vectorized append (DurableStoreAPI logs it in between).
+        ``runs``: Store.validate's."""
         return self.store.write(batch.ids, batch.counts, batch.timestamps, batch.values, batch.labels,
-                                now_s=self.clock.monotonic())
+                                now_s=self.clock.monotonic(), runs=runs)
 
     def _selected(self, matchers_pb: Iterable[pb.Matcher], slots_pb: pb.SlotFilter, max_series: int
                   ) -> tuple[list[Matcher], np.ndarray]:

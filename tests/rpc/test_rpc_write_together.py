@@ -167,3 +167,24 @@ async def test_a_durable_store_logs_parts_written_together_and_replays_them(tmp_
         assert held(again, 2) == [T0, T0 + 10_000, T0 + 20_000] and held(again, 0) == [T0, T0 + 10_000]
     finally:
         d2.close(snapshot=False)
+
+
+def test_the_index_remembers_each_part_not_the_parts_that_came_together() -> None:
+    """An agent's batch arrives every tick, but with different neighbours in the proxy's messages:
+    the rows of a write of parts are looked up, and remembered, part by part."""
+    labels = [make_labels("cpu", {"namespace": "ns", "pod": f"q{i}"}) for i in range(200)]
+    ids = [series_id(lab) for lab in labels]
+    s = Store()
+    api = StoreAPI(s, clock=ManualClock(T0 + 60_000))
+    req = pb.WriteRequest(ids=ids, counts=[1] * 200, timestamps=[T0] * 200, values=[0.0] * 200)
+    for sid, lab in zip(ids, labels, strict=True):
+        req.series.add(id=sid).labels.extend(labels_to_pb(lab))
+    api.write(req)
+    s.index._batch_rows.clear()
+    a, b = (pb.WriteRequest(ids=part, counts=[1] * 100, timestamps=[T0 + 10_000] * 100, values=[1.0] * 100)
+            for part in (ids[:100], ids[100:]))
+    assert [r.samples_written for r in api.write_together([a, b])] == [100, 100]
+    remembered = set(s.index._batch_rows)
+    assert remembered == {np.array(ids[:100], np.uint64).tobytes(), np.array(ids[100:], np.uint64).tobytes()}
+    again = pb.WriteRequest(ids=[ids[5]], counts=[1], timestamps=[T0 + 20_000], values=[1.0])
+    assert api.write_together([again, again]) == []  # the same series in two parts: part by part

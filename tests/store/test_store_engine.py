@@ -371,3 +371,17 @@ def test_a_series_with_no_chunk_yet_is_removed_past_retention_and_kept_with_its_
     assert row is not None and int(store.head.expiry_floor[row]) == 50_000
     assert store.series_samples(row, 0, 10**9)[0].tolist() == [50_000, 100_000]
     store._check()
+
+
+def test_a_batch_with_as_many_samples_as_series_is_still_checked_for_order_unless_one_each() -> None:
+    """The live shape (one sample a series) skips the order check; an empty entry beside one of two
+    samples has as many samples as series but not one each, and is checked."""
+    store = Store()
+    a, b = series_id(_labels(1)), series_id(_labels(2))
+    labels = {a: _labels(1), b: _labels(2)}
+    ids = np.array([a, b], np.uint64)
+    with pytest.raises(InvalidSeries, match="strictly increase"):
+        store.write(ids, np.array([0, 2]), np.array([20_000, 10_000], np.int64), np.ones(2), labels)
+    assert store.index.n_alive == 0
+    store.write(ids, np.array([1, 1]), np.array([20_000, 10_000], np.int64), np.ones(2), labels)
+    assert store.index.n_alive == 2
