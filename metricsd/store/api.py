@@ -65,6 +65,12 @@ def samples_limit_message(matchers: list[Matcher], limit: int) -> str:
             f"(--query.max-samples)")
 
 
+TOGETHER_MAX_SAMPLES = 16_384
+"""At most this many samples in parts written together (StoreAPI.write_together): the fixed cost of a
+write is worth saving on small parts (the agents' 2,000 x 1), not on a backfill's 60,000-sample
+ones, whose arrays together would leave the CPU's caches (perf/RESULTS.md, issue 24 session 34)."""
+
+
 class StoreAPI:
     """Not safe for concurrent use: call from one thread (the event loop's).
 
@@ -128,7 +134,8 @@ class StoreAPI:
 
         Only what cannot change any part's answer goes together: consecutive parts without labels
         (their series known, so no series limit or label check applies), each within the request
-        limits and all of them together too, none holding a sample the store refuses outright.
+        limits and all of them together too (and at most TOGETHER_MAX_SAMPLES samples), none holding
+        a sample the store refuses outright.
         Anything else (a series in two parts, an unknown id, an invalid part, a WAL failure) stores
         nothing and counts nothing here: the caller then writes the parts one by one, which gives
         each its own answer or error, as before."""
@@ -141,6 +148,8 @@ class StoreAPI:
             if len(part.ids) != len(part.counts) or len(part.timestamps) != len(part.values):
                 break  # malformed: its own write says so (two such parts could balance out together)
             if check_counts(n_series + len(part.ids), n_samples + len(part.timestamps), limits) is not None:
+                break
+            if taken and n_samples + len(part.timestamps) > TOGETHER_MAX_SAMPLES:
                 break
             taken.append(part)
             n_series += len(part.ids)

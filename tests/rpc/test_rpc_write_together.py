@@ -188,3 +188,17 @@ def test_the_index_remembers_each_part_not_the_parts_that_came_together() -> Non
     assert remembered == {np.array(ids[:100], np.uint64).tobytes(), np.array(ids[100:], np.uint64).tobytes()}
     again = pb.WriteRequest(ids=[ids[5]], counts=[1], timestamps=[T0 + 20_000], values=[1.0])
     assert api.write_together([again, again]) == []  # the same series in two parts: part by part
+
+
+def test_parts_go_together_up_to_a_bound_on_their_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    import metricsd.store.api
+
+    monkeypatch.setattr(metricsd.store.api, "TOGETHER_MAX_SAMPLES", 4)
+    s = Store()
+    api = StoreAPI(s, clock=ManualClock(T0 + 60_000))
+    introduce(api)
+    ts = [T0 + 10_000, T0 + 20_000]
+    parts = [ids_only([0], ts), ids_only([1], ts), ids_only([2], ts)]
+    assert [r.samples_written for r in api.write_together(parts)] == [2, 2]  # not the third
+    five = [T0 + 10_000 * k for k in range(1, 6)]
+    assert api.write_together([ids_only([3], five), ids_only([4], ts)]) == []  # a first part past it goes alone
