@@ -18,7 +18,7 @@ read counting it could miss an acknowledged sample.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -162,6 +162,18 @@ class OwnershipBackend:
     async def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         self.check_write(request)
         return await self.inner.write(request)
+
+    async def write_together(self, parts: Sequence[pb.WriteRequest]) -> list[pb.WriteResponse]:
+        """The inner backend's write_together (store/api.py) when this member holds every slot (no
+        part can be refused); otherwise none taken, and each part goes through write()."""
+        together = getattr(self.inner, "write_together", None)
+        if together is None or self.maps.current() is None:
+            return []
+        self._map()
+        if not self._holds_all:
+            return []
+        answers: list[pb.WriteResponse] = await together(parts)
+        return answers
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         await self.check_read(request.slots, "read")

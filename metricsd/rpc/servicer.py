@@ -93,21 +93,38 @@ class MetricsServicer(pb_grpc.MetricsServicer):
         """Each part as a Write of its own, in order, yielding to the event loop between parts so that a
         call of many parts does not hold it for all of them at once. Raises BadRequest for too many
         parts; a part's own error goes into its result, and samples it did not store into its
-        response (rejected_*, refused), counted against ``sender``."""
-        if len(request.parts) > MAX_WRITE_PARTS:
-            raise BadRequest(f"{len(request.parts)} parts in one WriteParts message; at most {MAX_WRITE_PARTS}")
+        response (rejected_*, refused), counted against ``sender``.
+
+        A backend with ``write_together`` (a store: store/api.py) may write several consecutive
+        parts as one write, answering each as its own Write would have; the parts it does not
+        take are written one by one."""
+        parts = request.parts
+        if len(parts) > MAX_WRITE_PARTS:
+            raise BadRequest(f"{len(parts)} parts in one WriteParts message; at most {MAX_WRITE_PARTS}")
+        together = getattr(self.backend, "write_together", None)
         out = pb.WritePartsResponse()
-        for i, part in enumerate(request.parts):
+        i = 0
+        while i < len(parts):
             if i:
                 await asyncio.sleep(0)
+            if together is not None and len(parts) - i > 1:
+                answers = await together(parts[i:])
+                for resp in answers:
+                    out.results.add().response.CopyFrom(resp)
+                    self.refusals.record(sender, resp)
+                if answers:
+                    i += len(answers)
+                    continue
+            part = parts[i]
             result = out.results.add()
             try:
                 result.response.CopyFrom(await self.backend.write(part))
                 self.refusals.record(sender, result.response)
             except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
-                code = _refused(f"WriteParts part {i + 1} of {len(request.parts)}", e)
+                code = _refused(f"WriteParts part {i + 1} of {len(parts)}", e)
                 result.code = code.value[0]
                 result.message = str(e)
+            i += 1
         return out
 
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadResponse:

@@ -17,7 +17,7 @@ from metricsd.rpc.admission import Refusal, refused_sentence, split_refused
 from metricsd.rpc.columns import WriteColumns
 from metricsd.store.engine import Store
 
-__all__ = ["admit", "admit_columns", "answer"]
+__all__ = ["admit", "admit_columns", "admits_all", "answer"]
 
 _NO_TS = int(np.iinfo(np.int64).min)
 
@@ -41,14 +41,21 @@ def admit_columns(store: Store, batch: WriteColumns, now_ms: int) -> tuple[Write
     otherwise the batch goes through admit() as a message (a sender's clock ahead, data older than
     the store keeps: rare, and the answer is a 400 anyway)."""
     ts = batch.timestamps
-    if not len(ts):
-        return batch, None
-    future_ms = store.settings.max_future_ms
-    min_ts = _min_ts(store)
-    if (future_ms is None or int(ts.max()) <= now_ms + future_ms) and (min_ts is None or int(ts.min()) >= min_ts):
+    if admits_all(store, ts, now_ms):
         return batch, None
     kept, refusal = admit(store, batch.to_request(), now_ms, ts)
     return (batch, None) if refusal is None else (WriteColumns.of_request(kept), refusal)
+
+
+def admits_all(store: Store, timestamps: np.ndarray, now_ms: int) -> bool:
+    """Whether the store takes every one of ``timestamps`` (none too far ahead of ``now_ms``, none
+    older than it keeps): a min and a max, nothing counted."""
+    if not len(timestamps):
+        return True
+    future_ms = store.settings.max_future_ms
+    min_ts = _min_ts(store)
+    return ((future_ms is None or int(timestamps.max()) <= now_ms + future_ms)
+            and (min_ts is None or int(timestamps.min()) >= min_ts))
 
 
 def _min_ts(store: Store) -> int | None:

@@ -27,6 +27,7 @@ import dataclasses
 import fcntl
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,7 +104,7 @@ class Durability:
         """write_columns() of a message. Raises InvalidSeries also for a duplicate label name."""
         return self.write_columns(WriteColumns.of_request(request), catch_up)
 
-    def write_columns(self, batch: WriteColumns, catch_up: bool = False) -> WriteResult:
+    def write_columns(self, batch: WriteColumns, catch_up: bool = False, runs: Sequence[int] = ()) -> WriteResult:
         """Validate, log, apply. Raises InvalidSeries (nothing logged or stored) or WalError
         (nothing stored; the caller must not acknowledge).
 
@@ -112,7 +113,7 @@ class Durability:
         window = CATCH_UP_WINDOW_MS if catch_up else None
         now_s = None if catch_up else self.clock.monotonic()  # series limits: live writes only
         valid = self.store.validate(batch.ids, batch.counts, batch.timestamps, batch.values, batch.labels,
-                                    ooo_window_ms=window, now_s=now_s)
+                                    ooo_window_ms=window, now_s=now_s, runs=runs)
         if isinstance(valid, WriteResult):
             return valid  # unknown ids: nothing stored, so nothing to log
         self.wal.append(RecordType.CATCH_UP if catch_up else RecordType.WRITE, self._record(batch, valid))
@@ -230,9 +231,9 @@ class DurableStoreAPI(StoreAPI):
         super().__init__(durability.store, member, durability.clock)
         self.durability = durability
 
-    def _write(self, batch: WriteColumns) -> WriteResult:
+    def _write(self, batch: WriteColumns, runs: Sequence[int] = ()) -> WriteResult:
         try:
-            return self.durability.write_columns(batch)
+            return self.durability.write_columns(batch, runs=runs)
         except WalError as e:
             raise Unavailable(str(e)) from e
 

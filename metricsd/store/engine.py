@@ -39,6 +39,10 @@ class WriteResult:
     unknown_ids: list[int] = field(default_factory=list)
     too_old: int = 0
     duplicate: int = 0
+    # (entry, too_old, duplicate) of each entry of the batch that was merged (not newer than its
+    # series' newest sample), entry being its position in ``ids``: a write of several requests
+    # together (StoreAPI.write_together) tells each request what it lost. Empty on the fast path.
+    merged: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Store:
         self.max_ts = np.iinfo(np.int64).min
         self.samples_written = 0
         self._stamp_buf = np.zeros(64, dtype=np.int64)
+        self._position_buf = np.arange(64, dtype=np.int64)
         self._generation = 0  # bumped by every change; a ValidWrite must see the one it was made at
         self.new_series_rate = NewSeriesRate(self.settings.series_limits.max_new_series_per_minute)
 
@@ -92,10 +97,11 @@ class Store:
         values: np.ndarray,
         new_series: Mapping[int, Labels] | None = None,
         now_s: float | None = None,
+        runs: Sequence[int] = (),
     ) -> WriteResult:
         """Store a columnar batch (see proto WriteRequest). Raises InvalidSeries or (with ``now_s``)
-        SeriesLimitExceeded, storing nothing."""
-        batch = self.validate(ids, counts, timestamps, values, new_series, now_s=now_s)
+        SeriesLimitExceeded, storing nothing. ``runs``: see validate()."""
+        batch = self.validate(ids, counts, timestamps, values, new_series, now_s=now_s, runs=runs)
         return batch if isinstance(batch, WriteResult) else self.apply(batch)
 
     def validate(
@@ -107,6 +113,7 @@ class Store:
         new_series: Mapping[int, Labels] | None = None,
         ooo_window_ms: int | None = None,
         now_s: float | None = None,
+        runs: Sequence[int] = (),
     ) -> ValidWrite | WriteResult:
         """The first half of write(), storing nothing: a ValidWrite to apply(), or a WriteResult
         naming the unknown ids. Raises InvalidSeries. A write-ahead log goes between the halves.
@@ -117,13 +124,18 @@ class Store:
 
         ``now_s`` (seconds on the caller's monotonic clock) marks a live write: the series limits
         (settings.series_limits) apply to the series it would create, raising SeriesLimitExceeded.
-        Without it (WAL replay, catch-up) they do not: that data was acknowledged already."""
+        Without it (WAL replay, catch-up) they do not: that data was acknowledged already.
+
+        ``runs``: the batch's ids are these many ids after these many, each run a request of its own
+        (parts of a WriteParts message written together): their rows are looked up run by run, so
+        the index remembers each run as the agent sends it every tick (SeriesIndex.rows_of), not
+        the combinations of runs that happen to arrive together."""
         new_series = new_series or {}
         ids = np.asarray(ids, dtype=np.uint64)
         counts = np.asarray(counts, dtype=np.int64)
         timestamps = np.asarray(timestamps, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
-        rows = self._validate(ids, counts, timestamps, values, new_series)
+        rows = self._validate(ids, counts, timestamps, values, new_series, runs)
         if rows is None:
             known = self.index.by_id
             return WriteResult(unknown_ids=[int(i) for i in ids.tolist() if int(i) not in known
@@ -171,8 +183,10 @@ class Store:
             sid = int(ids[i])
             rows[i] = self._add_series(sid, new_series[sid])
         result = WriteResult()
+        entry: np.ndarray | None = None  # positions in the batch of the entries kept, when some are empty
         nonempty = counts > 0
         if not bool(nonempty.all()):
+            entry = np.flatnonzero(nonempty)
             rows, counts = rows[nonempty], counts[nonempty]
         if len(rows) == 0:
             return result
@@ -186,10 +200,13 @@ class Store:
             if len(f):
                 sel = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in f.tolist()])
                 self._append(rows[f], counts[f], np.cumsum(counts[f]) - counts[f], timestamps[sel], values[sel])
+            window = self.settings.ooo_window_ms if batch.ooo_window_ms is None else batch.ooo_window_ms
             for i in np.flatnonzero(~fast).tolist():
                 s, c = int(starts[i]), int(counts[i])
-                self._merge_series(int(rows[i]), timestamps[s : s + c], values[s : s + c], result,
-                                   self.settings.ooo_window_ms if batch.ooo_window_ms is None else batch.ooo_window_ms)
+                too_old, duplicate = result.too_old, result.duplicate
+                self._merge_series(int(rows[i]), timestamps[s : s + c], values[s : s + c], result, window)
+                result.merged.append((i if entry is None else int(entry[i]), result.too_old - too_old,
+                                      result.duplicate - duplicate))
         result.written = int(counts.sum()) - result.too_old - result.duplicate
         self.samples_written += result.written
         self.rejected["too_old"] += result.too_old
@@ -199,7 +216,8 @@ class Store:
         return result
 
     def _validate(
-        self, ids: np.ndarray, counts: np.ndarray, ts: np.ndarray, vals: np.ndarray, new_series: Mapping[int, Labels]
+        self, ids: np.ndarray, counts: np.ndarray, ts: np.ndarray, vals: np.ndarray, new_series: Mapping[int, Labels],
+        runs: Sequence[int] = (),
     ) -> np.ndarray | None:
         """Rows per series (-1 for new ones), or None when some ids are unknown without labels."""
         if len(ids) != len(counts):
@@ -208,24 +226,32 @@ class Store:
             raise InvalidSeries(f"batch has {len(ts)} timestamps but {len(vals)} values")
         if int(counts.sum()) != len(ts):
             raise InvalidSeries(f"counts add up to {int(counts.sum())} but the batch has {len(ts)} samples")
-        if bool((counts < 0).any()):
+        least = int(counts.min()) if len(counts) else 0
+        if least < 0:
             raise InvalidSeries("negative sample count")
         limits = self.settings.limits
         for sid, labels in new_series.items():
             validate_labels(labels, limits, require_pod=self.settings.require_pod_labels)
             if series_id(labels) != sid:
                 raise InvalidSeries(f"series {describe(labels)}: id {sid:#x} does not match its labels")
-        rows = self.index.rows_of(ids)
+        if len(runs) > 1 and sum(runs) == len(ids):
+            ends = np.cumsum(runs).tolist()
+            rows = np.concatenate([self.index.rows_of(ids[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)])
+        else:
+            rows = self.index.rows_of(ids)
         known = rows >= 0
+        all_known = bool(known.all())
         # A series twice in one batch: stamp each known row with its position; a row written by
         # two positions reads back the later one. New series are few: a set does.
         stamp = self._stamp(len(self.index.labels))
-        stamp[rows[known]] = np.flatnonzero(known)
-        dup_pos = np.flatnonzero(known)[stamp[rows[known]] != np.flatnonzero(known)]
-        if len(dup_pos):
-            raise InvalidSeries(f"series {self._name(int(ids[dup_pos[0]]), new_series)} appears more than once in "
-                                "the batch")
-        if not bool(known.all()):
+        pos = self._positions(len(ids)) if all_known else np.flatnonzero(known)
+        known_rows = rows if all_known else rows[known]
+        stamp[known_rows] = pos
+        again = stamp[known_rows] != pos
+        if bool(again.any()):
+            raise InvalidSeries(f"series {self._name(int(ids[pos[np.flatnonzero(again)[0]]]), new_series)} appears "
+                                "more than once in the batch")
+        if not all_known:
             unknown = [int(i) for i in ids[~known].tolist()]
             if len(set(unknown)) != len(unknown):
                 dup = next(i for i in unknown if unknown.count(i) > 1)
@@ -241,6 +267,8 @@ class Store:
                     f"series {self._name(int(ids[i]), new_series)}: timestamp {int(ts[bad][0])} ms out of range "
                     f"[{limits.min_timestamp_ms}, {limits.max_timestamp_ms}] (milliseconds since the epoch?)"
                 )
+            if least >= 1 and len(ts) == len(counts):  # one sample a series (the live shape): no order to check
+                return rows
             step_ok = np.diff(ts) > 0
             seg_start = np.zeros(len(ts), dtype=bool)
             seg_start[(np.cumsum(counts) - counts)[counts > 0]] = True
@@ -251,6 +279,12 @@ class Store:
                     f"series {self._name(int(ids[i]), new_series)}: timestamps within one write must strictly increase"
                 )
         return rows
+
+    def _positions(self, n: int) -> np.ndarray:
+        """0..n-1 (read only; kept between writes)."""
+        if len(self._position_buf) < n:
+            self._position_buf = np.arange(max(n, 2 * len(self._position_buf)), dtype=np.int64)
+        return self._position_buf[:n]
 
     def _stamp(self, n: int) -> np.ndarray:
         if len(self._stamp_buf) < n:

@@ -20,7 +20,12 @@ from metricsd.maths.samplehash import sample_hashes
 from metricsd.store.chunks import Chunks
 from metricsd.store.head import Head
 
-__all__ = ["flush", "store_segments"]
+__all__ = ["SEAL_ROWS", "flush", "store_segments"]
+
+SEAL_ROWS = 2048
+"""Series sealed in one encode_blocks call at most: a wave of more is sealed in slices. The codec's
+temporaries (k x block int64 arrays) then stay in cache: a wave of 8,000 series in one call cost
+47% more a sample than four of 2,000 (perf/RESULTS.md, issue 24 session 34)."""
 
 
 def store_segments(head: Head, chunks: Chunks, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray,
@@ -60,16 +65,18 @@ def _seal_blocks(head: Head, chunks: Chunks, rows: np.ndarray, counts: np.ndarra
     ring_first = head.pos[rows].astype(np.int64) - unsealed  # ring slot of element 0, before wrapping
     col = np.arange(block)[None, :]
     for wave in range(int(n_blocks.max())):
-        sel = np.flatnonzero(n_blocks > wave) if wave else np.arange(len(rows))
-        r = rows[sel]
-        e = wave * block + col
-        in_ring = e < unsealed[sel][:, None]
-        slot = (ring_first[sel][:, None] + e) % head.capacity
-        src = np.where(in_ring, 0, starts[sel][:, None] + e - unsealed[sel][:, None])
-        rr = r[:, None]
-        t = np.where(in_ring, head.ts[rr, slot].astype(np.int64) + head.base[rr], ts[src])
-        v = np.where(in_ring, head.vals[rr, slot], vals[src])
-        _append_blocks(chunks, r, t, v)
+        in_wave = np.flatnonzero(n_blocks > wave) if wave else np.arange(len(rows))
+        for lo in range(0, len(in_wave), SEAL_ROWS):
+            sel = in_wave[lo : lo + SEAL_ROWS]
+            r = rows[sel]
+            e = wave * block + col
+            in_ring = e < unsealed[sel][:, None]
+            slot = (ring_first[sel][:, None] + e) % head.capacity
+            src = np.where(in_ring, 0, starts[sel][:, None] + e - unsealed[sel][:, None])
+            rr = r[:, None]
+            t = np.where(in_ring, head.ts[rr, slot].astype(np.int64) + head.base[rr], ts[src])
+            v = np.where(in_ring, head.vals[rr, slot], vals[src])
+            _append_blocks(chunks, r, t, v)
 
 
 def _append_blocks(chunks: Chunks, rows: np.ndarray, t: np.ndarray, v: np.ndarray) -> None:

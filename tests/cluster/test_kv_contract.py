@@ -221,3 +221,42 @@ async def test_a_lease_is_reported_lost_when_etcd_stays_unreachable_for_its_ttl(
     finally:
         private_etcd.resume()
     assert "no keep-alive succeeded" in lease.lost_reason
+
+
+def _lease_keep_alive_counts(server: EtcdServer) -> tuple[int, int]:
+    """(LeaseKeepAlive streams started, keep-alive requests received) by etcd so far (its /metrics)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{server.client_url}/metrics", timeout=5.0) as resp:
+        text = resp.read().decode()
+    counts = {"grpc_server_started_total": 0, "grpc_server_msg_received_total": 0}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0]
+        if name in counts and 'grpc_method="LeaseKeepAlive"' in line:
+            counts[name] += int(float(line.rsplit(" ", 1)[1]))
+    return counts["grpc_server_started_total"], counts["grpc_server_msg_received_total"]
+
+
+@pytest.mark.slow
+async def test_a_lease_is_kept_alive_on_one_stream_reopened_after_etcd_restarts(
+    private_etcd: EtcdServer, etcd_client: EtcdClient, prefix: str
+) -> None:
+    kv = etcd_client(private_etcd)
+    lease = await kv.grant(1)  # refreshed every 1/3 s
+    await kv.put(prefix + "member", b"alive", lease=lease)
+    streams, sent = _lease_keep_alive_counts(private_etcd)
+    deadline = time.monotonic() + 10.0
+    while sent < 6:  # etcd's real time: six refreshes
+        assert time.monotonic() < deadline, f"only {sent} keep-alives reached etcd"
+        await asyncio.sleep(0.2)
+        streams, sent = _lease_keep_alive_counts(private_etcd)
+    assert streams == 1  # one stream for all of them (aetcd's refresh_lease opens one a refresh)
+    private_etcd.stop()
+    await private_etcd.start_async()
+    deadline = time.monotonic() + 10.0
+    while _lease_keep_alive_counts(private_etcd)[1] < 3:  # the counters restart with etcd
+        assert time.monotonic() < deadline, "no keep-alive reached etcd after its restart"
+        await asyncio.sleep(0.2)
+    assert lease.alive and not lease.lost.is_set()
+    assert await kv.get(prefix + "member") is not None  # the key outlived the restart with its lease
+    assert _lease_keep_alive_counts(private_etcd)[0] == 1  # a new stream, one again

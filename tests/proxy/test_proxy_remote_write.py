@@ -48,9 +48,9 @@ class Recorder:
         write = store.write
         sent = self.sent[member]
 
-        def recording(ids, counts, timestamps, values, new_series=None, now_s=None):  # type: ignore[no-untyped-def]
+        def recording(ids, counts, timestamps, values, new_series=None, now_s=None, runs=()):  # type: ignore[no-untyped-def]
             sent.append(pb.WriteRequest(ids=ids.tolist(), series=[pb.SeriesLabels(id=i) for i in (new_series or {})]))
-            return write(ids, counts, timestamps, values, new_series, now_s=now_s)
+            return write(ids, counts, timestamps, values, new_series, now_s=now_s, runs=runs)
 
         store.write = recording  # type: ignore[method-assign]
 
