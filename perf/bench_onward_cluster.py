@@ -4,6 +4,7 @@ the cluster spent on it.
 
     .venv/bin/python perf/bench_onward_cluster.py             # 5,000 pods: 40,200 series, 14.47 M samples
     .venv/bin/python perf/bench_onward_cluster.py --pods 500  # a tenth
+    .venv/bin/python perf/bench_onward_cluster.py --py-spy /tmp/spy  # and where the time goes
 
 What it does: starts ``metricsd cluster up --plaintext --no-simulate --parquet-dir D
 --parquet-check 0.5 --parquet-clock-file C`` (the defaults otherwise: 3 stores, RF 3, W 2, R 2,
@@ -158,6 +159,8 @@ def main() -> None:
     p.add_argument("--pods", type=int, default=5_000)
     p.add_argument("--idle-s", type=float, default=20.0, help="the idle window measured first")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, files)")
+    p.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                   help="record the proxies and store-1 with py-spy over the window (raw stacks, one file each)")
     args = p.parse_args()
     print(f"load: {os.getloadavg()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-onward-cluster-"))
@@ -185,9 +188,22 @@ def main() -> None:
         stop = time.perf_counter() + args.idle_s
         idle, idle_wall = _window(pids, lambda: time.perf_counter() >= stop)
         marker = out / hour_dir("samples", hour) / "_SUCCESS"
+        spies = []
+        if args.py_spy:  # py-spy of the proxies and store-1 over the window
+            args.py_spy.mkdir(parents=True, exist_ok=True)
+            for p_, n in names.items():
+                if n.startswith("proxy") or n == "store-1":
+                    out_file = args.py_spy / f"{n.replace(' :', '-')}.txt"
+                    spies.append(subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-r", "100",
+                                                   "-f", "raw", "-o", str(out_file), "--pid", str(p_)],
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(1.0)
         clock.write_text(f"{hour + HOUR_MS + DELAY_MS + 1}\n")
         load0 = os.getloadavg()[0]
         spent, wall = _window(pids, marker.exists, 0.2)
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+            spy.wait()
         manifest = json.loads(marker.read_text())
         idle_rate = sum(idle.values()) / idle_wall
         total = sum(spent.values())
