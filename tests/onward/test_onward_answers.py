@@ -161,3 +161,33 @@ async def test_tls_with_a_ca_file_and_the_secret_read_from_its_file(tmp_path: Pa
     finally:
         await bare.close()
         await runner.cleanup()
+
+
+async def test_protocol_auto_sends_2_0_to_a_receiver_that_says_so_and_falls_back_to_1_0_on_415(
+        tmp_path: Path) -> None:
+    """The empty 2.0 request answered with the samples-written header: 2.0; a 415 later (the
+    receiver changed): the same samples again as 1.0, and 1.0 from then on."""
+    class Switching(Receiver):
+        async def write(self, request: web.Request) -> web.Response:
+            self.got.append((await request.read(), dict(request.headers)))
+            two = "io.prometheus.write.v2.Request" in request.headers["Content-Type"]
+            if len(self.got) == 1:  # the probe
+                return web.Response(status=204, headers={"X-Prometheus-Remote-Write-Samples-Written": "0"})
+            return web.Response(status=415 if two else 204)
+
+    rx = Switching([])
+    runner, port = await rx.serve()
+    onward = _onward(tmp_path, f"- url: http://127.0.0.1:{port}/api/v1/write\n  name: rx\n", [])
+    try:
+        onward.start()
+        onward.queue(_batch(NOW, range(4)))
+        await _drain(onward, "rx")
+        onward.queue(_batch(NOW + 10_000, range(4)))
+        await _drain(onward, "rx")
+        versions = [h["X-Prometheus-Remote-Write-Version"] for _, h in rx.got]
+        assert versions == ["2.0.0", "2.0.0", "0.1.0", "0.1.0"]
+        assert onward.metrics.sent.labels("rx")._value.get() == 8 and onward.metrics.protocol.labels(
+            "rx")._value.get() == 1
+    finally:
+        await onward.close()
+        await runner.cleanup()
