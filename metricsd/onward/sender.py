@@ -198,6 +198,10 @@ class Sender:
         if version == 2:
             symbols, refs, ref_counts = self.series.v2(slots)
             raw = encode.encode_v2(symbols, refs, ref_counts, cols.counts, cols.timestamps, cols.values)
+        elif len(slots) == cols.samples and len(slots) and bool((cols.counts == 1).all()) \
+                and encode.ONE_SAMPLE_TS[0] <= int(cols.timestamps.min()) \
+                and int(cols.timestamps.max()) <= encode.ONE_SAMPLE_TS[1]:  # one sample a series: the live shape
+            raw = encode.encode_v1_one(self.series.v1_one(slots), cols.timestamps, cols.values)
         else:
             raw = encode.encode_v1(self.series.v1(slots), cols.counts, cols.timestamps, cols.values)
         return encode.snappy(raw)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from conftest import free_port
+from onward_peers import free_port
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import ManualClock

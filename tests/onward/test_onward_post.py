@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp import web
-from conftest import free_port
+from onward_peers import free_port
 
 from metricsd.onward.post import Poster, PostError
 

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metricsd.onward.encode import encode_v1, encode_v2, encode_v2_labels, label_bytes_v1
+from metricsd.onward.encode import encode_v1, encode_v1_one, encode_v2, encode_v2_labels, label_bytes_v1
 from metricsd.onward.idtable import IdTable
 from metricsd.onward.series import BytesColumn, SeriesTable
 from metricsd.proto import prometheus_remote_v2_pb2 as v2
@@ -125,6 +125,8 @@ def test_a_series_table_gives_each_request_the_bytes_its_labels_encode_to(ids: l
     if version == 1:
         got = encode_v1(table.v1(slots), counts, ts, vals)
         assert got == encode_v1([label_bytes_v1(_labels(i)) for i in entries], counts, ts, vals)
+        live = ts + 1_790_000_000_000  # the one-sample prefixes: the same bytes
+        assert encode_v1_one(table.v1_one(slots), live, vals) == encode_v1(table.v1(slots), counts, live, vals)
     else:
         symbols, refs, ref_counts = table.v2(slots)
         got = encode_v2(symbols, refs, ref_counts, counts, ts, vals)
@@ -137,6 +139,7 @@ def test_a_series_table_forgets_what_the_previous_segment_did_not_declare() -> N
     _learn(table, [1, 2, 3, 4], 1)
     _learn(table, [3, 4, 5], 2)
     table.v1(table.slots(np.array([1, 2, 3, 4, 5], np.uint64)))  # encoded before the bound
+    table.v1_one(table.slots(np.array([1, 2, 3, 4, 5], np.uint64)))
     table.v2(table.slots(np.array([5], np.uint64)))
     assert table.forget_before(2) == 2  # entering segment 3: 1 and 2 were last declared in segment 1
     assert table.slots(np.array([1, 2], np.uint64)).tolist() == [-1, -1] and len(table) == 3
@@ -146,6 +149,9 @@ def test_a_series_table_forgets_what_the_previous_segment_did_not_declare() -> N
     counts, ts, vals = np.ones(4, np.int64), np.arange(1, 5, dtype=np.int64), np.zeros(4)
     assert encode_v1(table.v1(slots), counts, ts, vals) == encode_v1([label_bytes_v1(_labels(i)) for i in ids],
                                                                        counts, ts, vals)
+    live = ts + 1_790_000_000_000
+    assert encode_v1_one(table.v1_one(slots), live, vals) == encode_v1([label_bytes_v1(_labels(i)) for i in ids],
+                                                                         counts, live, vals)
     symbols, refs, ref_counts = table.v2(slots)
     assert _v2_content(encode_v2(symbols, refs, ref_counts, counts, ts, vals)) == _v2_content(
         encode_v2_labels([_labels(i) for i in ids], counts, ts, vals))
