@@ -24,7 +24,7 @@ from pathlib import Path
 
 from metricsd.cmd.clusterplan import ClusterPlan, ProcessSpec
 from metricsd.cmd.launch import LaunchError, LocalCluster
-from metricsd.cmd.onwardflags import add_onward_arguments, onward_argv, parquet_location
+from metricsd.cmd.onwardflags import add_onward_arguments, onward_argv, parquet_argv
 from metricsd.cmd.queryflags import add_remote_write_arguments, remote_write_argv
 from metricsd.cmd.runner import stop_event
 from metricsd.cmd.status import add_status_arguments, run_status
@@ -122,8 +122,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def proxies_argv(args: argparse.Namespace) -> tuple[str, ...]:
     """The flags every proxy gets: remote write in and out, and --parquet-dir (the proxies elect
     the one that writes: metricsd/onward/hourly.py ElectedParquet)."""
-    parquet = ("--parquet-dir", parquet_location(args.parquet_dir)) if args.parquet_dir else ()
-    return remote_write_argv(args) + onward_argv(args) + parquet
+    return remote_write_argv(args) + onward_argv(args) + parquet_argv(args)
 
 
 def run(args: argparse.Namespace) -> int:

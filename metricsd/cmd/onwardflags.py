@@ -19,8 +19,8 @@ from metricsd.onward.target import TargetConfig, TargetError, parse_targets
 if TYPE_CHECKING:  # the sender imports pyarrow (~90 MiB resident): only a process that sends onward loads it
     from metricsd.onward.tee import Onward
 
-__all__ = ["FileClock", "add_onward_arguments", "onward_argv", "parquet_clock", "parquet_location", "start_onward",
-           "targets_from_args"]
+__all__ = ["FileClock", "add_onward_arguments", "onward_argv", "parquet_argv", "parquet_clock", "parquet_location",
+           "start_onward", "targets_from_args"]
 
 log = logging.getLogger("metricsd.onward")
 
@@ -64,7 +64,12 @@ def targets_from_args(args: argparse.Namespace) -> list[TargetConfig]:
 
 
 def onward_argv(args: argparse.Namespace) -> tuple[str, ...]:
-    """The flags as given, for ``cluster up``'s proxies (the config file checked and made absolute)."""
+    """The flags as given, for ``cluster up``'s proxies (the config file checked and made absolute).
+    Each proxy keeps its own onward buffer in ``<data-dir>/proxy-i/onward``: one directory given
+    to all would be two processes appending to one log, so ``--remote-write-buffer-dir`` is refused."""
+    if getattr(args, "remote_write_buffer_dir", None) is not None:
+        raise ValueError("--remote-write-buffer-dir: each proxy keeps its onward buffer in "
+                         "<data-dir>/proxy-<i>/onward; give --data-dir instead")
     targets_from_args(args)
     out: list[str] = []
     for url in args.remote_write_url:
@@ -73,6 +78,16 @@ def onward_argv(args: argparse.Namespace) -> tuple[str, ...]:
         out += ["--remote-write-config", str(args.remote_write_config.resolve())]
     if args.remote_write_url or args.remote_write_config is not None:
         out += ["--remote-write-buffer-bytes", str(args.remote_write_buffer_bytes)]
+    return tuple(out)
+
+
+def parquet_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    """The Parquet flags as given, for ``cluster up``'s proxies (which elect the one that writes)."""
+    if not args.parquet_dir:
+        return ()
+    out = ["--parquet-dir", parquet_location(args.parquet_dir), "--parquet-check", str(args.parquet_check)]
+    if args.parquet_clock_file is not None:
+        out += ["--parquet-clock-file", str(args.parquet_clock_file.resolve())]
     return tuple(out)
 
 

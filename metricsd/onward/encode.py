@@ -33,8 +33,9 @@ import pyarrow.compute as pc
 from metricsd.model import Labels
 from metricsd.rpc.wire import varint
 
-__all__ = ["V1_CONTENT_TYPE", "V2_CONTENT_TYPE", "binary_column", "encode_v1", "encode_v2", "encode_v2_labels",
-           "label_bytes_v1", "sample_bytes", "snappy", "tagged_varints", "varint_digits"]
+__all__ = ["ONE_SAMPLE_TS", "V1_CONTENT_TYPE", "V2_CONTENT_TYPE", "binary_column", "encode_v1", "encode_v1_one",
+           "encode_v2", "encode_v2_labels", "label_bytes_v1", "one_sample_prefix", "sample_bytes", "snappy",
+           "tagged_varints", "varint_digits"]
 
 V1_CONTENT_TYPE = "application/x-protobuf"
 V2_CONTENT_TYPE = "application/x-protobuf;proto=io.prometheus.write.v2.Request"
@@ -186,6 +187,38 @@ def encode_v1(entry_labels: pa.Array | Sequence[bytes], counts: np.ndarray, time
     samples, sample_len = _entry_samples(counts, timestamps, values)
     header = tagged_varints(_V1_TIMESERIES, _lengths(labels) + sample_len)
     return _join(header, labels, samples)
+
+
+# A timestamp whose varint is 6 bytes: every ms timestamp from 1971 to 2109. In that range a
+# one-sample 1.0 entry is its series' fixed prefix then 15 bytes (encode_v1_one).
+ONE_SAMPLE_TS = (1 << 35, (1 << 42) - 1)
+_ONE_SAMPLE_LEN = 18  # the Sample field: tag, length, 0x09 + 8 bytes, 0x10 + a 6-byte varint
+_ONE_TAIL = 15  # what follows the prefix: the value's 8 bytes, 0x10, the timestamp's 6
+
+
+def one_sample_prefix(labels: bytes) -> bytes:
+    """A 1.0 TimeSeries of one sample whose timestamp is in ONE_SAMPLE_TS, up to the sample's value:
+    the TimeSeries tag and length, the labels (label_bytes_v1), the Sample's tag, length and 0x09.
+    A sender keeps it per series: the live shape's requests are this prefix and 15 bytes an entry."""
+    return bytes([_V1_TIMESERIES]) + varint(len(labels) + _ONE_SAMPLE_LEN) + labels + \
+        bytes([(_SAMPLES << 3) | 2, _ONE_SAMPLE_LEN - 2, 0x09])
+
+
+def encode_v1_one(prefixes: pa.Array, timestamps: np.ndarray, values: np.ndarray) -> bytes:
+    """``encode_v1`` of entries of one sample each whose timestamps are all in ONE_SAMPLE_TS, from
+    each entry's ``one_sample_prefix``: the same bytes, with one join of two parts and no varint
+    lengths to compute (a request of the live shape, where every series sends one sample)."""
+    m = len(timestamps)
+    if not m:
+        return b""
+    digits, _ = varint_digits(timestamps.astype(np.int64).view(np.uint64))
+    if digits.shape[1] != 6:
+        raise ValueError("encode_v1_one: a timestamp outside ONE_SAMPLE_TS")
+    tails = np.empty((m, _ONE_TAIL), np.uint8)
+    tails[:, :8] = np.ascontiguousarray(values, dtype="<f8").view(np.uint8).reshape(m, 8)
+    tails[:, 8] = 0x10
+    tails[:, 9:] = digits
+    return _join(_as_binary(prefixes), binary_column(tails.reshape(-1), np.arange(0, _ONE_TAIL * (m + 1), _ONE_TAIL)))
 
 
 def encode_v2(symbols: pa.Array, refs: np.ndarray, ref_counts: np.ndarray, counts: np.ndarray,

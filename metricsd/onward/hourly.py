@@ -162,7 +162,13 @@ async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
     samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
     roll = rollup_columns(await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms)),
                           labels_of)
-    return HourFiles(hour_ms, to_parquet(samples), to_parquet(roll),
+    # The encoding (seconds for 40,000 series) runs in a thread: on the event loop it held back the
+    # process's requests and its election lease's keep-alive, which lapsed under load, so another
+    # proxy took the lead and wrote the same hour at the same time (2026-11-27 session 34,
+    # perf/bench_onward_cluster.py). NumPy and Arrow let go of the GIL for most of it.
+    samples_file = await asyncio.to_thread(to_parquet, samples)
+    rollups_file = await asyncio.to_thread(to_parquet, roll)
+    return HourFiles(hour_ms, samples_file, rollups_file,
                      {"format": FORMAT_VERSION, "hour_start_ms": hour_ms, "samples": samples.samples,
                       "series": len(samples.labels), "rollup_series": len(roll.labels),
                       "written_ms": int(time.time() * 1000)})

@@ -7,8 +7,13 @@ Python step per series. The table is at most a quarter full, so nine ids in ten 
 their home row and the others in the next few rows, read at once: about one memory access per
 id, where a binary search over sorted ids took about 17 dependent ones (on the shared, loaded
 machine those cache misses made the lookups the send path's largest steady cost,
-perf/RESULTS.md). A row keeps its place until the table grows or ``keep`` drops rows, so columns
-are plain arrays indexed by row. Not thread-safe.
+perf/RESULTS.md).
+
+Rows are dense: the hash table maps an id to its row, and an id's row is the number of ids added
+before it, so the columns are compact arrays (80,000 series: 640 KB a column, where columns laid
+out as the hash table, four times as long, missed the cache on most of a batch's lookups: 2026-11-27
+session 34, perf/RESULTS.md) and the series a client sends together sit side by side. A row keeps
+its place until ``keep`` drops rows (growing the hash table does not move rows). Not thread-safe.
 """
 
 from __future__ import annotations
@@ -26,21 +31,37 @@ _MEMO_BATCHES = 512  # ... this many batches at most (about 16 MB at 2,000 ids a
 
 class IdTable:
     """Series ids and, per id, one int64 value in each column of ``cols`` (named at construction
-    with their default: the value of a row before an id takes it). Columns are indexed by row;
-    ``rows()`` lists the rows in use. Rows found stay valid while ``version`` stays the same."""
+    with their default: the value of a row before an id takes it). Columns are indexed by row and
+    may be longer than ``len(self)``; ``rows()`` lists the rows in use (``0 .. len - 1``). Rows
+    found stay valid while ``version`` stays the same."""
 
     def __init__(self, **defaults: int) -> None:
         self.defaults = defaults
-        self._reset(_MIN_BITS)
+        self.version = -1
+        self._reset(_MIN_BITS, np.zeros(0, np.uint64), {})
 
-    def _reset(self, bits: int) -> None:
-        self.version = getattr(self, "version", -1) + 1  # rows found before a reset are stale
-        self._bits = bits
-        self._keys = np.zeros(1 << bits, np.uint64)
-        self._used = np.zeros(1 << bits, bool)
-        self.cols = {name: np.full(1 << bits, d, np.int64) for name, d in self.defaults.items()}
-        self._n = 0
+    def _reset(self, bits: int, ids: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        """The table of ``ids`` (distinct) in rows 0, 1, ..., with their column values."""
+        self.version += 1  # rows found before a reset are stale
+        n = len(ids)
+        cap = max(64, 2 * n)
+        self._ids = np.zeros(cap, np.uint64)
+        self._ids[:n] = ids
+        self.cols = {}
+        for name, d in self.defaults.items():
+            col = np.full(cap, d, np.int64)
+            if name in values:
+                col[:n] = values[name]
+            self.cols[name] = col
+        self._n = n
         self._memo: dict[bytes, np.ndarray] = {}  # find's answers for batches of ids, until rows move
+        self._rehash(bits)
+
+    def _rehash(self, bits: int) -> None:
+        self._bits = bits
+        self._hkeys = np.zeros(1 << bits, np.uint64)
+        self._hrow = np.full(1 << bits, -1, np.int64)  # per hash position, its id's row (-1: free)
+        self._place(np.arange(self._n))
 
     def __len__(self) -> int:
         return self._n
@@ -48,10 +69,10 @@ class IdTable:
     @property
     def ids(self) -> np.ndarray:
         """The ids in the table, in row order."""
-        return self._keys[self._used]
+        return self._ids[: self._n]
 
     def rows(self) -> np.ndarray:
-        return np.flatnonzero(self._used)
+        return np.arange(self._n)
 
     def _home(self, ids: np.ndarray) -> np.ndarray:
         return ((ids * _MIX) >> np.uint64(64 - self._bits)).astype(np.int64)
@@ -77,88 +98,96 @@ class IdTable:
         return rows
 
     def _find(self, ids: np.ndarray) -> np.ndarray:
+        """Each id's row: its hash position's row where the key matches (-1: none)."""
         pos = self._home(ids)
-        hit = self._keys[pos] == ids  # fast path: nine in ten ids sit at their home row
-        if not bool(ids.all()):  # an unused row's key is 0 too
-            hit &= self._used[pos]
-        out = np.where(hit, pos, -1)
+        hrow = self._hrow[pos]
+        hit = (self._hkeys[pos] == ids) & (hrow >= 0)  # fast path: nine in ten ids sit at their home position
+        out = np.where(hit, hrow, -1)
         if bool(hit.all()):
             return out
-        # The others: the next _WINDOW rows at once. An id is at the first row holding it, if no
-        # unused row (which ends a probe) comes before; past the window (rare), row by row.
+        # The others: the next _WINDOW positions at once. An id is at the first position holding
+        # it, if no free position (which ends a probe) comes before; past the window (rare), one by one.
         miss = np.flatnonzero(~hit)
-        miss = miss[self._used[pos[miss]]]  # an unused home row: not in the table
+        miss = miss[hrow[miss] >= 0]  # a free home position: not in the table
         mask = (1 << self._bits) - 1
-        rows = (pos[miss, None] + np.arange(1, _WINDOW + 1)) & mask
-        used = self._used[rows]
-        match = used & (self._keys[rows] == ids[miss, None])
+        at = (pos[miss, None] + np.arange(1, _WINDOW + 1)) & mask
+        rows = self._hrow[at]
+        used = rows >= 0
+        match = used & (self._hkeys[at] == ids[miss, None])
         first_match = np.where(match.any(axis=1), match.argmax(axis=1), _WINDOW)
         first_gap = np.where(used.all(axis=1), _WINDOW, (~used).argmax(axis=1))
         found = first_match < first_gap
         out[miss[found]] = rows[found, first_match[found]]
         go = ~found & (first_gap == _WINDOW)
-        idx, at = miss[go], rows[go, -1]
+        idx, p = miss[go], at[go, -1]
         while len(idx):
-            at = (at + 1) & mask
-            used_at = self._used[at]
-            got = used_at & (self._keys[at] == ids[idx])
-            out[idx[got]] = at[got]
-            go = used_at & ~got
-            idx, at = idx[go], at[go]
+            p = (p + 1) & mask
+            row_at = self._hrow[p]
+            got = (row_at >= 0) & (self._hkeys[p] == ids[idx])
+            out[idx[got]] = row_at[got]
+            go = (row_at >= 0) & ~got
+            idx, p = idx[go], p[go]
         return out
 
     def add(self, ids: np.ndarray) -> np.ndarray:
-        """Add the ids not in the table yet (each once, with the defaults); returns every id's row."""
+        """Add the ids not in the table yet (each once, with the defaults, in the order they first
+        come in ``ids``); returns every id's row."""
         ids = np.asarray(ids, np.uint64)
         rows = self.find(ids)
         if bool((rows >= 0).all()):
             return rows
-        new = np.unique(ids[rows < 0])
-        if 4 * (self._n + len(new)) > (1 << self._bits):
-            self._grow(self._n + len(new))
-        self._place(new, {})
+        missing = ids[rows < 0]
+        _, first = np.unique(missing, return_index=True)
+        new = missing[np.sort(first)]
+        n, k = self._n, len(new)
+        if n + k > len(self._ids):
+            cap = max(2 * len(self._ids), n + k)
+            self._ids = _grown(self._ids, cap, 0)
+            self.cols = {name: _grown(col, cap, self.defaults[name]) for name, col in self.cols.items()}
+        self._ids[n:n + k] = new
+        self._n = n + k
+        if 4 * self._n > (1 << self._bits):
+            bits = self._bits
+            while 4 * self._n > (1 << bits):
+                bits += 1
+            self._rehash(bits)  # rows stay where they are
+        else:
+            self._place(np.arange(n, n + k))
         return self.find(ids)
 
-    def _place(self, ids: np.ndarray, values: dict[str, np.ndarray]) -> None:
-        """Put ids that are not in the table in free rows (their column values from ``values``)."""
+    def _place(self, rows: np.ndarray) -> None:
+        """Put the ids of ``rows`` (not in the hash table yet) at free hash positions."""
         mask = (1 << self._bits) - 1
-        idx, pos = np.arange(len(ids)), self._home(ids)
+        ids = self._ids[rows]
+        idx, pos = np.arange(len(rows)), self._home(ids)
         while len(idx):
-            free = ~self._used[pos]
-            # Of the ids whose row is free, the first for each row takes it; the others probe on.
+            free = self._hrow[pos] < 0
+            # Of the ids whose position is free, the first for each position takes it; the others probe on.
             cand = np.flatnonzero(free)
             _, first = np.unique(pos[cand], return_index=True)
             won = cand[first]
-            rows = pos[won]
-            self._used[rows] = True
-            self._keys[rows] = ids[idx[won]]
-            for name, v in values.items():
-                self.cols[name][rows] = v[idx[won]]
+            at = pos[won]
+            self._hrow[at] = rows[idx[won]]
+            self._hkeys[at] = ids[idx[won]]
             lost = np.ones(len(idx), bool)
-            lost[won] = False  # every row a loser tried is in use now: all probe on
+            lost[won] = False  # every position a loser tried is taken now: all probe on
             idx, pos = idx[lost], (pos[lost] + 1) & mask
-        self._n += len(ids)
-
-    def _grow(self, n: int) -> None:
-        bits = self._bits
-        while 4 * n > (1 << bits):
-            bits += 1
-        self._rebuild(self._used, bits)
-
-    def _rebuild(self, keep: np.ndarray, bits: int) -> None:
-        ids = self._keys[keep]
-        values = {name: col[keep] for name, col in self.cols.items()}
-        self._reset(bits)
-        self._place(ids, values)
 
     def keep(self, mask: np.ndarray) -> np.ndarray:
-        """Keep the rows in use where ``mask`` (one bool per row) is true; returns the ids dropped.
-        Rows move: look ids up again after."""
-        mask = mask & self._used
-        dropped = self._keys[self._used & ~mask]
+        """Keep the rows where ``mask`` (one bool per row: its first ``len(self)`` are read) is
+        true; returns the ids dropped. Rows move: look ids up again after."""
+        mask = np.asarray(mask[: self._n], bool)
+        dropped = self._ids[: self._n][~mask]
         if len(dropped):
+            kept = np.flatnonzero(mask)
             bits = _MIN_BITS
-            while 4 * int(mask.sum()) > (1 << bits):
+            while 4 * len(kept) > (1 << bits):
                 bits += 1
-            self._rebuild(mask, bits)
+            self._reset(bits, self._ids[kept], {name: col[kept] for name, col in self.cols.items()})
         return dropped
+
+
+def _grown(a: np.ndarray, cap: int, fill: int) -> np.ndarray:
+    out = np.full(cap, fill, a.dtype)
+    out[: len(a)] = a
+    return out

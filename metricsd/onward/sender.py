@@ -3,13 +3,16 @@
 A round takes the next buffered batches (up to ``shards x max_samples_per_send`` samples), makes
 requests of at most about ``max_samples_per_send`` samples with each series in one of them
 (shards.py) and sends them over ``shards`` connections at once; when every request is answered,
-the cursor moves past the round and is saved. A request is retried with
+the cursor moves past the round; its file is written when the sender has caught up, at most once
+a second while it has not (SAVE_CURSOR_S), and when it stops. A request is retried with
 exponential back-off (metricsd/agent/retry.py's BackoffPolicy, with jitter) on a connection error,
 a 5xx or a 429, until it is accepted; a 4xx other than 429 is not retried: its samples are counted
 as failed and the round goes on. So nothing is lost while the receiver is down or overloaded,
 however long, as long as the buffer's bound holds the backlog; and a restart resends at most the
-round that was under way (those samples arrive twice, which receivers take as a no-op: each
-sample has the same timestamp and value).
+round that was under way, or after a kill the rounds of the last second (those samples arrive
+twice, which receivers take as a no-op: each sample has the same timestamp and value).
+
+Requests go through onward/post.py's small HTTP/1.1 client (keep-alive, TLS), not aiohttp's.
 
 Time is passed in: ``clock`` for the lag and ``sleep`` for the back-off, so a test moves a manual
 clock through a long outage of a really stopped receiver without waiting for it.
@@ -22,7 +25,6 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-import aiohttp
 import numpy as np
 
 from metricsd import __version__
@@ -33,6 +35,7 @@ from metricsd.model import Labels
 from metricsd.onward import encode, records
 from metricsd.onward.buffer import OnwardBuffer, Record
 from metricsd.onward.metrics import OnwardMetrics
+from metricsd.onward.post import Poster, PostError
 from metricsd.onward.records import Columns
 from metricsd.onward.series import SeriesTable
 from metricsd.onward.shards import concat, requests
@@ -43,6 +46,7 @@ __all__ = ["SAMPLES_WRITTEN", "Sender"]
 log = logging.getLogger("metricsd.onward.sender")
 
 SAMPLES_WRITTEN = "X-Prometheus-Remote-Write-Samples-Written"
+SAVE_CURSOR_S = 1.0  # the cursor's file is written at most this often, when caught up, and when the sender stops
 Sleep = Callable[[float], Awaitable[None]]
 
 
@@ -63,7 +67,8 @@ class Sender:
         self.series = SeriesTable(self._relabel)  # after write_relabel_configs, encoded once
         self._segment = 0  # the newest segment read from
         self._bounded_at = 0  # the segment self.series was last bounded for
-        self._session: aiohttp.ClientSession | None = None
+        self._poster: Poster | None = None
+        self._saved_at = float("-inf")  # clock time (s) the cursor's file was last written
         name = target.name
         metrics.pending.labels(name).set_function(lambda: buffer.pending(name))
         metrics.lag.labels(name).set_function(self.lag_s)
@@ -77,12 +82,13 @@ class Sender:
 
     async def run(self) -> None:
         t = self.target
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=t.ssl_context() or False, limit=t.shards + 1),
-            timeout=aiohttp.ClientTimeout(total=t.timeout_s))
+        self._poster = Poster(t.url, ssl_context=t.ssl_context(), server_name=t.server_name, timeout_s=t.timeout_s,
+                              keep=t.shards + 1)
         try:
             head = True
             while True:
+                if self.buffer.last_seq <= self.cursor:  # caught up: the cursor's file says so before we wait
+                    self.buffer.save_cursor(t.name)
                 await self.buffer.wait_beyond(self.cursor)
                 cols, last = self._read_round(head)
                 head = False
@@ -93,9 +99,14 @@ class Sender:
                         await self._negotiate()
                     await self._send_round(cols)
                 self.cursor = max(self.cursor, last)
-                self.buffer.commit(t.name, self.cursor)
+                now = self.clock.now_ms() / 1000
+                save = now - self._saved_at >= SAVE_CURSOR_S
+                self.buffer.commit(t.name, self.cursor, save=save)
+                if save:
+                    self._saved_at = now
         finally:
-            await self._session.close()
+            self.buffer.save_cursor(t.name)
+            await self._poster.close()
 
     def _read_round(self, head: bool) -> tuple[Columns, int | None]:
         """The samples of the next records (up to shards x max_samples_per_send, at least one
@@ -187,6 +198,10 @@ class Sender:
         if version == 2:
             symbols, refs, ref_counts = self.series.v2(slots)
             raw = encode.encode_v2(symbols, refs, ref_counts, cols.counts, cols.timestamps, cols.values)
+        elif len(slots) == cols.samples and len(slots) and bool((cols.counts == 1).all()) \
+                and encode.ONE_SAMPLE_TS[0] <= int(cols.timestamps.min()) \
+                and int(cols.timestamps.max()) <= encode.ONE_SAMPLE_TS[1]:  # one sample a series: the live shape
+            raw = encode.encode_v1_one(self.series.v1_one(slots), cols.timestamps, cols.values)
         else:
             raw = encode.encode_v1(self.series.v1(slots), cols.counts, cols.timestamps, cols.values)
         return encode.snappy(raw)
@@ -199,7 +214,7 @@ class Sender:
         while True:
             status, headers = await self._post(encode.snappy(b""), 2)
             if status is not None and status < 500 and status != 429:
-                self.version = 2 if 200 <= status < 300 and SAMPLES_WRITTEN in headers else 1
+                self.version = 2 if 200 <= status < 300 and SAMPLES_WRITTEN.lower() in headers else 1
                 log.info("onward %s: sending remote write %d.0", self.target.name, self.version)
                 self.metrics.protocol.labels(self.target.name).set(self.version)
                 return
@@ -207,20 +222,19 @@ class Sender:
             await self.sleep(self.backoff.delay(failures, self.rand()))
 
     async def _post(self, body: bytes, version: int) -> tuple[int | None, dict[str, str]]:
-        assert self._session is not None
+        assert self._poster is not None
         name = self.target.name
         try:
-            async with self._session.post(self.target.url, data=body, headers=self._headers(version)) as resp:
-                text = (await resp.content.read(1024)).decode(errors="replace")
-                self.metrics.requests.labels(name, str(resp.status)).inc()
-                if resp.status >= 300:
-                    log.log(logging.WARNING if resp.status < 500 else logging.INFO,
-                            "onward %s: HTTP %d: %s", name, resp.status, text.strip()[:300])
-                return resp.status, dict(resp.headers)
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            got = await self._poster.post(body, self._headers(version))
+        except PostError as e:
             self.metrics.requests.labels(name, "error").inc()
             log.debug("onward %s: %s", name, e)
             return None, {}
+        self.metrics.requests.labels(name, str(got.status)).inc()
+        if got.status >= 300:
+            log.log(logging.WARNING if got.status < 500 else logging.INFO, "onward %s: HTTP %d: %s", name, got.status,
+                    got.body[:1024].decode(errors="replace").strip()[:300])
+        return got.status, got.headers
 
     async def send(self, cols: Columns) -> bool:
         """Send one request's samples until it is accepted (True) or refused for good (False)."""

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from metricsd.model import Labels
-from metricsd.onward.encode import BINARY, binary_column, label_bytes_v1
+from metricsd.onward.encode import BINARY, binary_column, label_bytes_v1, one_sample_prefix
 from metricsd.onward.idtable import IdTable
 
 __all__ = ["BytesColumn", "SeriesTable"]
@@ -97,6 +97,7 @@ class SeriesTable:
         self._labels: list[Labels | None] = []  # per slot, after relabelling; None: not sent
         self._send = np.zeros(0, bool)
         self._v1 = BytesColumn()  # per slot: label_bytes_v1, encoded up to len(self._v1)
+        self._v1_one = BytesColumn()  # per slot: encode.one_sample_prefix of its _v1, up to len(self._v1_one)
         self._pairs: dict[tuple[str, str], bytes] = {}
         self._refs = BytesColumn()  # per slot: its symbols' indices, uint32 little-endian
         self._symbols: dict[str, int] = {"": 0}
@@ -165,6 +166,14 @@ class SeriesTable:
                              for lab in todo])
         return self._v1.take(slots)
 
+    def v1_one(self, slots: np.ndarray) -> pa.Array:
+        """Each slot's encode.one_sample_prefix (the live shape's requests: one sample a series)."""
+        if len(self._v1_one) < len(self._labels):
+            self.v1(np.zeros(0, np.int64))  # the label bytes of every slot first
+            arr = self._v1.array()
+            self._v1_one.extend([one_sample_prefix(arr[i].as_py()) for i in range(len(self._v1_one), len(arr))])
+        return self._v1_one.take(slots)
+
     def _pair(self, pair: tuple[str, str]) -> bytes:
         """One label's 1.0 field, kept: series share most of their labels (namespace, node, ...)."""
         b = self._pairs[pair] = label_bytes_v1((pair,))
@@ -204,6 +213,7 @@ class SeriesTable:
         self._send = self._send[kept_slots]
         encoded = kept_slots[kept_slots < len(self._v1)]
         self._v1 = BytesColumn.of(self._v1.take(encoded))
+        self._v1_one = BytesColumn.of(self._v1_one.take(kept_slots[kept_slots < len(self._v1_one)]))
         self._pairs = {}
         # 2.0 symbols are renumbered from scratch (strings of forgotten series go with them).
         self._refs, self._symbols, self._symbol_bytes = BytesColumn(), {"": 0}, BytesColumn()

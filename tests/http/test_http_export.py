@@ -8,23 +8,35 @@ import gzip
 import io
 import json
 import math
+import ssl
 import struct
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import aiohttp
 import numpy as np
 import pytest
 from http_fixtures import Env, pod_labels, start_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
+from metricsd.clock import SystemClock
 from metricsd.http import HttpSettings, stop_http
 from metricsd.http.export import read_batches
+from metricsd.http.server import serve_http
 from metricsd.http.vmjson import format_line, parse_line
 from metricsd.model import STALE_NAN_BITS, stale_marker
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import labels_from_pb
+from metricsd.security.auth import Authenticator
+from metricsd.security.certs import LocalPKI
 from metricsd.security.policy import http_role
-from metricsd.security.tokens import Role
+from metricsd.security.settings import ServerSecurity
+from metricsd.security.tls import ServerTLS
+from metricsd.security.tokens import Role, TokenFile, hash_token
+from metricsd.store.api import LocalBackend, StoreAPI
+from metricsd.store.engine import Store
 
 
 @pytest.fixture
@@ -174,3 +186,33 @@ def test_reads_take_whole_pods_of_one_namespace_about_n_series_at_a_time() -> No
     assert [len(pods) for _, pods in groups] == [2] * 25  # 4 series a pod, whole pods: 8 series a read
     seen = sorted((ns, p) for ns, pods in groups for p in pods)
     assert seen == sorted({(dict(lab)["namespace"], dict(lab)["pod"]) for _, lab in listed})
+
+
+async def test_export_and_import_over_tls_with_tokens_need_their_roles(pki: LocalPKI, tmp_path: Path) -> None:
+    """The same 401 and 403 as every other route, on a real TLS server with a token file: import
+    needs ``write`` (a read token is refused, nothing stored), export ``read``."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"graf read {hash_token('r')}\nagent write {hash_token('w')}\n")
+    store = Store()
+    runner, port = await serve_http(LocalBackend(StoreAPI(store)), "127.0.0.1", 0, CollectorRegistry(),
+                                    SystemClock(), security=ServerSecurity(ServerTLS(pki.cert, pki.key),
+                                                                           Authenticator(TokenFile(tokens))))
+    url = f"https://127.0.0.1:{port}"
+    line = b'{"metric":{"__name__":"m","namespace":"ns","pod":"p"},"values":[1.5],"timestamps":[60000]}\n'
+    read, write = {"Authorization": "Bearer r"}, {"Authorization": "Bearer w"}
+    try:
+        async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=str(pki.ca)))) as s:
+            for headers, status in (({}, 401), (read, 403)):
+                async with s.post(url + "/api/v1/import", data=line, headers=headers) as r:
+                    assert r.status == status
+            assert store.stats()["samples"] == 0
+            async with s.post(url + "/api/v1/import", data=line, headers=write) as r:
+                assert r.status == 204
+            for headers, status in (({}, 401), (write, 403)):
+                async with s.get(url + "/api/v1/export", params={"match[]": "m"}, headers=headers) as r:
+                    assert r.status == status
+            async with s.get(url + "/api/v1/export", params={"match[]": "m"}, headers=read) as r:
+                assert r.status == 200 and json.loads(await r.read())["values"] == [1.5]
+    finally:
+        await stop_http(runner)

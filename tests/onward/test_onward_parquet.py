@@ -134,3 +134,24 @@ def test_a_file_written_a_row_group_at_a_time_holds_the_same_rows(monkeypatch: p
     assert pq.ParquetFile(io.BytesIO(data)).metadata.num_row_groups >= counts.sum() // 1_000
     assert pq.read_table(io.BytesIO(data)).to_pylist() == whole.to_pylist()
     assert whole.num_rows == counts.sum()
+
+
+async def test_the_files_are_encoded_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Encoding an hour takes seconds; on the event loop it held back the process's requests and
+    its election lease's keep-alive (another proxy then wrote the same hour at once)."""
+    import threading
+
+    from metricsd.onward import hourly
+
+    backend, _ = await _backend()
+    loop_thread = threading.current_thread()
+    threads: list[threading.Thread] = []
+    encode = hourly.to_parquet
+
+    def spy(cols: SampleColumns) -> bytes:
+        threads.append(threading.current_thread())
+        return encode(cols)
+
+    monkeypatch.setattr(hourly, "to_parquet", spy)
+    files = await hour_files(backend, NOW // HOUR_MS * HOUR_MS - HOUR_MS)
+    assert len(threads) == 2 and loop_thread not in threads and files.manifest["samples"]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,16 @@ from metricsd.http import remote_write_v2
 from metricsd.http.remote_write_scan import scan
 from metricsd.onward import records
 from metricsd.onward.buffer import BufferSettings, OnwardBuffer
-from metricsd.onward.encode import encode_v1, encode_v2_labels, label_bytes_v1, tagged_varints, varint_digits
+from metricsd.onward.encode import (
+    ONE_SAMPLE_TS,
+    encode_v1,
+    encode_v1_one,
+    encode_v2_labels,
+    label_bytes_v1,
+    one_sample_prefix,
+    tagged_varints,
+    varint_digits,
+)
 from metricsd.onward.records import Columns
 from metricsd.onward.shards import concat, merge, requests
 from metricsd.onward.target import TargetError, parse_targets
@@ -85,6 +95,19 @@ def test_a_v1_request_decodes_to_the_columns_it_was_made_from(cols: Columns) -> 
         assert found.counts.tolist() == cols.counts.tolist()
         assert found.timestamps.tolist() == cols.timestamps.tolist()
         assert found.values.tobytes() == cols.values.tobytes()
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(*ONE_SAMPLE_TS),
+                          st.floats(allow_nan=True, allow_infinity=True)), min_size=1, max_size=60))
+def test_a_one_sample_request_from_prefixes_is_the_same_bytes(entries: list[tuple[int, int, float]]) -> None:
+    labels = [label_bytes_v1(_labels(i)) for i, _, _ in entries]
+    ts = np.array([t for _, t, _ in entries], np.int64)
+    vals = np.array([v for _, _, v in entries], np.float64)
+    got = encode_v1_one(pa.array([one_sample_prefix(lab) for lab in labels], pa.large_binary()), ts, vals)
+    assert got == encode_v1(labels, np.ones(len(entries), np.int64), ts, vals)
+    with pytest.raises(ValueError, match="ONE_SAMPLE_TS"):
+        encode_v1_one(pa.array([one_sample_prefix(labels[0])], pa.large_binary()), np.array([1], np.int64), vals[:1])
 
 
 @settings(deadline=None)

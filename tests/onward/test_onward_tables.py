@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metricsd.onward.encode import encode_v1, encode_v2, encode_v2_labels, label_bytes_v1
+from metricsd.onward.encode import encode_v1, encode_v1_one, encode_v2, encode_v2_labels, label_bytes_v1
 from metricsd.onward.idtable import IdTable
 from metricsd.onward.series import BytesColumn, SeriesTable
 from metricsd.proto import prometheus_remote_v2_pb2 as v2
@@ -52,10 +52,21 @@ def test_an_id_table_stays_a_quarter_full_and_finds_every_id_among_many() -> Non
     table = IdTable()
     for part in np.array_split(ids, 7):
         table.add(part)
-    assert len(table) == len(np.unique(ids)) and 4 * len(table) <= len(table._keys)
+    assert len(table) == len(np.unique(ids)) and 4 * len(table) <= len(table._hkeys)
     rows = table.find(ids)
-    assert (table._keys[rows] == ids).all()
+    assert (table.ids[rows] == ids).all()
     assert (table.find(ids + np.uint64(1)) == -1).all()  # odd ids: none there
+
+
+def test_rows_are_dense_in_the_order_ids_first_came_and_stay_as_the_hash_table_grows() -> None:
+    table = IdTable(v=-1)
+    first = np.array([50, 7, 50, 9], np.uint64)
+    assert table.add(first).tolist() == [0, 1, 0, 2]
+    more = np.arange(1000, 3000, dtype=np.uint64)[::-1].copy()
+    rows = table.add(np.concatenate([more, first]))
+    assert rows.tolist() == [*range(3, 2003), 0, 1, 0, 2]  # the old ones kept their rows
+    assert table.rows().tolist() == list(range(2003)) and table.ids[:3].tolist() == [50, 7, 9]
+    assert 4 * len(table) <= len(table._hkeys) and len(table.cols["v"]) >= len(table)
 
 
 def test_a_batch_found_again_is_answered_from_memory_until_rows_move() -> None:
@@ -64,17 +75,17 @@ def test_a_batch_found_again_is_answered_from_memory_until_rows_move() -> None:
     table.add(batch)
     first = table.find(batch)
     assert table.find(batch) is first and not first.flags.writeable  # the same batch: remembered
-    table.add(batch + np.uint64(1))  # more ids (the table grows: rows move)
+    table.add(batch + np.uint64(1))  # more ids (the hash table grows; rows stay)
     again = table.find(batch)
-    assert len(table) == 600 and (table._keys[again] == batch).all()
+    assert len(table) == 600 and (table.ids[again] == batch).all() and (again == first).all()
     mixed = np.concatenate([batch[:200], np.array([5], np.uint64)])  # one id not there: not remembered
     assert table.find(mixed)[-1] == -1
     table.add(np.array([5], np.uint64))
     assert table.find(mixed)[-1] >= 0
-    gone = np.zeros(len(table._keys), bool)
+    gone = np.zeros(len(table), bool)
     gone[again[:10]] = True
     table.keep(~gone)  # rows move again, and ten ids are gone
-    assert (table.find(batch)[:10] == -1).all() and (table._keys[table.find(batch)[10:]] == batch[10:]).all()
+    assert (table.find(batch)[:10] == -1).all() and (table.ids[table.find(batch)[10:]] == batch[10:]).all()
 
 
 def test_a_bytes_column_grows_and_its_old_views_stay_valid() -> None:
@@ -114,6 +125,8 @@ def test_a_series_table_gives_each_request_the_bytes_its_labels_encode_to(ids: l
     if version == 1:
         got = encode_v1(table.v1(slots), counts, ts, vals)
         assert got == encode_v1([label_bytes_v1(_labels(i)) for i in entries], counts, ts, vals)
+        live = ts + 1_790_000_000_000  # the one-sample prefixes: the same bytes
+        assert encode_v1_one(table.v1_one(slots), live, vals) == encode_v1(table.v1(slots), counts, live, vals)
     else:
         symbols, refs, ref_counts = table.v2(slots)
         got = encode_v2(symbols, refs, ref_counts, counts, ts, vals)
@@ -126,6 +139,7 @@ def test_a_series_table_forgets_what_the_previous_segment_did_not_declare() -> N
     _learn(table, [1, 2, 3, 4], 1)
     _learn(table, [3, 4, 5], 2)
     table.v1(table.slots(np.array([1, 2, 3, 4, 5], np.uint64)))  # encoded before the bound
+    table.v1_one(table.slots(np.array([1, 2, 3, 4, 5], np.uint64)))
     table.v2(table.slots(np.array([5], np.uint64)))
     assert table.forget_before(2) == 2  # entering segment 3: 1 and 2 were last declared in segment 1
     assert table.slots(np.array([1, 2], np.uint64)).tolist() == [-1, -1] and len(table) == 3
@@ -135,6 +149,9 @@ def test_a_series_table_forgets_what_the_previous_segment_did_not_declare() -> N
     counts, ts, vals = np.ones(4, np.int64), np.arange(1, 5, dtype=np.int64), np.zeros(4)
     assert encode_v1(table.v1(slots), counts, ts, vals) == encode_v1([label_bytes_v1(_labels(i)) for i in ids],
                                                                        counts, ts, vals)
+    live = ts + 1_790_000_000_000
+    assert encode_v1_one(table.v1_one(slots), live, vals) == encode_v1([label_bytes_v1(_labels(i)) for i in ids],
+                                                                         counts, live, vals)
     symbols, refs, ref_counts = table.v2(slots)
     assert _v2_content(encode_v2(symbols, refs, ref_counts, counts, ts, vals)) == _v2_content(
         encode_v2_labels([_labels(i) for i in ids], counts, ts, vals))

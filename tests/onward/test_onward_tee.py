@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from metricsd.clock import ManualClock
@@ -72,3 +73,19 @@ def test_in_a_cluster_every_proxy_may_write_parquet_and_keeps_its_onward_buffer(
     for i in (1, 2, 3):
         a = args[f"proxy-{i}"]
         assert a[a.index("--data-dir") + 1] == f"/d/proxy-{i}" and "--remote-write-url" in a
+
+
+def test_cluster_up_passes_every_onward_flag_to_its_proxies_or_refuses_it() -> None:
+    """Each flag of the 'sending onward' group that cluster up takes reaches the proxies (a flag
+    taken and dropped would be silently ignored), and a shared buffer directory is refused."""
+    parsed = build_parser().parse_args(["cluster", "up", "--remote-write-url", "http://x/w",
+                                        "--remote-write-buffer-bytes", "99999999", "--parquet-dir", "/pq",
+                                        "--parquet-check", "5", "--parquet-clock-file", "/c"])
+    argv = proxies_argv(parsed)
+    for flag, value in (("--remote-write-url", "http://x/w"), ("--remote-write-buffer-bytes", "99999999"),
+                        ("--parquet-dir", "/pq"), ("--parquet-check", "5.0"), ("--parquet-clock-file", "/c")):
+        assert argv[argv.index(flag) + 1] == value, flag
+    shared = build_parser().parse_args(["cluster", "up", "--remote-write-url", "http://x/w",
+                                        "--remote-write-buffer-dir", "/b"])
+    with pytest.raises(ValueError, match="--remote-write-buffer-dir"):
+        proxies_argv(shared)
