@@ -147,6 +147,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                       if k in ("proxy", "store")}}
                             out["rows"].append(row)
                             print(json.dumps(row), flush=True)
+            for n, s in servers.items():  # how the clusters' proxies read: one replica, hedges, quorum
+                if s.tree and s.grpc_address:
+                    async with MetricsClient(s.grpc_address) as c:
+                        stats = await c.stats()
+                    out.setdefault("proxy_counters", {})[n] = {
+                        k: v for k, v in stats.rejected.items() if k.startswith("proxy_read") or "whole" in k}
+                    print(n, json.dumps(out["proxy_counters"][n]), flush=True)
     out["load_after"] = os.getloadavg()
     return out
 

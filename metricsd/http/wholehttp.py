@@ -17,7 +17,7 @@ from typing import Protocol
 from aiohttp import web
 
 from metricsd.clock import Clock
-from metricsd.http.params import ApiError, Params, bad, read_params
+from metricsd.http.params import ApiError, query_timeout_s, range_ms, read_params
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.rpc import consistency
@@ -45,14 +45,6 @@ def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: 
     runner = RunnerSettings(settings.lookback_ms, settings.max_samples, settings.pushdown,
                             settings.request_timeout_s, limits)
 
-    def timeout_s(params: Params) -> float:  # as PromAPI._timeout_s
-        limit = settings.request_timeout_s
-        if params.get("timeout"):
-            limit = min(limit, params.duration_ms("timeout") / 1000.0)
-        if limit <= 0:
-            raise bad("timeout", "must be positive")
-        return limit
-
     @web.middleware
     async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
         instant = _PATHS.get(request.path)
@@ -64,16 +56,9 @@ def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: 
             start = end = params.time_ms("time", clock.now_ms())
             step = 1
         else:
-            has_start, has_end = bool(params.get("start")), bool(params.get("end"))
-            start = params.time_ms("start", -1) if has_start else 0
-            end = params.time_ms("end", -1) if has_end else 0
-            if not has_start:
-                raise bad("start", "parameter is missing")
-            if not has_end:
-                raise bad("end", "parameter is missing")
-            step = params.duration_ms("step")
+            start, end, step = range_ms(params)
         started = clock.monotonic()
-        timeout = timeout_s(params)
+        timeout = query_timeout_s(params, settings.request_timeout_s)
         try:
             async with asyncio.timeout(timeout + 1.0):
                 answer = await path.run(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step,
