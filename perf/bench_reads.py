@@ -78,12 +78,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for spec, cluster in [(v, False) for v in args.variant] + [(v, True) for v in args.cluster_variant]:
             name, _, rest = spec.partition("=")
             folder, *envs = rest.split(",")
-            saved = dict(os.environ)
+            saved, cwd = dict(os.environ), os.getcwd()
             os.environ["PYTHONPATH"] = folder
             os.environ.update(e.split("=", 1) for e in envs)  # type: ignore[misc]
+            # A cluster's processes are started as `python -m metricsd`, which puts their working
+            # directory first on sys.path: started from a checkout, they would run ITS code, not DIR's.
+            os.chdir(folder)
             try:
                 servers[name] = (procs.start_metricsd_cluster(name) if cluster else procs.start_metricsd(name))
             finally:
+                os.chdir(cwd)
                 os.environ.clear()
                 os.environ.update(saved)
         if not args.no_vm:
