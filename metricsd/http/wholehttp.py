@@ -24,7 +24,7 @@ from metricsd.rpc import consistency
 from metricsd.rpc.consistency import Consistency
 from metricsd.rpc.wholequery import LIMIT_NAMES, QueryAnswer, RunnerSettings
 
-__all__ = ["whole_query_middleware"]
+__all__ = ["may_select", "whole_query_middleware"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -37,6 +37,14 @@ class WholeQueries(Protocol):
 
     async def run(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
                   settings: RunnerSettings) -> QueryAnswer | None: ...
+
+
+def may_select(expr: str) -> bool:
+    """Whether a query's text may hold a series selector: a metric name or a label matcher needs a
+    letter or a brace; a text of numbers and operators (Grafana's `1`) has neither and reads no
+    data. Only routes a query (a query that reads nothing is answered by the proxy, whose answer
+    is the store's), so a text that reads nothing but has letters (`vector(1)`) may go either way."""
+    return "{" in expr or any(c.isalpha() for c in expr)
 
 
 def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock
@@ -52,6 +60,8 @@ def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: 
             return await handler(request)
         params = await read_params(request)  # cached by aiohttp: the handler may read them again
         expr = params.require("query")
+        if not may_select(expr):  # `1`: nothing to read, so a hop to a store is all it would add
+            return await handler(request)
         if instant:
             start = end = params.time_ms("time", clock.now_ms())
             step = 1
