@@ -149,8 +149,8 @@ async def test_a_query_sent_whole_answers_what_the_proxys_own_quorum_path_answer
 @pytest.mark.parametrize("harness", [{"max_samples": 1500}], indirect=True)
 async def test_query_errors_come_back_with_the_same_status_and_message(harness: Harness) -> None:
     """Each error as the proxy's own path of consistency one (the whole path off) answers it, and
-    but for the sample limit (which the quorum read fails as unavailable: a store's refusal counts
-    as a failed replica there) as the quorum path does."""
+    but for the sample limit as the quorum path does (there it is a 422 too, but the limit is
+    passed only by the merged replies, so the proxy's own message names it)."""
     cases = [
         ("/api/v1/query", {"query": "sum(", "time": AT}, 400),  # a parse error
         ("/api/v1/query", {"query": 'label_replace(up, "a", "$1", "b", "(")', "time": AT}, 422),  # unsupported
