@@ -78,12 +78,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for spec, cluster in [(v, False) for v in args.variant] + [(v, True) for v in args.cluster_variant]:
             name, _, rest = spec.partition("=")
             folder, *envs = rest.split(",")
-            saved = dict(os.environ)
+            saved, cwd = dict(os.environ), os.getcwd()
             os.environ["PYTHONPATH"] = folder
             os.environ.update(e.split("=", 1) for e in envs)  # type: ignore[misc]
+            # A cluster's processes are started as `python -m metricsd`, which puts their working
+            # directory first on sys.path: started from a checkout, they would run ITS code, not DIR's.
+            os.chdir(folder)
             try:
                 servers[name] = (procs.start_metricsd_cluster(name) if cluster else procs.start_metricsd(name))
             finally:
+                os.chdir(cwd)
                 os.environ.clear()
                 os.environ.update(saved)
         if not args.no_vm:
@@ -147,6 +151,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                       if k in ("proxy", "store")}}
                             out["rows"].append(row)
                             print(json.dumps(row), flush=True)
+            for n, s in servers.items():  # how the clusters' proxies read: one replica, hedges, quorum
+                if s.tree and s.grpc_address:
+                    async with MetricsClient(s.grpc_address) as c:
+                        stats = await c.stats()
+                    out.setdefault("proxy_counters", {})[n] = {
+                        k: v for k, v in stats.rejected.items() if k.startswith("proxy_read") or "whole" in k}
+                    print(n, json.dumps(out["proxy_counters"][n]), flush=True)
     out["load_after"] = os.getloadavg()
     return out
 

@@ -20,6 +20,7 @@ HTTP endpoints must equal Prometheus' within the run's tolerance first.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import subprocess
@@ -144,13 +145,16 @@ async def _nothing() -> AsyncIterator[None]:
 
 @asynccontextmanager
 async def profile_pids(pids: dict[str, int], path_of: Callable[[str], Path]) -> AsyncIterator[None]:
-    """py-spy records each process while inside, raw folded stacks into ``path_of(name)``."""
+    """py-spy records each process while inside, raw folded stacks into ``path_of(name)``;
+    ``METRICSD_PYSPY_ARGS`` adds py-spy options (``--gil``: only samples holding the GIL, so a
+    socket send the kernel preempts does not count as the process's time)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         yield
         return
     procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
-                               "--nonblocking", "-o", str(path_of(name))],
+                               "--nonblocking", *os.environ.get("METRICSD_PYSPY_ARGS", "").split(),
+                               "-o", str(path_of(name))],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, pid in pids.items()]
     try:
         await asyncio.sleep(1.0)

@@ -71,10 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-linger", type=float, default=CoalesceSettings.linger_s * 1000, metavar="MS",
                    help="how long a client batch bound for an idle store waits for others to share its message "
                         "(0: only those read in the same event-loop iteration; at most 1000; default %(default)g)")
-    p.add_argument("--whole-queries", action="store_true",
-                   help="send a dashboard's whole PromQL query to one store that holds every slot instead of "
-                        "evaluating it here (README: Read consistency; measured no faster on 3 stores RF 3, so off "
-                        "by default)")
+    p.add_argument("--whole-queries", action=argparse.BooleanOptionalAction, default=ProxySettings.whole_queries,
+                   help="send a dashboard's PromQL query that reads series whole to one store that holds every slot "
+                        "instead of evaluating it here (README: Read consistency; default %(default)s)")
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")

@@ -20,7 +20,7 @@ from metricsd.promql.selectors import td_ms, to_matchers
 from metricsd.promql.values import PromQLError
 from metricsd.selector import Matcher
 
-__all__ = ["ApiError", "Params", "error_body", "read_params"]
+__all__ = ["ApiError", "Params", "error_body", "query_timeout_s", "range_ms", "read_params"]
 
 # Status per Prometheus errorType (web/api/v1/api.go returnAPIError).
 STATUS_OF = {"bad_data": 400, "execution": 422, "unavailable": 503, "timeout": 503, "internal": 500,
@@ -152,3 +152,25 @@ def positive_int(params: Params | Mapping[str, str], name: str, default: int) ->
     if n < 0:
         raise bad(name, "must not be negative")
     return n
+
+
+def query_timeout_s(params: Params, limit_s: float) -> float:
+    """A query's time limit: the server's ``limit_s``, or the request's ``timeout`` when shorter.
+    Raises ApiError (400) for a bad or non-positive ``timeout``."""
+    if params.get("timeout"):
+        limit_s = min(limit_s, params.duration_ms("timeout") / 1000.0)
+    if limit_s <= 0:
+        raise bad("timeout", "must be positive")
+    return limit_s
+
+
+def range_ms(params: Params) -> tuple[int, int, int]:
+    """A range query's (start, end, step) in ms, read in the order Prometheus reads them (both
+    times parsed before a missing one is named), so a bad request gets Prometheus' 400."""
+    start = params.time_ms("start", -1) if params.get("start") else None
+    end = params.time_ms("end", -1) if params.get("end") else None
+    if start is None:
+        raise bad("start", "parameter is missing")
+    if end is None:
+        raise bad("end", "parameter is missing")
+    return start, end, params.duration_ms("step")

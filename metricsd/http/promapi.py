@@ -27,7 +27,7 @@ from metricsd import __version__
 from metricsd.clock import Clock
 from metricsd.columns import LabelColumns, SeriesColumns
 from metricsd.http.jsonbody import json_response
-from metricsd.http.params import ApiError, Params, bad, positive_int, read_params
+from metricsd.http.params import ApiError, Params, bad, positive_int, query_timeout_s, range_ms, read_params
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.promql import to_prometheus_json
@@ -74,21 +74,13 @@ class PromAPI:
         app.router.add_get("/api/v1/status/buildinfo", self.buildinfo)
         app.router.add_get("/api/v1/metadata", self.metadata)
 
-    def _timeout_s(self, params: Params) -> float:
-        limit = self.settings.request_timeout_s
-        if params.get("timeout"):
-            limit = min(limit, params.duration_ms("timeout") / 1000.0)
-        if limit <= 0:
-            raise bad("timeout", "must be positive")
-        return limit
-
     async def query(self, request: web.Request) -> web.Response:
         params = await read_params(request)
         expr = params.require("query")
         t = params.time_ms("time", self.clock.now_ms())
         started = self.clock.monotonic()
         try:
-            timeout = self._timeout_s(params)
+            timeout = query_timeout_s(params, self.settings.request_timeout_s)
             async with asyncio.timeout(timeout):
                 result, path = await self.runner.instant(expr, t, timeout_s=timeout)
         except TimeoutError:
@@ -102,16 +94,10 @@ class PromAPI:
     async def query_range(self, request: web.Request) -> web.Response:
         params = await read_params(request)
         expr = params.require("query")
-        start = params.time_ms("start", -1) if params.get("start") else None
-        end = params.time_ms("end", -1) if params.get("end") else None
-        if start is None:
-            raise bad("start", "parameter is missing")
-        if end is None:
-            raise bad("end", "parameter is missing")
-        step = params.duration_ms("step")
+        start, end, step = range_ms(params)
         started = self.clock.monotonic()
         try:
-            timeout = self._timeout_s(params)
+            timeout = query_timeout_s(params, self.settings.request_timeout_s)
             async with asyncio.timeout(timeout):
                 result, path = await self.runner.range(expr, start, end, step, timeout_s=timeout)
         except TimeoutError:

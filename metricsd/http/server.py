@@ -180,7 +180,7 @@ def build_app(
     if auth is not None:
         middlewares.append(auth_middleware(auth))
     whole = getattr(backend, "whole_queries", None)  # a proxy's: a query sent whole to one store
-    if whole is not None:
+    if whole is not None and getattr(whole, "enabled", True):  # off (the default): not a step of every request
         middlewares.append(whole_query_middleware(whole, settings, metrics, clock))
     app = web.Application(client_max_size=settings.client_max_size, middlewares=middlewares)
     app[SETTINGS_KEY] = settings

@@ -17,14 +17,14 @@ from typing import Protocol
 from aiohttp import web
 
 from metricsd.clock import Clock
-from metricsd.http.params import ApiError, Params, bad, read_params
+from metricsd.http.params import ApiError, query_timeout_s, range_ms, read_params
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.rpc import consistency
 from metricsd.rpc.consistency import Consistency
 from metricsd.rpc.wholequery import LIMIT_NAMES, QueryAnswer, RunnerSettings
 
-__all__ = ["whole_query_middleware"]
+__all__ = ["may_select", "whole_query_middleware"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -39,19 +39,19 @@ class WholeQueries(Protocol):
                   settings: RunnerSettings) -> QueryAnswer | None: ...
 
 
+def may_select(expr: str) -> bool:
+    """Whether a query's text may hold a series selector: a metric name or a label matcher needs a
+    letter or a brace; a text of numbers and operators (Grafana's `1`) has neither and reads no
+    data. Only routes a query (a query that reads nothing is answered by the proxy, whose answer
+    is the store's), so a text that reads nothing but has letters (`vector(1)`) may go either way."""
+    return "{" in expr or any(c.isalpha() for c in expr)
+
+
 def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock
                            ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
     limits = tuple((name, int(getattr(settings.query_limits, name))) for name in LIMIT_NAMES)
     runner = RunnerSettings(settings.lookback_ms, settings.max_samples, settings.pushdown,
                             settings.request_timeout_s, limits)
-
-    def timeout_s(params: Params) -> float:  # as PromAPI._timeout_s
-        limit = settings.request_timeout_s
-        if params.get("timeout"):
-            limit = min(limit, params.duration_ms("timeout") / 1000.0)
-        if limit <= 0:
-            raise bad("timeout", "must be positive")
-        return limit
 
     @web.middleware
     async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -60,20 +60,15 @@ def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: 
             return await handler(request)
         params = await read_params(request)  # cached by aiohttp: the handler may read them again
         expr = params.require("query")
+        if not may_select(expr):  # `1`: nothing to read, so a hop to a store is all it would add
+            return await handler(request)
         if instant:
             start = end = params.time_ms("time", clock.now_ms())
             step = 1
         else:
-            has_start, has_end = bool(params.get("start")), bool(params.get("end"))
-            start = params.time_ms("start", -1) if has_start else 0
-            end = params.time_ms("end", -1) if has_end else 0
-            if not has_start:
-                raise bad("start", "parameter is missing")
-            if not has_end:
-                raise bad("end", "parameter is missing")
-            step = params.duration_ms("step")
+            start, end, step = range_ms(params)
         started = clock.monotonic()
-        timeout = timeout_s(params)
+        timeout = query_timeout_s(params, settings.request_timeout_s)
         try:
             async with asyncio.timeout(timeout + 1.0):
                 answer = await path.run(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step,

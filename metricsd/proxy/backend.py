@@ -23,6 +23,7 @@ from collections import Counter
 from metricsd import __version__
 from metricsd.clock import Clock
 from metricsd.cluster.mapsource import MapSource
+from metricsd.columns import SeriesColumns
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.members import Connect, grpc_connect
 from metricsd.proxy.quorum import Op
@@ -84,6 +85,10 @@ class ProxyBackend:
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         return await self.reads.read(request)
+
+    async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:
+        """read() as columns, no message made for this process (the HTTP API's PromQL engine)."""
+        return await self.reads.read_columns(request)
 
     async def aggregate(self, request: pb.AggregateRequest) -> pb.AggregateResponse:
         return await self.reads.aggregate(request)

@@ -136,21 +136,45 @@ class ReadPath:
 
     # --- Read ------------------------------------------------------------------------------
 
-    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+    async def _read_replies(self, request: pb.ReadRequest) -> tuple[Replies[pb.ReadResponse], ShardMap]:
         async def call(b: MetricsBackend, slots: list[int], m: ShardMap) -> pb.ReadResponse:
             sub = pb.ReadRequest()
             sub.CopyFrom(request)
             sub.slots.CopyFrom(slot_filter(m.num_slots, slots))
             return await b.read(sub)
 
-        replies, shard_map = await self._fanout([request.matchers], call)
+        return await self._fanout([request.matchers], call)
+
+    async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:
+        """A Read as columns, for the PromQL engine (metricsd/rpc/columnar.py read_columns): the
+        stores are asked with the columnar flag and their batches merged as read() merges them,
+        but the result is not encoded into a message to be parsed again by the caller."""
+        columnar = pb.ReadRequest()
+        columnar.CopyFrom(request)
+        columnar.columnar = True
+        replies, shard_map = await self._read_replies(columnar)
+        return self._merge_columns(replies, shard_map)
+
+    def _merge_columns(self, replies: Replies[pb.ReadResponse], shard_map: ShardMap) -> SeriesColumns:
+        """Columnar replies merged (proxy/batchmerge.py), in label order. Fast path: when no slot was
+        answered by two replicas (a read of consistency one: hedge.py's replies are disjoint in
+        slots) there is nothing to compare or repair, and a series is of one slot, so the replies
+        are only put together."""
         most = max((len(ms) for ms in replies.answered.values()), default=0)
-        if request.columnar:  # batches: series the replicas agree on stay columns (proxy/batchmerge.py)
+        if most <= 1:
+            cols = SeriesColumns.concat([columns_from_read(r.response) for r in replies.replies])
+        else:  # series the replicas agree on stay columns
             agreed, differ = merge_read_batches([(r.member, r.response) for r in replies.replies], most)
             cols = SeriesColumns.concat([agreed, columns_from_read(self._merge_reads(differ, most, replies,
                                                                                      shard_map))])
-            cols = cols.take(cols.labels.sort_order())
-            return pb.ReadResponse.FromString(length_delimited(2, batch_bytes(cols)))
+        return cols.take(cols.labels.sort_order()) if len(cols) > 1 else cols
+
+    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        replies, shard_map = await self._read_replies(request)
+        if request.columnar:  # batches: series the replicas agree on stay columns (proxy/batchmerge.py)
+            return pb.ReadResponse.FromString(length_delimited(2, batch_bytes(self._merge_columns(replies,
+                                                                                                  shard_map))))
+        most = max((len(ms) for ms in replies.answered.values()), default=0)
         found: dict[int, list[tuple[str, pb.SeriesData]]] = {}
         for r in replies.replies:
             for s in r.response.series:

@@ -28,12 +28,14 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from metricsd.columns import SeriesColumns
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
 from metricsd.rpc.frames import HEADER, METHODS, FrameError, Kind, Method, decode_header, encode, status_code
 from metricsd.rpc.servicer import _status_of
 from metricsd.rpc.status import error_of
 from metricsd.rpc.wholequery import NotSupported
+from metricsd.rpc.wire import batch_bytes, length_delimited
 from metricsd.security.auth import Identity, PermissionDenied, Unauthenticated
 from metricsd.security.policy import grpc_role
 from metricsd.security.settings import ClientSecurity, ServerSecurity
@@ -48,6 +50,29 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, Kind, int, byt
     return request_id, kind, code, await reader.readexactly(length)
 
 
+class _Corked:
+    """Frames written to one connection within one turn of the event loop go out as one write
+    (one send on the socket) at the end of that turn: at concurrency, several reads asked or
+    answered in the same turn cost one system call and one wake-up of the peer, not one each. A
+    lone frame waits no longer than the rest of the turn."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._parts: list[bytes] = []
+
+    def write(self, frame: bytes) -> None:
+        if not self._parts:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._parts.append(frame)
+
+    def flush(self) -> None:
+        if not self._parts:
+            return
+        parts, self._parts = self._parts, []
+        if not self.writer.is_closing():
+            self.writer.write(parts[0] if len(parts) == 1 else b"".join(parts))
+
+
 class ReadPortServer:
     """Serves ``backend``'s reads on a port of its own. Start with :meth:`start`, stop with :meth:`stop`."""
 
@@ -60,6 +85,9 @@ class ReadPortServer:
         self.hello_timeout_s = hello_timeout_s
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
+        direct = getattr(backend, "read_columns", None)  # a store's (OwnershipBackend: its checks first)
+        self._read_columns: Callable[[pb.ReadRequest], Awaitable[SeriesColumns]] | None = (
+            direct if callable(direct) else None)
 
     async def start(self, host: str, port: int) -> int:
         """Listen on host:port (0: any free port); returns the bound port. Raises OSError."""
@@ -83,27 +111,33 @@ class ReadPortServer:
         self._conns.add(task)
         peer = str(writer.get_extra_info("peername"))
         tasks: set[asyncio.Task[None]] = set()
+        corked: _Corked | None = None
         try:
             ok, identity = await self._hello(reader, writer, peer)
             if not ok:
                 return
             slots = asyncio.Semaphore(self.max_in_flight)
+            corked = _Corked(writer)
             while True:
                 request_id, kind, method, body = await _read_frame(reader)
                 if kind is not Kind.REQUEST:
                     raise FrameError(f"a {kind.name} frame after the hello")
                 await slots.acquire()
-                t = asyncio.create_task(self._answer(writer, request_id, method, body, identity))
+                t = asyncio.create_task(self._answer(corked, request_id, method, body, identity))
                 tasks.add(t)
                 t.add_done_callback(functools.partial(_finished, tasks, slots))
         except FrameError as e:
             log.warning("read port: closing the connection from %s: %s", peer, e)
+            if corked is not None:
+                corked.flush()
             writer.write(encode(Kind.ERROR, 0, grpc.StatusCode.INVALID_ARGUMENT.value[0], str(e).encode()))
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, TimeoutError):
             pass  # the client went away, or never said hello
         finally:
             for t in tasks:
                 t.cancel()
+            if corked is not None:
+                corked.flush()
             writer.close()
             self._conns.discard(task)
 
@@ -128,7 +162,7 @@ class ReadPortServer:
         writer.write(encode(Kind.RESPONSE, request_id, 0, b""))
         return True, identity
 
-    async def _answer(self, writer: asyncio.StreamWriter, request_id: int, method: int, body: bytes,
+    async def _answer(self, corked: _Corked, request_id: int, method: int, body: bytes,
                       identity: Identity | None) -> None:
         try:
             frame = encode(Kind.RESPONSE, request_id, method, await self._call(method, body, identity))
@@ -140,9 +174,9 @@ class ReadPortServer:
             log.exception("read port: method %d failed", method)
             frame = encode(Kind.ERROR, request_id, grpc.StatusCode.INTERNAL.value[0],
                            f"internal error: {type(e).__name__}".encode())
-        writer.write(frame)
+        corked.write(frame)
         with contextlib.suppress(ConnectionError):
-            await writer.drain()
+            await corked.writer.drain()  # the transport's buffer past its high-water mark: wait (TCP pushes back)
 
     async def _call(self, method: int, body: bytes, identity: Identity | None) -> bytes:
         if method == Method.QUERY and self.query is not None:
@@ -161,6 +195,10 @@ class ReadPortServer:
         except DecodeError as e:
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: a malformed request: {e}") from None
         try:
+            if method == Method.READ and isinstance(request, pb.ReadRequest) and request.columnar \
+                    and self._read_columns is not None:
+                # the bytes StoreAPI.read's columnar answer serialises to, without the message between
+                return length_delimited(2, batch_bytes(await self._read_columns(request)))
             response: Message = await getattr(self.backend, attr)(request)
         except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
             raise _Refused(_status_of(e), str(e)) from None
@@ -202,6 +240,7 @@ class ReadPortClient:
         self.security = security
         self.connect_timeout_s = connect_timeout_s
         self._writer: asyncio.StreamWriter | None = None
+        self._corked: _Corked | None = None
         self._reading: asyncio.Task[None] | None = None
         self._connecting = asyncio.Lock()
         self._waiting: dict[int, asyncio.Future[tuple[Kind, int, bytes]]] = {}
@@ -219,13 +258,13 @@ class ReadPortClient:
     async def call_raw(self, method: Method, body: bytes, name: str = "Query") -> bytes:
         """One request of ``method`` with ``body`` as it is; the answer's body. Raises as call(),
         and NotSupported when the store does not know the method (ERROR 12)."""
-        writer = await self._connection()
+        corked = await self._connection()
         self._next_id += 1
         request_id = self._next_id
         answer: asyncio.Future[tuple[Kind, int, bytes]] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
         try:
-            writer.write(encode(Kind.REQUEST, request_id, method, body))
+            corked.write(encode(Kind.REQUEST, request_id, method, body))
             kind, code, out = await answer
         finally:
             self._waiting.pop(request_id, None)
@@ -236,10 +275,12 @@ class ReadPortClient:
             raise error_of(name, status, text)
         return out
 
-    async def _connection(self) -> asyncio.StreamWriter:
+    async def _connection(self) -> _Corked:
+        if self._corked is not None and not self._corked.writer.is_closing():
+            return self._corked  # the usual case: no lock to take
         async with self._connecting:
-            if self._writer is not None and not self._writer.is_closing():
-                return self._writer
+            if self._corked is not None and not self._corked.writer.is_closing():
+                return self._corked
             if self._broken is not None:
                 # Not dialled again: a restarted store listens on another port (0 picks one), and
                 # another process may have this one now. The owner asks the store's Health again.
@@ -261,8 +302,9 @@ class ReadPortClient:
                 writer.close()
                 raise error_of("read port", status_code(code), body.decode(errors="replace"))
             self._writer = writer
+            self._corked = _Corked(writer)
             self._reading = asyncio.get_running_loop().create_task(self._read(reader, writer))
-            return writer
+            return self._corked
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         why = "closed"
@@ -280,7 +322,7 @@ class ReadPortClient:
         finally:
             writer.close()
             if self._writer is writer:
-                self._writer = None
+                self._writer = self._corked = None
             self._broken = why
             err = Unavailable(f"read port {self.host}:{self.port}: the connection broke ({why})")
             for fut in list(self._waiting.values()):
@@ -293,7 +335,7 @@ class ReadPortClient:
             await asyncio.gather(self._reading, return_exceptions=True)
         if self._writer is not None:
             self._writer.close()
-            self._writer = None
+            self._writer = self._corked = None
 
 
 class AdvertisedReadPort:

@@ -261,12 +261,18 @@ def values_matrix(resp: pb.AggregateResponse) -> np.ndarray:
 def _label_column_bytes(name: str, codes: np.ndarray, values: Sequence[str]) -> bytes:
     """A LabelColumn with only the values the codes use, renumbered densely (a store's table holds
     every value it ever saw: a batch carries those of its own series)."""
-    used, dense = np.unique(codes, return_inverse=True)
-    if len(used) and used[0] < 0:
-        dense = dense - 1  # -1 (absent) stays -1
-        used = used[1:]
+    if len(codes) == 1:  # one series (a panel of one pod): np.unique's sort costs more than the column
+        code = int(codes[0])
+        used: list[int] = [code] if code >= 0 else []
+        dense = np.array([0 if code >= 0 else -1])
+    else:
+        distinct, dense = np.unique(codes, return_inverse=True)
+        if len(distinct) and distinct[0] < 0:
+            dense = dense - 1  # -1 (absent) stays -1
+            distinct = distinct[1:]
+        used = distinct.tolist()
     tag = varint(2 << 3 | 2)
-    vals = b"".join(tag + varint(len(e)) + e for e in (values[int(u)].encode() for u in used.tolist()))
+    vals = b"".join(tag + varint(len(e)) + e for e in (values[int(u)].encode() for u in used))
     body = length_delimited(1, name.encode()) + vals + length_delimited(3, dense.astype("<i4").tobytes())
     return length_delimited(2, body)
 

@@ -118,7 +118,7 @@ async def test_promql_over_http_reads_one_replica_hedged_while_quorum_stays_a_pa
     # dashboard's read asks one replica and hedges to the next after that store's recent p99, so
     # every answer comes from store-3, in much less than the call timeout.
     frozen = [cluster.stores["store-1"], cluster.stores["store-2"]]
-    hedges = await cluster.counter("read_one_hedges")
+    hedges = await cluster.counter("read_one_hedges") + await cluster.counter("whole_query_hedges")
     for p in frozen:
         p.popen.send_signal(signal.SIGSTOP)
     try:
@@ -129,7 +129,8 @@ async def test_promql_over_http_reads_one_replica_hedged_while_quorum_stays_a_pa
             assert float(body["data"]["result"][0]["value"][1]) == want
             took.append(secs)
         assert max(took) < CALL_TIMEOUT_S / 2, took
-        assert await cluster.counter("read_one_hedges") > hedges
+        # hedged as one-replica reads, or as a whole query (sent to one store: the proxy's default)
+        assert await cluster.counter("read_one_hedges") + await cluster.counter("whole_query_hedges") > hedges
 
         # The same question with a quorum, asked by parameter or by header: one reply per slot
         # cannot make R = 2, so it fails once the frozen stores' calls time out.
@@ -152,3 +153,23 @@ async def test_promql_over_http_reads_one_replica_hedged_while_quorum_stays_a_pa
 async def _quorum_answers(cluster: Cluster, want: float) -> bool:
     status, body, _ = await cluster.query({"consistency": "quorum"})
     return status == 200 and float(body["data"]["result"][0]["value"][1]) == want
+
+
+@pytest.mark.parametrize("cluster", [["--query.max-samples", "100"]], indirect=True)
+async def test_a_query_over_the_sample_limit_is_refused_with_422_at_either_consistency(cluster: Cluster) -> None:
+    """A selection a store refuses under the proxy's --query.max-samples (each store holds more than
+    the limit of the selected samples) is the query's fault, not the cluster's: 422, whichever way
+    the proxy reads (one replica or a quorum), and at once, without asking every replica."""
+    series = workload_series()
+    for i in range(4):
+        assert (await cluster.grpc.write(tick(series, T0 + i * 10_000, np.ones(len(series))))).samples_written
+    expr = "count_over_time(load[1m])"  # 96 pods x 4 samples, more than 100 on any store asked
+    for params in ({}, {"consistency": "quorum"}, {"consistency": "one"}):
+        for path in ("/api/v1/query", "/api/v1/query_range"):
+            t0 = time.monotonic()
+            query = {"query": expr, "time": str(T0 / 1000 + 30), "start": str(T0 / 1000), "end": str(T0 / 1000 + 30),
+                     "step": "10", **params}
+            async with cluster.http.get(cluster.url + path, params=query) as r:
+                status, body = r.status, await r.json()
+            assert status == 422 and body["errorType"] == "execution", (path, params, body)
+            assert "max-samples" in body["error"] and time.monotonic() - t0 < CALL_TIMEOUT_S, (path, params, body)

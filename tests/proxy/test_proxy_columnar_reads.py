@@ -74,3 +74,35 @@ async def test_a_columnar_read_of_consistency_one_is_the_quorum_read_even_hedged
             await n.stop()
         assert _as_rows(columns_from_read(await proxy.read(columnar))) == want
     assert hedging.counters["read_one_hedges"] > 0
+
+
+async def test_the_proxys_read_columns_are_its_columnar_reads_at_either_consistency_and_still_repair(
+        cluster3: LocalCluster) -> None:
+    """ProxyBackend.read_columns (what the HTTP API's PromQL engine reads through) merges as the
+    columnar Read does without the message in between: the same series, labels and samples in the
+    same order, at quorum (replicas compared, an empty replica repaired) and at one (one replica's
+    batch per slot, put together), hedged or not."""
+    proxy = cluster3.proxy(fast_settings(handoff=HandoffSettings(max_bytes=0)))
+    hedging = cluster3.proxy(fast_settings(hedge=HedgeSettings(initial_s=0.0, min_s=0.0, max_s=0.0)))
+    series = workload(12)
+    await proxy.write(write_request(series, TIMES, labels=True))
+    columnar = pb.ReadRequest()
+    columnar.CopyFrom(EVERYTHING)
+    columnar.columnar = True
+    want = _as_rows(columns_from_read(await proxy.read(columnar)))
+    assert len(want) == len(series) and want == sorted(want, key=lambda r: r[0])  # type: ignore[arg-type,return-value]
+    for p in (proxy, hedging):
+        assert _as_rows(await p.read_columns(EVERYTHING)) == want
+        with reading_with(Consistency.ONE):
+            for got in await asyncio.gather(*(p.read_columns(EVERYTHING) for _ in range(4))):
+                assert _as_rows(got) == want
+            ns, pod = dict(series[0])["namespace"], dict(series[0])["pod"]
+            one_pod = pb.ReadRequest(matchers=selector(f'namespace="{ns}", pod="{pod}"'), end_ms=2**62)
+            mine = [r for r in want if ("namespace", ns) in r[0] and ("pod", pod) in r[0]]  # type: ignore[operator]
+            assert len(mine) > 1 and _as_rows(await p.read_columns(one_pod)) == mine
+    victim = cluster3.nodes["store-1"]
+    await victim.restart(Store())
+    repaired0 = proxy.counters["read_repair_series"]
+    for _ in range(3):  # R=2 rotates over the replicas: store-1's empty answer is compared within three reads
+        assert _as_rows(await proxy.read_columns(EVERYTHING)) == want
+    assert proxy.counters["read_repair_series"] > repaired0

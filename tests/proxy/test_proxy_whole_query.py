@@ -21,6 +21,7 @@ from metricsd.cluster.mapsource import StaticMapSource
 from metricsd.cluster.shardmap import Member, ShardMap
 from metricsd.http.server import build_app, start_http, stop_http
 from metricsd.http.settings import HttpSettings
+from metricsd.http.wholehttp import may_select
 from metricsd.http.wholequery import QueryService
 from metricsd.proxy.backend import ProxyBackend
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
@@ -133,22 +134,23 @@ async def test_a_query_sent_whole_answers_what_the_proxys_own_quorum_path_answer
                                                                                    query: str) -> None:
     whole0 = harness.counter("whole_queries")
     (s1, one), (s2, quorum) = await _both(harness, "/api/v1/query", query=query, time=AT)
+    sent = 1 if may_select(query) else 0  # `1` reads nothing: the proxy answers it without a hop
     assert s1 == s2 == 200, (one, quorum)
     assert same_answer(one, quorum) and one["data"]["result"], (one, quorum)
-    assert harness.counter("whole_queries") == whole0 + 1  # the default took the whole path, quorum did not
+    assert harness.counter("whole_queries") == whole0 + sent  # the default took the whole path, quorum did not
     (s1, one), (s2, quorum) = await _both(harness, "/api/v1/query_range", query=query, start=str(T0 / 1000 + 300),
                                           end=AT, step="30")
     assert s1 == s2 == 200 and same_answer(one, quorum) and one["data"]["result"], (one, quorum)
-    assert harness.counter("whole_queries") == whole0 + 2
+    assert harness.counter("whole_queries") == whole0 + 2 * sent
     answered = sum(n.service.answered for n in harness.nodes.values() if n.service is not None)
-    assert whole0 + 2 <= answered <= whole0 + 2 + harness.counter("whole_query_hedges")  # a hedge's answer too
+    assert whole0 + 2 * sent <= answered <= whole0 + 2 * sent + harness.counter("whole_query_hedges")  # a hedge's too
 
 
 @pytest.mark.parametrize("harness", [{"max_samples": 1500}], indirect=True)
 async def test_query_errors_come_back_with_the_same_status_and_message(harness: Harness) -> None:
     """Each error as the proxy's own path of consistency one (the whole path off) answers it, and
-    but for the sample limit (which the quorum read fails as unavailable: a store's refusal counts
-    as a failed replica there) as the quorum path does."""
+    but for the sample limit as the quorum path does (there it is a 422 too, but the limit is
+    passed only by the merged replies, so the proxy's own message names it)."""
     cases = [
         ("/api/v1/query", {"query": "sum(", "time": AT}, 400),  # a parse error
         ("/api/v1/query", {"query": 'label_replace(up, "a", "$1", "b", "(")', "time": AT}, 422),  # unsupported
@@ -171,8 +173,8 @@ async def test_query_errors_come_back_with_the_same_status_and_message(harness: 
         if status != 422:
             assert await harness.get(path, consistency="quorum", **params) == (got_status, got), params
     assert harness.counter("whole_queries") - whole0 == sent_whole
-    # answered by a store: the parse errors, the limit and the range checks; not the bad timeout
-    assert sent_whole == len(cases) - 1
+    # answered by a store: the parse error and the two limits; the queries of `1` by the proxy
+    assert sent_whole == 3
 
 
 async def test_a_store_whose_map_differs_refuses_and_the_proxy_answers_by_its_own_path(harness: Harness) -> None:
@@ -238,3 +240,10 @@ def _points_alike(xs: list[Any], ys: list[Any]) -> bool:
     return len(xs) == len(ys) and all(
         p[0] == q[0] and (p[1] == q[1] or math.isclose(float(p[1]), float(q[1]), rel_tol=1e-12, abs_tol=0.0))
         for p, q in zip(xs, ys, strict=True))
+
+
+def test_only_a_query_text_with_a_letter_or_a_brace_may_select_series() -> None:
+    for text in ("up", 'sum(rate(x[5m]))', '{__name__="a"}', "vector(1)", "1e3", "NaN", "1 > bool 0"):
+        assert may_select(text), text  # some of these read nothing: the proxy may send them all the same
+    for text in ("1", " 1 + 2 * (3 - 4) ", "-0.5", "(1) % 7 ^ 2"):
+        assert not may_select(text), text

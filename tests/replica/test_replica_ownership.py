@@ -94,8 +94,8 @@ async def test_a_write_by_id_only_is_checked_against_the_series_the_store_knows(
 
 
 async def test_a_member_holding_every_slot_works_out_no_slots_until_the_map_takes_one_away() -> None:
-    """RF = stores (`cluster up`: 3 stores, RF 3): every write passes unchecked; once a map takes a
-    slot away, writes are checked again and a write of that slot is refused."""
+    """RF = stores (`cluster up`: 3 stores, RF 3): every write and read passes unchecked; once a map
+    takes a slot away, they are checked again and a write or read of that slot is refused."""
     every = ShardMap(version=5, rf=1, slots=tuple(("store-a",) for _ in range(SLOTS)),
                      members=two_member_map().members)
     store = Store()
@@ -111,10 +111,19 @@ async def test_a_member_holding_every_slot_works_out_no_slots_until_the_map_take
     for parity in (0, 1):
         assert (await backend.write(write_of(pod_in_slot(parity)))).samples_written == 1
     assert asked == [] and store.index.n_alive == 2
+    cpu = [pb.Matcher(name="__name__", value="cpu")]
+    every_slot = pb.SlotFilter(slot_count=SLOTS, slots=list(range(SLOTS)))
+    for read in (backend.read, backend.read_columns):  # reads of any slot pass unchecked too
+        got = await read(pb.ReadRequest(matchers=cpu, start_ms=0, end_ms=5000, slots=every_slot))
+        assert len(got.series if isinstance(got, pb.ReadResponse) else got) == 2
+    with pytest.raises(NotOwner, match="slot_count 16"):  # but not a filter of another slot count
+        await backend.read(pb.ReadRequest(matchers=cpu, end_ms=1, slots=pb.SlotFilter(slot_count=16, slots=[0])))
     source.set(two_member_map(version=6))
     with pytest.raises(NotOwner, match="version 6"):
         await backend.write(write_of(pod_in_slot(1), ts=2000))
     assert asked == [1]
+    with pytest.raises(NotOwner, match="does not hold slots 1, 3, 5, 7 in shard map version 6"):
+        await backend.read_columns(pb.ReadRequest(matchers=cpu, end_ms=5000, slots=every_slot))
 
 
 async def test_an_unknown_id_without_labels_is_left_to_the_store_which_asks_for_labels() -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.columns import WriteColumns, varints
-from metricsd.rpc.wire import labels_from_pb
+from metricsd.rpc.wire import _label_column_bytes, labels_from_pb
 
 _entries = st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=0, max_size=10)
 _stamps = st.sampled_from([1_700_000_000_000, 5, -3, 2**40])  # one varint width, or several
@@ -56,3 +56,22 @@ def test_the_wire_form_reads_back_to_the_columns_and_a_selection_to_its_entries(
     assert ids == cols.ids[keep].tolist() and counts == cols.counts[keep].tolist()
     assert stamps == cols.timestamps[per_sample].tolist() and values == cols.values[per_sample].tolist()
     assert labels == {i: lab for i, lab in cols.labels.items() if i in set(ids)}
+
+
+def _label_column_reference(name: str, codes: np.ndarray, values: list[str]) -> bytes:
+    """The LabelColumn as protobuf writes it: the values the codes use, renumbered densely."""
+    used = sorted({int(c) for c in codes.tolist() if c >= 0})
+    dense = [used.index(int(c)) if c >= 0 else -1 for c in codes.tolist()]
+    col = pb.LabelColumn(name=name, values=[values[u] for u in used],
+                         codes=np.array(dense, dtype="<i4").tobytes())
+    return pb.SeriesBatch(labels=[col]).SerializeToString()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-1, 4), min_size=1, max_size=6))
+def test_a_series_batchs_label_column_is_what_protobuf_writes_for_one_series_and_for_many(codes: list[int]) -> None:
+    """wire._label_column_bytes (one series takes a path of its own, without np.unique) against
+    protobuf's own encoding of the same column."""
+    values = ["a", "b", "c", "d", "é"]
+    for cs in (np.array(codes[:1], dtype=np.int32), np.array(codes, dtype=np.int32)):  # one series, then several
+        assert _label_column_bytes("pod", cs, values) == _label_column_reference("pod", cs, values)

@@ -116,6 +116,9 @@ async def test_columnar_reads_and_listings_travel_the_read_port_whole_and_limits
         req.columnar = True
         got = await client.call(Method.READ, req)
         assert got.HasField("batch") and not got.series and got == await backend.read(req)
+        # answered from the store's columns without a message between: the same bytes all the same
+        raw = await client.call_raw(Method.READ, req.SerializeToString())
+        assert raw == (await backend.read(req)).SerializeToString()
         cols = columns_from_read(got)
         per_series = await backend.read(_read())
         assert [(lab, ts.tolist(), v.tolist()) for lab, ts, v in (cols.series_at(i) for i in range(len(cols)))] == [
@@ -125,6 +128,9 @@ async def test_columnar_reads_and_listings_travel_the_read_port_whole_and_limits
         assert listed.HasField("batch") and len(columns_from_list(listed)) == PODS
         req.max_series = PODS - 1
         with pytest.raises(LimitExceeded, match="max-series"):
+            await client.call(Method.READ, req)
+        req.max_series, req.max_samples = 0, 3 * PODS - 1
+        with pytest.raises(LimitExceeded, match="max-samples"):
             await client.call(Method.READ, req)
     finally:
         await client.close()
