@@ -126,8 +126,8 @@ class OwnershipBackend:
             self.refused += 1
             raise NotOwner(f"member {self.member_id}: slot filter has slot_count {f.slot_count} but shard map "
                            f"version {shard_map.version} has {shard_map.num_slots} slots; {what} refused")
-        if self._holds_all:  # every slot (3 stores at RF 3): nothing to refuse, as check_write
-            return
+        if self._holds_all and not self.readiness.any:  # every slot, all caught up (3 stores at RF 3):
+            return                                       # nothing to refuse, as check_write
         slots = np.array(f.slots, dtype=np.int64)
         slots = slots[(slots >= 0) & (slots < len(held))]  # out-of-range slots are the store's BadRequest
         missing = slots[~held[slots]]
