@@ -126,6 +126,23 @@ async def test_a_member_holding_every_slot_works_out_no_slots_until_the_map_take
         await backend.read_columns(pb.ReadRequest(matchers=cpu, end_ms=5000, slots=every_slot))
 
 
+async def test_a_member_given_every_slot_by_a_new_map_still_refuses_reads_it_has_not_caught_up() -> None:
+    """A store back in a 3-store RF 3 cluster gains every slot at once: holding every slot must not
+    let reads of those slots pass unchecked before its catch-up (metricsd/replica/readiness.py)."""
+    source = StaticMapSource(two_member_map(version=6))
+    backend = OwnershipBackend(LocalBackend(StoreAPI(Store(), "store-a")), "store-a", source,
+                               store_write_slots(Store()), catch_up_wait_s=0.0)
+    cpu = [pb.Matcher(name="__name__", value="cpu")]
+    await backend.read(pb.ReadRequest(matchers=cpu, end_ms=1, slots=pb.SlotFilter(slot_count=SLOTS, slots=[0])))
+    source.set(ShardMap(version=7, rf=1, slots=tuple(("store-a",) for _ in range(SLOTS)),
+                        members=two_member_map().members))
+    with pytest.raises(NotOwner, match="still catching up slots 1, 3, 5, 7, given to it in shard map version 7"):
+        await backend.read(pb.ReadRequest(matchers=cpu, end_ms=1, slots=pb.SlotFilter(slot_count=SLOTS,
+                                                                                      slots=list(range(SLOTS)))))
+    backend.readiness.level(range(SLOTS))
+    await backend.read(pb.ReadRequest(matchers=cpu, end_ms=1, slots=pb.SlotFilter(slot_count=SLOTS, slots=[1])))
+
+
 async def test_an_unknown_id_without_labels_is_left_to_the_store_which_asks_for_labels() -> None:
     backend, _, _ = backend_for("store-a", two_member_map())
     resp = await backend.write(write_of(pod_in_slot(1), with_labels=False))
