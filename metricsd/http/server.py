@@ -111,6 +111,13 @@ def _with_missing(resp: web.StreamResponse, missing: list[Missing], native: bool
     return web.json_response(doc, status=resp.status)
 
 
+# Routes that stream an answer of any size with bounded memory (http/export.py): not cut by the
+# request timeout, which stopped an export of an hour of 40,000 series after 30 s mid-stream and
+# left its client waiting on a stream that never ended (2026-11-27 session 34). The client may
+# hang up at any time.
+STREAMED_ROUTES = frozenset({"/api/v1/export"})
+
+
 def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> Callable[..., Awaitable[
         web.StreamResponse]]:
     # The metrics' children per (route, code): prometheus_client's labels() takes a lock and builds
@@ -132,7 +139,7 @@ def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> C
         name = resource.canonical if resource is not None else "unmatched"
         try:
             with collecting() as missing, consistency.reading_with(read_consistency(request)):
-                async with asyncio.timeout(settings.request_timeout_s):
+                async with asyncio.timeout(None if name in STREAMED_ROUTES else settings.request_timeout_s):
                     resp = await handler(request)
             if missing:
                 resp = _with_missing(resp, missing, request.path.startswith(NATIVE_PREFIX))

@@ -216,3 +216,22 @@ async def test_export_and_import_over_tls_with_tokens_need_their_roles(pki: Loca
                 assert r.status == 200 and json.loads(await r.read())["values"] == [1.5]
     finally:
         await stop_http(runner)
+
+
+async def test_an_export_is_not_cut_by_the_request_timeout() -> None:
+    """An export streams for as long as it takes (an hour of 40,000 series took longer than the
+    30 s request timeout, which cut the stream and left the client waiting on it). Megabytes
+    written as the client reads them: the handler waits on the socket, where a 1 ms timeout
+    would cut it (mutation-checked: with the timeout the client never gets the end)."""
+    env = await start_env(HttpSettings(access_log=False, request_timeout_s=0.001))
+    try:
+        ts = list(range(1000, 201_000, 1000))  # 1,400 series of 200 samples: megabytes, written as the client reads
+        await env.write({pod_labels("cpu", f"p{i}", namespace=f"ns{i % 7}"): (ts, [i + k / 7 for k in range(200)])
+                         for i in range(1400)})
+        async with env.session.get(env.url + "/api/v1/export", params={"match[]": "cpu"},
+                                   timeout=aiohttp.ClientTimeout(total=30)) as r:  # cut: the stream never ends
+            lines = (await r.read()).splitlines()
+        assert len(lines) == 1400 and all(json.loads(x)["timestamps"] == ts for x in lines)
+    finally:
+        await env.session.close()
+        await stop_http(env.runner)  # type: ignore[arg-type]
