@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from metricsd.codec.bitpack import put_uvarint
-from metricsd.codec.blocks import DOD, MAX_SCALE, XOR_FAMILY, decode_many, walk_many
+from metricsd.codec.blockdecode import decode_many, walk_many
+from metricsd.codec.blocks import DOD, MAX_SCALE, XOR_FAMILY
 from metricsd.codec.errors import CorruptChunk
 
 __all__ = ["Tails", "decode_tails"]

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metricsd.codec.blocks import NO_CHUNK, Chain, Encoded, decode_chunks
+from metricsd.codec.blockdecode import decode_chunks
+from metricsd.codec.blocks import NO_CHUNK, Chain, Encoded
 from metricsd.codec.tail import decode_tails
 from metricsd.maths.samplehash import sample_hashes
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from metricsd.codec.blocks import decode_chunks, decode_many
+from metricsd.codec.blockdecode import decode_chunks, decode_many
 
 if TYPE_CHECKING:
     from metricsd.store.engine import Store
@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 __all__ = ["decode_joined", "ring_part", "series_samples_many"]
 
 MANY_CHUNKS = 32  # from this many chunks on, decode_many; below, decode_chunks' walk
-# Entering open chunks mid-way (Chunks.open_tails) costs ~1.8 ms a read whatever its size, and
-# saves ~3/4 of each row's decode: below ~64 rows it loses (a 1 h read of one row, in process:
-# 2.1 ms against 0.19 whole; 64 rows 2.8 against 3.2 ms; 256 rows 6.8 against 22 ms).
-TAIL_MIN_ROWS = 64
+# Entering open chunks mid-way (Chunks.open_tails) saves ~3/4 of each row's decode at a fixed
+# cost: ~1.8 ms a read while walk_many walked a few chunks in lock step, ~0.25 ms since it walks
+# fewer than FEW_CHUNKS in Python (a 1 h read of 2 h in process: one row 0.42 against 0.20 ms
+# whole, 32 rows 3.3 against 2.7, 64 rows 4.7 against 8.5; perf/RESULTS.md, "Issue 25: a day,
+# 200,000 series, and the read path"). Below ~40 rows it still loses.
+TAIL_MIN_ROWS = 40
 BATCH_SERIES = 4096  # series decoded together: bounds the temporary arrays (a day of 4,096 series: ~0.6 GB)
 
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from metricsd.codec import CorruptChunk
 from metricsd.codec import bitpack as bp
 from metricsd.codec.bits import pack_rows, pack_segments, unpack_segments
-from metricsd.codec.blocks import NO_CHUNK, XOR_FAMILY, Chain, decode_chunks, encode_blocks
+from metricsd.codec.blockdecode import decode_chunks
+from metricsd.codec.blocks import NO_CHUNK, XOR_FAMILY, Chain, encode_blocks
 from metricsd.model import STALE_NAN_BITS
 
 T0 = 1_700_000_000_000

@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metricsd.codec.blocks import Chain, decode_chunks, encode_blocks
+from metricsd.codec.blockdecode import decode_chunks
+from metricsd.codec.blocks import Chain, encode_blocks
 from metricsd.codec.tail import decode_tails
 
 T0 = 1_700_000_000_000

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metricsd.codec import CorruptChunk
-from metricsd.codec.blocks import Chain, decode_chunks, decode_many, encode_blocks
+from metricsd.codec.blockdecode import decode_chunks, decode_many
+from metricsd.codec.blocks import Chain, encode_blocks
 from metricsd.model import make_labels, series_id, stale_marker
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
@@ -118,3 +119,40 @@ def test_decode_many_on_damaged_chunks_raises_corrupt_chunk_only(flips: list[tup
     except CorruptChunk:
         return
     assert len(got) == 3 * 48
+
+
+def test_walk_many_walks_few_chunks_in_python_as_the_lock_step_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """walk_many below FEW_CHUNKS (a Python step per block) gives the lock step's rows exactly."""
+    from metricsd.codec import blockdecode
+    from metricsd.model import make_labels, series_id
+    from metricsd.store.engine import Store
+    from metricsd.store.settings import StoreSettings
+
+    rng = np.random.default_rng(5)
+    store = Store(StoreSettings(chunk_samples=120, head_keep=16))
+    labs = [make_labels("m", {"namespace": "n", "pod": f"p{i}"}) for i in range(5)]
+    ids = np.array([series_id(lab) for lab in labs], np.uint64)
+    ts = np.cumsum(rng.integers(9_000, 11_000, 400))
+    vals = [np.round(rng.normal(0, 5, 400), 2), rng.normal(0, 1, 400), np.full(400, 3.0),
+            np.cumsum(rng.integers(0, 9, 400)).astype(float), rng.integers(0, 2, 400) * 1e300]
+    store.write(ids, np.full(5, 400), np.tile(ts, 5), np.concatenate(vals), dict(zip(ids.tolist(), labs, strict=True)))
+    bufs, starts, ends, counts = [], [], [], []
+    at = 0
+    for row in range(5):
+        e = store.chunks.entries(row)
+        payload, _ = store.chunks.closed(row)
+        buf = bytes(payload) + store.chunks.open[row]
+        bufs.append(buf)
+        starts += [at + (int(e[j - 1, 2]) if j else 0) for j in range(len(e))]
+        ends += [at + int(e[j, 2]) for j in range(len(e))]
+        counts += e[:, 3].tolist()
+        at += len(buf)
+    joined = b"".join(bufs)
+    args = (joined, np.array(starts), np.array(ends), np.array(counts), rng.integers(0, 3, len(counts)))
+    assert len(counts) < blockdecode.FEW_CHUNKS
+    _, heads_a, blocks_a = blockdecode.walk_many(*args)  # type: ignore[misc]
+    monkeypatch.setattr(blockdecode, "FEW_CHUNKS", 0)
+    _, heads_b, blocks_b = blockdecode.walk_many(*args)  # type: ignore[misc]
+    assert blocks_a.tolist() == blocks_b.tolist()
+    for f in ("family", "t1", "d1", "m1", "x1", "e1"):
+        assert getattr(heads_a, f).tolist() == getattr(heads_b, f).tolist(), f
