@@ -41,7 +41,9 @@ __all__ = [
     "to_parquet",
 ]
 
-FORMAT_VERSION = 1
+# 2: the rollups' hour column is `hour_start` (it was `hour`, the name of the `hour=HH` partition,
+# which Polars then failed to read (it parsed "13" as the column's timestamp) and Spark dropped)
+FORMAT_VERSION = 2
 LABEL_COLUMNS = ("namespace", "pod", "container", "node", "workload", "cluster")
 _DICT = pa.dictionary(pa.int32(), pa.string())
 _LABELS = [pa.field("metric", _DICT, nullable=False),
@@ -51,7 +53,7 @@ _TS = pa.timestamp("ms", tz="UTC")
 ROW_GROUP_ROWS = 1 << 20
 SAMPLES_SCHEMA = pa.schema([*_LABELS, pa.field("timestamp", _TS, nullable=False),
                             pa.field("value", pa.float64(), nullable=False)])
-ROLLUPS_SCHEMA = pa.schema([*_LABELS, pa.field("hour", _TS, nullable=False),
+ROLLUPS_SCHEMA = pa.schema([*_LABELS, pa.field("hour_start", _TS, nullable=False),
                             *(pa.field(n, pa.float64(), nullable=False) for n in ("min", "max", "sum", "count")),
                             pa.field("last", pa.float64())])
 
@@ -173,7 +175,7 @@ def to_parquet(cols: SampleColumns | RollupColumns) -> bytes:
     repeat), label columns dictionary-encoded. 1.2 bytes a sample on the benchmark workload
     (perf/RESULTS.md)."""
     samples = isinstance(cols, SampleColumns)
-    schema, time_column = (SAMPLES_SCHEMA, "timestamp") if samples else (ROLLUPS_SCHEMA, "hour")
+    schema, time_column = (SAMPLES_SCHEMA, "timestamp") if samples else (ROLLUPS_SCHEMA, "hour_start")
     order = _label_order(cols.labels)
     counts = cols.counts[order].tolist() if order else []
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
