@@ -26,6 +26,7 @@ from test_onward_parquet import NOW, _backend
 from metricsd.clock import ManualClock
 from metricsd.onward.hourly import HOUR_MS, HourlyParquet
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.store.api import StoreAPI
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,9 @@ class Hour:
     cpu_requests: int  # samples of kube_pod_container_resource_requests{resource="cpu"}
 
 
-def _held(api: object, hour_ms: int) -> Hour:
-    def read(*matchers: pb.Matcher) -> list[pb.Series]:
-        got = api.read(pb.ReadRequest(matchers=list(matchers), start_ms=hour_ms,  # type: ignore[attr-defined]
-                                      end_ms=hour_ms + HOUR_MS - 1))
+def _held(api: StoreAPI, hour_ms: int) -> Hour:
+    def read(*matchers: pb.Matcher) -> list[pb.SeriesData]:
+        got = api.read(pb.ReadRequest(matchers=list(matchers), start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1))
         return [s for s in got.series if len(s.timestamps)]
 
     every = read(pb.Matcher(type=pb.Matcher.RE, name="__name__", value=".+"))
@@ -124,7 +124,7 @@ except ImportError:
 @pytest.mark.skipif(SPARK_MISSING is not None, reason=f"{SPARK_MISSING}: run `make spark-deps` (as root for the JRE)")
 def test_spark_reads_every_sample_and_rollup_of_each_closed_hour(written: tuple[Path, list[Hour]],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import Column, SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -132,7 +132,8 @@ def test_spark_reads_every_sample_and_rollup_of_each_closed_hour(written: tuple[
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # read by the JVM pyspark starts: loopback only
     spark = (SparkSession.builder.master("local[1]").appName("metricsd-parquet-test")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC")
              .config("spark.sql.shuffle.partitions", "1").getOrCreate())
     try:
         samples = spark.read.parquet(f"{root}/samples")  # partitions discovered: dt, hour
@@ -143,26 +144,29 @@ def test_spark_reads_every_sample_and_rollup_of_each_closed_hour(written: tuple[
         assert fields["value"] == T.DoubleType()
         assert {f.name: f.dataType for f in rollups.schema.fields}["hour_start"] == T.TimestampType()
         assert isinstance(fields["dt"], T.DateType | T.StringType) and fields["hour"] == T.IntegerType()
+        # one job per file kind, every hour at once (each Spark job costs about a second here)
+        key: list[Column | str] = [F.col("dt").cast("string").alias("day"), "hour"]
+        per_hour = {(r["day"], r["hour"]): r for r in samples.groupBy(*key).agg(
+            F.count(F.lit(1)).alias("n"),
+            F.countDistinct(F.to_json(F.struct("metric", "namespace", "pod", "container", "node", "workload",
+                                               "cluster", "labels"))).alias("series"),
+            F.sum("value").alias("total"),
+            F.min(F.unix_millis("timestamp")).alias("lo"),
+            F.max(F.unix_millis("timestamp")).alias("hi"),
+            F.count_if((F.col("metric") == "kube_pod_container_resource_requests")
+                       & (F.col("labels")["resource"] == "cpu")).alias("cpu"),
+        ).collect()}
+        rolled = {(r["day"], r["hour"]): r for r in rollups.groupBy(*key).agg(
+            F.sum("count").alias("count"), F.sum("sum").alias("sum"), F.count(F.lit(1)).alias("rows"),
+            F.min(F.unix_millis("hour_start")).alias("lo"), F.max(F.unix_millis("hour_start")).alias("hi"),
+        ).collect()}
+        assert sorted(per_hour) == sorted(rolled) == [(h.day, h.hour) for h in hours]
         for h in hours:
-            in_hour = (F.col("dt").cast("string") == h.day) & (F.col("hour") == h.hour)
-            got = samples.where(in_hour).agg(
-                F.count(F.lit(1)).alias("n"),
-                F.countDistinct(F.to_json(F.struct("metric", "namespace", "pod", "container", "node", "workload",
-                                                   "cluster", "labels"))).alias("series"),
-                F.sum("value").alias("total"),
-                F.min(F.unix_millis("timestamp")).alias("lo"),
-                F.max(F.unix_millis("timestamp")).alias("hi"),
-            ).first()
-            assert got is not None and (got["n"], got["series"]) == (h.samples, h.series)
+            got, r = per_hour[h.day, h.hour], rolled[h.day, h.hour]
+            assert (got["n"], got["series"], got["cpu"]) == (h.samples, h.series, h.cpu_requests)
             assert math.isclose(got["total"], h.value_sum, rel_tol=1e-9)
             assert h.start_ms <= got["lo"] and got["hi"] < h.start_ms + HOUR_MS
-            cpu = samples.where(in_hour & (F.col("metric") == "kube_pod_container_resource_requests")
-                                & (F.col("labels")["resource"] == "cpu")).count()
-            assert cpu == h.cpu_requests
-            rolled = rollups.where(in_hour).agg(F.sum("count"), F.sum("sum"), F.count(F.lit(1)),
-                                                F.min(F.unix_millis("hour_start")),
-                                                F.max(F.unix_millis("hour_start"))).first()
-            assert rolled is not None and tuple(rolled) == (h.samples, pytest.approx(h.value_sum, rel=1e-9), h.series,
-                                                            h.start_ms, h.start_ms)
+            assert (r["count"], r["rows"], r["lo"], r["hi"]) == (h.samples, h.series, h.start_ms, h.start_ms)
+            assert math.isclose(r["sum"], h.value_sum, rel_tol=1e-9)
     finally:
         spark.stop()
