@@ -24,9 +24,7 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grpc
 
 from metricsd.agent.batches import write_requests
+from metricsd.cmd.ports import free_range
 from metricsd.onward.hourly import HOUR_MS
 from metricsd.onward.parquet import hour_dir
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
@@ -49,19 +48,6 @@ from bench_onward import INTERVAL_MS, _sim
 ROOT = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
 DELAY_MS = 600_000  # the writer's: an hour is written ten minutes after it ends
-
-
-def _free_base() -> int:
-    for _ in range(100):
-        base = random.randrange(20_000, 40_000, 10)
-        try:
-            for p in range(base, base + 200):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range")
 
 
 def _descendants(pid: int) -> list[int]:
@@ -171,7 +157,7 @@ def main() -> None:
         marker = out / hour_dir("samples", hour - i * HOUR_MS) / "_SUCCESS"
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("{}")
-    base = _free_base()
+    base = free_range("127.0.0.1", 200)
     up = subprocess.Popen([sys.executable, "-m", "metricsd", "cluster", "up", "--plaintext", "--no-simulate",
                            "--base-port", str(base), "--data-dir", str(data), "--parquet-dir", str(out),
                            "--parquet-check", "0.5", "--parquet-clock-file", str(clock)],

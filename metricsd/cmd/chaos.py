@@ -180,10 +180,14 @@ class Chaos:
                     self.report.batches_given_up += 1
             await asyncio.sleep(max(0.0, (last + tick_ms) / 1000 - time.time()))
 
+    @staticmethod
+    def pod_read(pod: int, start: int, end: int) -> pb.ReadRequest:
+        return pb.ReadRequest(matchers=[pb.Matcher(type=pb.Matcher.EQ, name="namespace", value="chaos"),
+                                        pb.Matcher(type=pb.Matcher.EQ, name="pod", value=f"pod-{pod}")],
+                              start_ms=start, end_ms=end)
+
     async def read_pod(self, pod: int, start: int, end: int, order: list[str]) -> pb.ReadResponse | None:
-        req = pb.ReadRequest(matchers=[pb.Matcher(type=pb.Matcher.EQ, name="namespace", value="chaos"),
-                                       pb.Matcher(type=pb.Matcher.EQ, name="pod", value=f"pod-{pod}")],
-                             start_ms=start, end_ms=end)
+        req = self.pod_read(pod, start, end)
         for address in order:
             try:
                 return await self.stub(address).Read(req, timeout=10.0)
@@ -220,9 +224,7 @@ class Chaos:
     async def explain_miss(self, pod: int, sid: int, missing: list[int], read_started: float) -> None:
         """Log what each store holds of the samples a quorum read left out, so that a miss can be
         traced to the replicas that answered (the read itself does not say which they were)."""
-        req = pb.ReadRequest(matchers=[pb.Matcher(type=pb.Matcher.EQ, name="namespace", value="chaos"),
-                                       pb.Matcher(type=pb.Matcher.EQ, name="pod", value=f"pod-{pod}")],
-                             start_ms=missing[0], end_ms=missing[-1])
+        req = self.pod_read(pod, missing[0], missing[-1])
         held = []
         for i in range(1, self.opts.stores + 1):
             name = f"store-{i}"
