@@ -68,6 +68,7 @@ async def test_chunked_and_to_the_end_answers_are_read_and_a_closed_idle_connect
                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n"]
     bodies: list[bytes] = []
     connections = 0
+    dropped = asyncio.Event()  # the server closed a connection it had answered on with nothing left to say
 
     async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         nonlocal connections
@@ -83,6 +84,8 @@ async def test_chunked_and_to_the_end_answers_are_read_and_a_closed_idle_connect
                     break  # the end of the body, or a connection the server drops while it is idle
         finally:
             w.close()
+            if not answers:
+                dropped.set()
 
     server, port = await _raw(serve)
     poster = Poster(f"http://127.0.0.1:{port}/w?x=1", ssl_context=None, timeout_s=10)
@@ -93,8 +96,8 @@ async def test_chunked_and_to_the_end_answers_are_read_and_a_closed_idle_connect
         assert (b.status, b.body, b.headers) == (200, b"to the end", {"x-a": "b"})
         c = await poster.post(b"3", {})
         assert c.status == 204
+        await asyncio.wait_for(dropped.wait(), 5.0)  # the server closed the kept connection
         answers.append(b"HTTP/1.1 204 No Content\r\n\r\n")
-        await asyncio.sleep(0.05)  # the server has closed the kept connection by now
         d = await poster.post(b"4", {})  # written to the closed one, then again on a new one
         assert d.status == 204 and bodies == [b"1", b"2", b"3", b"4"] and connections == 3
     finally:
