@@ -7,6 +7,7 @@ the other replicas and hinted hand-off fills the full one once it has room: noth
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from pathlib import Path
 
@@ -40,8 +41,11 @@ DSET = DurabilitySettings(fsync=FsyncPolicy.ALWAYS, segment_bytes=64 * 1024)
 def _batch(ts: int, labelled: bool, series: int = len(IDS)) -> pb.WriteRequest:
     """``series`` series, 20 samples each (14.5 KB in the WAL for all 50 without labels, 1.4 KB for 5)."""
     ids = IDS[:series]
+    # Values from a seeded generator, so that no snapshot of these samples compresses below the 4 KiB
+    # the test leaves free (regular values made a 3.7-5.1 KB snapshot, depending on the clock).
+    rng = random.Random(ts)
     req = pb.WriteRequest(ids=ids, counts=[20] * len(ids), timestamps=[ts + k for _ in ids for k in range(20)],
-                          values=[float(ts % 1000 + k) for _ in ids for k in range(20)])
+                          values=[rng.random() for _ in ids for _ in range(20)])
     if labelled:
         for sid, lab in zip(ids, LABELS, strict=False):
             req.series.add(id=sid).labels.extend(labels_to_pb(lab))
