@@ -49,6 +49,7 @@ class _Queue:
     hints: deque[_Hint] = field(default_factory=deque)
     nbytes: int = 0
     dropping: bool = False  # logged the start of a run of drops; log again once one fits
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # the member is back: retry now
 
 
 class HintedHandoff:
@@ -89,6 +90,12 @@ class HintedHandoff:
             self._tasks[member] = task
             task.add_done_callback(self._forget_task)
         return True
+
+    def wake(self, member: str) -> None:
+        """The member is reachable again: cut the delivery's back-off short."""
+        q = self._queues.get(member)
+        if q is not None and q.hints:
+            q.wake.set()
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         for m, t in list(self._tasks.items()):
@@ -135,8 +142,13 @@ class HintedHandoff:
                 raise
             except Exception as e:
                 log.debug("hand-off to %s failed, retrying in %.2f s: %s", member, backoff, e)
-                await asyncio.sleep(backoff)
-                backoff = min(self.settings.retry_max_s, backoff * 2)
+                try:
+                    async with asyncio.timeout(backoff):
+                        await q.wake.wait()
+                    backoff = self.settings.retry_initial_s  # woken: the member is back
+                except TimeoutError:
+                    backoff = min(self.settings.retry_max_s, backoff * 2)
+                q.wake.clear()
                 continue
             if q.hints and q.hints[0] is hint:
                 q.hints.popleft()

@@ -8,7 +8,7 @@ healthy again. Time comes from the clock passed in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from metricsd.clock import Clock
@@ -27,16 +27,22 @@ class _State:
 class MemberHealth:
     """Not thread-safe (one event loop). O(1) per report."""
 
-    def __init__(self, settings: HealthSettings, clock: Clock) -> None:
+    def __init__(self, settings: HealthSettings, clock: Clock,
+                 on_down: Callable[[str], None] | None = None) -> None:
         self._settings = settings
         self._clock = clock
         self._members: dict[str, _State] = {}
+        self._on_down = on_down  # called when a healthy member fails (not on each further failure)
 
     def success(self, member: str) -> None:
         self._members.pop(member, None)
 
     def failure(self, member: str, error: str) -> None:
-        s = self._members.setdefault(member, _State())
+        s = self._members.get(member)
+        if s is None:
+            s = self._members[member] = _State()
+            if self._on_down is not None:
+                self._on_down(member)
         s.failures += 1
         s.last_error = error
         wait = min(self._settings.down_max_s, self._settings.down_initial_s * 2 ** (s.failures - 1))
@@ -53,6 +59,10 @@ class MemberHealth:
             return False
         s.down_until = now + min(self._settings.down_max_s, self._settings.down_initial_s * 2 ** (s.failures - 1))
         return True
+
+    def failed(self, member: str) -> bool:
+        """True from a failure until the next success (back-off running or not); no side effect."""
+        return member in self._members
 
     def healthy(self, members: Iterable[str]) -> set[str]:
         return {m for m in members if self.is_healthy(m)}

@@ -3,6 +3,13 @@
 Every call to a store goes through :meth:`ClusterView.call`, which applies the per-call timeout
 and retries and reports the outcome to :class:`MemberHealth`. The map comes from the MapSource
 without blocking: when etcd is unreachable the source keeps the last map and so does the proxy.
+
+A member marked down is watched through its gRPC channel: when the channel, having lost its
+connection, is READY again (the store restarted: it serves only after its recovery), the member is
+healthy at once and the listeners of :meth:`on_back` hear of it (hinted hand-off delivers then),
+instead of waiting for the health and hand-off back-offs (up to 5 s each) to run out. A member
+that failed while its channel stayed connected (a timeout: a slow or paused store) is left to
+the back-off: only a reconnection counts as coming back.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
+
+import grpc
 
 from metricsd.clock import Clock
 from metricsd.cluster.mapsource import MapSource
@@ -40,11 +49,13 @@ class ClusterView:
         self.clock = clock
         self.counters = counters
         self.pool = MemberPool(connect)
-        self.health = MemberHealth(settings.health, clock)
+        self.health = MemberHealth(settings.health, clock, on_down=self._watch)
         self.known = KnownIds(settings.known_ids_per_member)
         self._version: int | None = None
         self._refreshing: asyncio.Task[None] | None = None
         self._rotation = 0
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._back_listeners: list[Callable[[str], None]] = []
 
     def current_map(self) -> ShardMap:
         """The newest map; raises Unavailable before the first one. Drops the connections, health
@@ -92,6 +103,53 @@ class ClusterView:
         self.health.success(member)
         return result
 
+    def on_back(self, listener: Callable[[str], None]) -> None:
+        """``listener(member)`` is called when a member marked down reconnects."""
+        self._back_listeners.append(listener)
+
+    def _watch(self, member: str) -> None:
+        """Health's on_down: watch the member's channel until it reconnects or is healthy again."""
+        have = self._watchers.get(member)
+        if have is not None and not have.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a synchronous test of the health table): nothing to watch with
+        task = loop.create_task(self._await_reconnect(member), name=f"reconnect-{member}")
+        self._watchers[member] = task
+        task.add_done_callback(lambda t: self._watchers.pop(member, None) if self._watchers.get(member) is t
+                               else None)
+
+    async def _await_reconnect(self, member: str) -> None:
+        shard_map = self.map_source.current()
+        if shard_map is None or member not in shard_map.members:
+            return
+        channel = getattr(self.pool.get(shard_map, member), "channel", None)
+        if not isinstance(channel, grpc.aio.Channel):
+            return  # an in-process backend: nothing reconnects
+        ready = grpc.ChannelConnectivity.READY
+        state = channel.get_state(try_to_connect=False)
+        lost = state != ready
+        while self.health.failed(member):
+            if state == ready and lost:
+                self.health.success(member)
+                log.info("%s: reconnected; healthy again, hinted hand-off resumes", member)
+                for listener in self._back_listeners:
+                    listener(member)
+                return
+            lost = lost or state != ready
+            try:
+                async with asyncio.timeout(1.0):  # also notices a success by another call
+                    await channel.wait_for_state_change(state)
+            except TimeoutError:
+                pass
+            try:
+                state = channel.get_state(try_to_connect=True)
+            except Exception as e:  # the channel was closed (the member left the map)
+                log.debug("%s: stopped watching its channel: %s", member, e)
+                return
+
     async def refresh(self) -> ShardMap:
         """Ask the source to re-read the map now; raises Unavailable when there is none."""
         self.counters["map_refreshes"] += 1
@@ -111,7 +169,10 @@ class ClusterView:
             self._refreshing = asyncio.get_running_loop().create_task(run())
 
     async def close(self) -> None:
+        tasks = list(self._watchers.values())
         if self._refreshing is not None:
-            self._refreshing.cancel()
-            await asyncio.gather(self._refreshing, return_exceptions=True)
+            tasks.append(self._refreshing)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.pool.close()

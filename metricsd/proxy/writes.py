@@ -48,6 +48,7 @@ class WritePath:
         self.router = router
         self.counters = counters
         self.handoff = HintedHandoff(view.settings.handoff, clock, self._deliver_hint, counters)
+        view.on_back(self.handoff.wake)
         self.coalescer = WriteCoalescer(self._send_parts, view.settings.coalesce, counters)
         self._background: set[asyncio.Task[pb.WriteResponse]] = set()
         self._plan_cache: tuple[tuple[int, int, frozenset[str]], list[ReplicaPlan]] | None = None
