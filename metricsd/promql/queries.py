@@ -112,7 +112,7 @@ class QueryRunner:
         ast, negative_at = parsed
         if instant and type(ast).__name__ == "NumberLiteral":
             # `1`, which Grafana asks to test a data source: the engine's answer (a scalar at the
-            # query's time) without its context, read plan and evaluator, a tenth of the request's CPU
+            # query's time) without its context, read plan and evaluator: ~10 us of `1`'s ~350 over HTTP
             return Scalar(start_ms, float(ast.val)), "engine"
         max_series = self.limits.max_series
         if self.allow_pushdown and not negative_at:
