@@ -96,3 +96,18 @@ def test_search_each(data: tuple[list[Labels], list[np.ndarray]], times: list[in
     got = search_each(sc.timestamps, sc.offsets, np.array(times))
     for i, t in enumerate(ts):
         assert got[i].tolist() == (sc.offsets[i] + np.searchsorted(t, times, side="right")).tolist()
+
+
+@given(st.lists(st.integers(-50, 50), max_size=40), st.integers(0, 5), st.integers(0, 5),
+       st.lists(st.integers(-60, 60), min_size=1, max_size=6))
+def test_search_each_of_one_series_anywhere_in_the_array(samples: list[int], before: int, after: int,
+                                                         times: list[int]) -> None:
+    """One series (a dashboard's pod) takes its own path: it must answer as the key search does,
+    for a series that does not start the flat array, and times on samples (the windows' edges)."""
+    t = np.array(sorted(samples), dtype=np.int64)
+    ts = np.concatenate([np.full(before, -99, np.int64), t, np.full(after, 99, np.int64)])
+    offsets = np.array([before, before + t.size], dtype=np.int64)
+    got = search_each(ts, offsets, np.array(times + samples[:3], dtype=np.int64))
+    want = before + np.searchsorted(t, np.array(times + samples[:3]), side="right")
+    assert got.shape == (1, len(times) + len(samples[:3]))
+    assert got[0].tolist() == want.tolist()

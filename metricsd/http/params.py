@@ -14,7 +14,7 @@ from typing import Any
 
 import promql_parser as pp
 from aiohttp import web
-from multidict import MultiDict, MultiDictProxy
+from multidict import MultiDict, MultiMapping
 
 from metricsd.promql.selectors import td_ms, to_matchers
 from metricsd.promql.values import PromQLError
@@ -48,7 +48,7 @@ def bad(param: str, message: str) -> ApiError:
 class Params:
     """Query-string and form parameters together, as Prometheus reads GET and POST alike."""
 
-    def __init__(self, values: MultiDict[str] | MultiDictProxy[str]) -> None:
+    def __init__(self, values: MultiMapping[str]) -> None:
         self.values = values
 
     def get(self, name: str) -> str | None:
@@ -81,8 +81,11 @@ class Params:
 
 
 async def read_params(request: web.Request) -> Params:
+    """The query string's parameters, and a POST form's after them (Prometheus reads both)."""
+    if request.method != "POST":  # the query string alone: read as it is, not copied
+        return Params(request.query)
     merged: MultiDict[str] = MultiDict(request.query)
-    if request.method == "POST" and request.content_type == "application/x-www-form-urlencoded":
+    if request.content_type == "application/x-www-form-urlencoded":
         form = await request.post()
         for k, v in form.items():
             if isinstance(v, str):

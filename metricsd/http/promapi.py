@@ -58,6 +58,13 @@ class PromAPI:
         self.settings = settings
         self.clock = clock
         self.metrics = metrics
+        self._durations: dict[str, Any] = {}  # path -> its query_duration child (labels() locks and builds a key)
+
+    def _observe(self, path: str, started: float) -> None:
+        child = self._durations.get(path)
+        if child is None:
+            child = self._durations[path] = self.metrics.query_duration.labels(path=path)
+        child.observe(self.clock.monotonic() - started)
 
     def add_routes(self, app: web.Application) -> None:
         for path, handler in (
@@ -88,7 +95,7 @@ class PromAPI:
         except QueryLimitError as e:
             self.metrics.queries_refused.labels(limit=e.limit).inc()
             raise
-        self.metrics.query_duration.labels(path=path).observe(self.clock.monotonic() - started)
+        self._observe(path, started)
         return success(to_prometheus_json(result))
 
     async def query_range(self, request: web.Request) -> web.Response:
@@ -105,7 +112,7 @@ class PromAPI:
         except QueryLimitError as e:
             self.metrics.queries_refused.labels(limit=e.limit).inc()
             raise
-        self.metrics.query_duration.labels(path=path).observe(self.clock.monotonic() - started)
+        self._observe(path, started)
         return success(to_prometheus_json(result))
 
     def _check_window(self, params: Params) -> None:

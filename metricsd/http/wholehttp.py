@@ -52,6 +52,7 @@ def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: 
     limits = tuple((name, int(getattr(settings.query_limits, name))) for name in LIMIT_NAMES)
     runner = RunnerSettings(settings.lookback_ms, settings.max_samples, settings.pushdown,
                             settings.request_timeout_s, limits)
+    duration = metrics.query_duration.labels(path="whole")  # once: labels() locks and builds a key
 
     @web.middleware
     async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -81,7 +82,7 @@ def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: 
             if answer.limit:
                 metrics.queries_refused.labels(limit=answer.limit).inc()
             raise ApiError(answer.error_type, answer.message, answer.status)
-        metrics.query_duration.labels(path="whole").observe(clock.monotonic() - started)
+        duration.observe(clock.monotonic() - started)
         return web.Response(body=b'{"status":"success","data":' + answer.data + b"}", content_type="application/json",
                             charset="utf-8")
 

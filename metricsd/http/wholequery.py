@@ -91,6 +91,7 @@ class QueryService:
         check: Callable[[pb.SlotFilter, str], None] | None = getattr(backend, "check_filter", None)
         self.check_slots = check
         self._runners: dict[RunnerSettings, QueryRunner] = {}
+        self._every: dict[int, pb.SlotFilter] = {}  # num_slots -> the filter naming all of them (read only)
         self.answered = 0
 
     def _runner(self, s: RunnerSettings) -> QueryRunner:
@@ -116,7 +117,13 @@ class QueryService:
             raise BadRequest(str(e)) from None
         if frame.slots is None:
             if self.check_slots is not None:
-                self.check_slots(pb.SlotFilter(slot_count=frame.num_slots, slots=range(frame.num_slots)), "query")
+                every = self._every.get(frame.num_slots)
+                if every is None:  # built once per slot count, not once a query
+                    if len(self._every) >= MAX_RUNNERS:
+                        self._every.clear()
+                    every = self._every[frame.num_slots] = pb.SlotFilter(slot_count=frame.num_slots,
+                                                                        slots=range(frame.num_slots))
+                self.check_slots(every, "query")
             token = None
         else:
             token = _SLOTS.set(pb.SlotFilter(slot_count=frame.num_slots, slots=frame.slots))

@@ -151,7 +151,27 @@ def re2_to_python(pattern: str) -> str:
 _FLAG_GROUP_RE = re.compile(r"\(\?([imsU]+)\)")
 
 
+# A selector node's matchers, kept per node: the parsed-query cache (queries.py) hands the same AST
+# to every repeat of a query text, whose selector is converted twice a query (plan, then eval), its
+# regexes translated each time. Keyed by id(); the entry holds the node, so while it is kept no
+# other object can have its id. Bounded; cleared whole when full.
+_MATCHERS_KEPT = 4096
+_matchers: dict[int, tuple[Any, tuple[Matcher, ...]]] = {}
+
+
 def to_matchers(vs: Any) -> list[Matcher]:
+    """A vector selector node's label matchers (its name first), a new list each call. Raises PromQLError."""
+    kept = _matchers.get(id(vs))
+    if kept is not None:
+        return list(kept[1])
+    out = _to_matchers(vs)
+    if len(_matchers) >= _MATCHERS_KEPT:
+        _matchers.clear()
+    _matchers[id(vs)] = (vs, tuple(out))
+    return out
+
+
+def _to_matchers(vs: Any) -> list[Matcher]:
     out: list[Matcher] = []
     if vs.name:
         out.append(Matcher(MatchOp.EQ, METRIC_NAME, vs.name))
