@@ -22,8 +22,8 @@ import orjson
 
 from metricsd.rpc.backend import Unavailable
 
-__all__ = ["ANSWER_DATA", "ANSWER_ERROR", "LIMIT_NAMES", "NotSupported", "QueryAnswer", "QueryFrame", "RunnerSettings",
-           "decode_answer", "decode_request", "encode_request", "error_answer"]
+__all__ = ["ANSWER_DATA", "ANSWER_ERROR", "LIMIT_NAMES", "MAX_FRAME_SLOTS", "NotSupported", "QueryAnswer", "QueryFrame",
+           "RunnerSettings", "decode_answer", "decode_request", "encode_request", "error_answer"]
 
 ANSWER_DATA = 0  # first byte of an answer: the Prometheus JSON ``data`` member follows
 ANSWER_ERROR = 1  # first byte of an answer: a JSON error object follows
@@ -33,6 +33,10 @@ class NotSupported(Unavailable):
     """The store does not know the QUERY method (an older store: ERROR 12 UNIMPLEMENTED)."""
 
 
+# The most slots a frame may name: a shard map's slot count is set once at `cluster init` (64 by
+# default) and nothing useful comes near this; a hostile frame must not make the store build a
+# slot list of a trillion entries before its ownership check refuses it.
+MAX_FRAME_SLOTS = 1 << 16
 LIMIT_NAMES = ("max_length", "max_depth", "max_operators", "max_concurrency", "max_queued", "max_series")
 
 
@@ -108,6 +112,8 @@ def decode_request(body: bytes) -> QueryFrame:
     except TypeError:  # an unhashable value: a list or object where a number belongs
         raise ValueError("query frame: settings hold a value of the wrong type") from None
     num_slots = _field(doc, "num_slots", int)
+    if not 1 <= num_slots <= MAX_FRAME_SLOTS:
+        raise ValueError(f"query frame: num_slots must be 1 to {MAX_FRAME_SLOTS}, not {num_slots}")
     raw_slots = doc.get("slots")
     slots: tuple[int, ...] | None = None
     if raw_slots is not None:

@@ -292,6 +292,20 @@ async def test_a_whole_query_frame_wants_the_read_role_and_a_failing_method_is_a
             assert got.data == b'{"resultType":"vector","result":[{"metric":{},"value":[3,"860"]}]}'
         finally:
             await client.close()
+    # a frame naming a trillion slots is refused at once (INVALID_ARGUMENT), not built into a filter
+    service = QueryService(backend)
+    service.check_slots = lambda f, what: None  # as a cluster's store has: an ownership check
+    served.server.query = service.answer
+    client = served.client()
+    try:
+        for slots in (0, -3, 10**12):
+            with pytest.raises(BadRequest, match="num_slots must be 1 to 65536"):
+                await asyncio.wait_for(client.call_raw(Method.QUERY, encode_request(
+                    dataclasses.replace(frame, num_slots=slots))), 2.0)
+        got = decode_answer(await client.call_raw(Method.QUERY, encode_request(frame)))  # the connection goes on
+        assert got.data.startswith(b'{"resultType":"vector"')
+    finally:
+        await client.close()
     writer = served.client("w-token")
     try:
         with pytest.raises(Unavailable, match="PERMISSION_DENIED: agent \\(roles: write\\) may not call Query"):
