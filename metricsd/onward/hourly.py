@@ -45,11 +45,12 @@ from metricsd.onward.parquet import (
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc import columnar
 from metricsd.rpc.backend import MetricsBackend
+from metricsd.rpc.rollupbatch import RollupArrays
 from metricsd.rpc.wire import labels_from_pb, matchers_from_pb
 from metricsd.selector import Matcher
 
-__all__ = ["PARQUET_SERIES_PER_READ", "HourlyParquet", "ReadColumns", "backend_columns", "from_series_columns",
-           "hour_files", "rollup_columns", "store_columns"]
+__all__ = ["PARQUET_SERIES_PER_READ", "HourSource", "HourlyParquet", "ReadColumns", "backend_columns",
+           "from_rollup_arrays", "from_series_columns", "hour_files", "rollup_columns", "store_columns"]
 
 log = logging.getLogger("metricsd.onward.parquet")
 
@@ -155,13 +156,37 @@ async def _read_hour(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
     return SampleColumns.concat(parts), labels_of
 
 
-async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None = None) -> HourFiles:
-    """Both files of the hour starting at ``hour_ms``, built in memory. ``read_columns``: a
-    columnar read of the backend's store in this process (else ``backend_columns``: the Read's
-    columnar flag); PARQUET_SERIES_PER_READ series a read either way."""
-    samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
-    roll = rollup_columns(await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms)),
-                          labels_of)
+class HourSource(Protocol):
+    """A read of a whole hour that is cheaper than a read per group of pods: a cluster's proxy
+    reads each slot from one replica that its peers' digests vouch for (metricsd/proxy/hourread.py's
+    HourRead, which onward/ does not import)."""
+
+    async def read(self, start_ms: int, end_ms: int) -> tuple[SeriesColumns, RollupArrays]: ...
+
+
+def from_rollup_arrays(r: RollupArrays) -> RollupColumns:
+    """A columnar rollups answer (rpc/rollupbatch.py) as RollupColumns, series without hours left out."""
+    counts = r.counts
+    if len(counts) and not bool(counts.all()):
+        r = r.take(np.flatnonzero(counts))
+        counts = r.counts
+    return RollupColumns(r.labels.to_list(), counts.astype(np.int64), r.hours.astype(np.int64), r.min, r.max, r.sum,
+                         r.count, r.last)
+
+
+async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None = None,
+                     source: HourSource | None = None) -> HourFiles:
+    """Both files of the hour starting at ``hour_ms``, built in memory. ``source``: a read of the
+    whole hour (a cluster's proxy); else ``read_columns``, a columnar read of the backend's store
+    in this process, or ``backend_columns``: the Read's columnar flag, PARQUET_SERIES_PER_READ
+    series a read either way."""
+    if source is not None:
+        cols, arrays = await source.read(hour_ms, hour_ms + HOUR_MS - 1)
+        samples, roll = from_series_columns(cols, {}), from_rollup_arrays(arrays)
+    else:
+        samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
+        roll = rollup_columns(await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms,
+                                                                   end_ms=hour_ms)), labels_of)
     # The encoding (seconds for 40,000 series) runs in a thread: on the event loop it held back the
     # process's requests and its election lease's keep-alive, which lapsed under load, so another
     # proxy took the lead and wrote the same hour at the same time (2026-11-27 session 34,
@@ -180,8 +205,9 @@ class HourlyParquet:
 
     def __init__(self, backend: MetricsBackend, root: str, clock: Clock, *, delay_s: float = 600.0,
                  lookback_hours: int = 24, check_s: float = 60.0, read_columns: ReadColumns | None = None,
-                 writer_id: str = "") -> None:
+                 writer_id: str = "", source: HourSource | None = None) -> None:
         self.backend = backend
+        self.source = source
         self.writer_id = writer_id
         self.read_columns = read_columns
         self.fs, self.root = fsspec.core.url_to_fs(root)
@@ -202,7 +228,7 @@ class HourlyParquet:
         return "/".join([self.root.rstrip("/"), *parts])
 
     async def write_hour(self, hour_ms: int) -> HourFiles:
-        files = await hour_files(self.backend, hour_ms, self.read_columns)
+        files = await hour_files(self.backend, hour_ms, self.read_columns, self.source)
         if self.writer_id:
             files.manifest["writer"] = self.writer_id
         for rel, data in files.files():
