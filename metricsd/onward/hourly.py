@@ -47,7 +47,7 @@ from metricsd.onward.parquet import (
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc import columnar
 from metricsd.rpc.backend import MetricsBackend
-from metricsd.rpc.rollupbatch import RollupArrays
+from metricsd.rpc.rollupbatch import RollupArrays, rollups_from_response
 from metricsd.rpc.wire import labels_from_pb, matchers_from_pb
 from metricsd.selector import Matcher
 
@@ -191,8 +191,12 @@ async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
         samples, roll = from_series_columns(cols, {}), from_rollup_arrays(arrays)
     else:
         samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
-        roll = rollup_columns(await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms,
-                                                                   end_ms=hour_ms)), labels_of)
+        # the store in this process (read_columns given) answers rollups as columns too
+        # (rpc/rollupbatch.py); a proxy's Rollups merges per-series messages only
+        got = await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms,
+                                                   columnar=read_columns is not None))
+        roll = (from_rollup_arrays(rollups_from_response(got)) if got.HasField("batch")
+                else rollup_columns(got, labels_of))
     # The encoding (seconds for 40,000 series) runs in a thread: on the event loop it held back the
     # process's requests and its election lease's keep-alive, which lapsed under load, so another
     # proxy took the lead and wrote the same hour at the same time (2026-11-27 session 34,
