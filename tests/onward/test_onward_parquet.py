@@ -62,8 +62,9 @@ async def test_duckdb_reads_every_sample_of_each_closed_hour(tmp_path: Path) -> 
         assert samples > 10_000
         day = np.datetime64(hour, "ms").astype("datetime64[h]").item()
         n, s, lo, hi = con.execute(
-            "SELECT count(*), count(DISTINCT (metric, namespace, pod, container, resource, unit, labels)), min(timestamp), "
-            f"max(timestamp) FROM read_parquet('{tmp_path}/pq/samples/*/*/*.parquet', hive_partitioning=true) "
+            "SELECT count(*), count(DISTINCT (metric, namespace, pod, container, resource, unit, labels)), "
+            "min(timestamp), max(timestamp) "
+            f"FROM read_parquet('{tmp_path}/pq/samples/*/*/*.parquet', hive_partitioning=true) "
             f"WHERE dt = '{day:%Y-%m-%d}' AND hour = {day.hour}").fetchone()
         assert (n, s) == (samples, series)
         assert lo.timestamp() * 1000 >= hour and hi.timestamp() * 1000 < hour + HOUR_MS
