@@ -24,6 +24,7 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import matchers_from_pb
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
+from metricsd.store.hourread import StoreHour
 
 NOW = 1_790_002_800_000 + 3_000_000  # 50 minutes into an hour
 _ALL_PB = [pb.Matcher(type=pb.Matcher.RE, name="__name__", value=".+")]
@@ -118,6 +119,10 @@ async def test_every_sample_is_in_its_series_rows_and_a_columnar_read_writes_the
         vs.append(rows["value"][i])
     assert [k for k in got] == sorted(got)  # series in label order
     assert sorted((k, ts, np.array(vs).tobytes()) for k, (ts, vs) in got.items()) == want
+    # and `metricsd up`'s read of the whole hour (the store's rows, no selector) writes the same files
+    whole = await hour_files(backend, closed, source=StoreHour(backend.api, series_per_read=7))
+    assert whole.samples == via_pb.samples and whole.rollups == via_pb.rollups
+    assert whole.manifest["samples"] == via_pb.manifest["samples"] == a.num_rows
 
 
 def test_a_file_written_a_row_group_at_a_time_holds_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
