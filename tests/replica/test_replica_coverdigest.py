@@ -5,6 +5,7 @@ every covered sample."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_replica_digest import T0, data, fill
@@ -112,3 +113,15 @@ def test_the_unsealed_samples_in_range_count_and_chunks_overlapping_count_whole(
     assert int(s.head.unsealed[s.select([])].min()) == 3
     for lo, hi in ((T0, T0 + 3_000_000), (T0 + 1_000_000, T0 + 1_000_000), (T0 + 1_990_000, T0 + 3_000_000)):
         assert cover_digest(s, req(lo, hi)) == reference(s, lo, hi)
+
+
+def test_a_cover_digest_refuses_what_it_does_not_do() -> None:
+    s = Store()
+
+    def ask(slot: int = 0, start: int = 0, **kw: int) -> pb.DigestRequest:
+        return pb.DigestRequest(slots=pb.SlotFilter(slot_count=4, slots=[slot]), start_ms=start, end_ms=1,
+                                cover_chunks=True, **kw)
+
+    for bad in (ask(per_series=True), ask(bucket_ms=10), ask(slot=9), ask(start=2)):
+        with pytest.raises(ValueError):
+            cover_digest(s, bad)
