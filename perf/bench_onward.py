@@ -207,6 +207,11 @@ async def parquet_hour(pods: int, rounds: int = 1) -> list[dict[str, float | str
     variants: list[tuple[str, Any]] = [("messages only, as proxy-1", None)]
     if hasattr(hourly, "backend_columns"):  # what `metricsd up` runs since 2026-11-27 session 33
         variants.append(("LocalBackend.read_columns, as metricsd up", "direct"))
+    try:  # what `metricsd up` runs since 2026-11-27 session 35: the store's rows as columns, no selector
+        from metricsd.store.hourread import StoreHour
+        variants.append(("StoreHour, as metricsd up", StoreHour(backend.api)))
+    except ImportError:
+        pass
     if hasattr(hourly, "store_columns"):  # what `metricsd up` ran before: Store.read's arrays, per group
         columnar = hourly.store_columns(store)
 
@@ -233,7 +238,8 @@ async def parquet_hour(pods: int, rounds: int = 1) -> list[dict[str, float | str
             parts.clear()
             t0 = time.process_time()
             files = await (hour_files(messages, hour) if reader is None else hour_files(backend, hour) if
-                           reader == "direct" else hour_files(backend, hour, reader))
+                           reader == "direct" else hour_files(backend, hour, source=reader) if
+                           hasattr(reader, "read") else hour_files(backend, hour, reader))
             cpu = time.process_time() - t0
             samples = int(files.manifest["samples"])  # type: ignore[call-overload]
             out.append({"what": f"{pods} pods, {what}", "samples": samples,

@@ -45,6 +45,7 @@ from metricsd.rpc.backend import MetricsBackend
 
 if TYPE_CHECKING:
     from metricsd.onward.hourly import ElectedParquet
+    from metricsd.proxy.backend import ProxyBackend
 
 __all__ = ["add_arguments", "add_parser", "run", "serve"]
 
@@ -146,16 +147,20 @@ async def serve(args: argparse.Namespace) -> None:
             await security.auth.close()
 
 
-def _parquet_writer(args: argparse.Namespace, proxy: MetricsBackend, kv: EtcdKV, clock: SystemClock
+def _parquet_writer(args: argparse.Namespace, proxy: ProxyBackend, kv: EtcdKV, clock: SystemClock
                     ) -> ElectedParquet:
     """The hourly Parquet writer, run while this proxy leads the election of its cluster's
     ``parquet-writer`` key: the proxies given the same --parquet-dir write each hour once, and
     another takes over when the writer dies (onward/hourly.py ElectedParquet)."""
     from metricsd.onward.hourly import ElectedParquet, HourlyParquet  # pyarrow only when writing Parquet
+    from metricsd.proxy.hourread import HourRead
 
     writer_id = f"{socket.gethostname()}:{args.grpc_port}"
+    # each slot's hour from one replica that the others' digests vouch for (proxy/hourread.py),
+    # unless digest reads are off (then every read is a quorum read)
+    source = HourRead(proxy.reads) if proxy.settings.digest_reads else None
     writer = HourlyParquet(proxy, args.parquet_dir, parquet_clock(args, clock), check_s=args.parquet_check,
-                           writer_id=writer_id)
+                           writer_id=writer_id, source=source)
     election = LeaderElection(kv, f"{layout_from_args(args).base}/parquet-writer", writer_id, LEASE_TTL_S)
     return ElectedParquet(writer, election)
 

@@ -167,12 +167,13 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
                  opts.workloads, opts.nodes, st.series, st.samples)
     parquet = getattr(opts.onward_args, "parquet_dir", None)
     if parquet:  # after the simulated backfill: an hour written before it would be written empty, for good
-        # Reads need no tee: the store's own backend, whose columnar read (StoreAPI.read_columns) hands
-        # its arrays over with no message at all.
+        # Reads need no tee: the store's own rows, read a slice at a time as columns, no selector
+        # and no message at all (store/hourread.py).
         from metricsd.onward.hourly import HourlyParquet  # pyarrow only when writing Parquet
+        from metricsd.store.hourread import StoreHour
 
         writer = HourlyParquet(LocalBackend(api), parquet, clock,
-                               check_s=getattr(opts.onward_args, "parquet_check", 60.0))
+                               check_s=getattr(opts.onward_args, "parquet_check", 60.0), source=StoreHour(api))
         tasks.append(asyncio.create_task(writer.run()))
     if consumers is not None:
         await consumers.start()

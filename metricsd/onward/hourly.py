@@ -14,7 +14,9 @@ flag, answered by one SeriesBatch of arrays, which a proxy's fan-out asks its st
 merges as columns: proxy/batchmerge.py); or, given one, from the store's columnar read where the
 store is in this process (``store_columns``: ``metricsd up``), the same reads answered as NumPy
 arrays with no message at all. In a cluster, ``cluster up`` gives --parquet-dir to every proxy and
-they elect the one that writes (``ElectedParquet``).
+they elect the one that writes (``ElectedParquet``); it reads the hour through a ``source``
+(metricsd/proxy/hourread.py): each slot from one replica that the others' digests vouch for, its
+rollups as columns, so each sample is decoded once in the cluster instead of R times and merged.
 """
 
 from __future__ import annotations
@@ -45,11 +47,12 @@ from metricsd.onward.parquet import (
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc import columnar
 from metricsd.rpc.backend import MetricsBackend
+from metricsd.rpc.rollupbatch import RollupArrays, rollups_from_response
 from metricsd.rpc.wire import labels_from_pb, matchers_from_pb
 from metricsd.selector import Matcher
 
-__all__ = ["PARQUET_SERIES_PER_READ", "HourlyParquet", "ReadColumns", "backend_columns", "from_series_columns",
-           "hour_files", "rollup_columns", "store_columns"]
+__all__ = ["PARQUET_SERIES_PER_READ", "HourSource", "HourlyParquet", "ReadColumns", "backend_columns",
+           "from_rollup_arrays", "from_series_columns", "hour_files", "rollup_columns", "store_columns"]
 
 log = logging.getLogger("metricsd.onward.parquet")
 
@@ -101,8 +104,12 @@ def from_series_columns(cols: SeriesColumns, labels_of: dict[int, Labels]) -> Sa
     if len(counts) and not bool(counts.all()):
         cols = cols.take(np.flatnonzero(counts))
         counts = cols.counts
-    ids = cols.ids.tolist() if cols.ids is not None else [None] * len(cols)
-    labels = [(labels_of.get(i) if i is not None else None) or cols.labels.labels_at(k) for k, i in enumerate(ids)]
+    if labels_of:
+        ids = cols.ids.tolist() if cols.ids is not None else [None] * len(cols)
+        labels = [(labels_of.get(i) if i is not None else None) or cols.labels.labels_at(k)
+                  for k, i in enumerate(ids)]
+    else:  # all from the label columns, a column at a time (labels_at costs ~10 µs a series)
+        labels = cols.labels.to_list()
     return SampleColumns(labels, counts.astype(np.int64), cols.timestamps.astype(np.int64, copy=False),
                          cols.values.astype(np.float64, copy=False))
 
@@ -155,13 +162,41 @@ async def _read_hour(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
     return SampleColumns.concat(parts), labels_of
 
 
-async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None = None) -> HourFiles:
-    """Both files of the hour starting at ``hour_ms``, built in memory. ``read_columns``: a
-    columnar read of the backend's store in this process (else ``backend_columns``: the Read's
-    columnar flag); PARQUET_SERIES_PER_READ series a read either way."""
-    samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
-    roll = rollup_columns(await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms)),
-                          labels_of)
+class HourSource(Protocol):
+    """A read of a whole hour that is cheaper than a read per group of pods: a cluster's proxy
+    reads each slot from one replica that its peers' digests vouch for (metricsd/proxy/hourread.py's
+    HourRead, which onward/ does not import)."""
+
+    async def read(self, start_ms: int, end_ms: int) -> tuple[SeriesColumns, RollupArrays]: ...
+
+
+def from_rollup_arrays(r: RollupArrays) -> RollupColumns:
+    """A columnar rollups answer (rpc/rollupbatch.py) as RollupColumns, series without hours left out."""
+    counts = r.counts
+    if len(counts) and not bool(counts.all()):
+        r = r.take(np.flatnonzero(counts))
+        counts = r.counts
+    return RollupColumns(r.labels.to_list(), counts.astype(np.int64), r.hours.astype(np.int64), r.min, r.max, r.sum,
+                         r.count, r.last)
+
+
+async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None = None,
+                     source: HourSource | None = None) -> HourFiles:
+    """Both files of the hour starting at ``hour_ms``, built in memory. ``source``: a read of the
+    whole hour (a cluster's proxy); else ``read_columns``, a columnar read of the backend's store
+    in this process, or ``backend_columns``: the Read's columnar flag, PARQUET_SERIES_PER_READ
+    series a read either way."""
+    if source is not None:
+        cols, arrays = await source.read(hour_ms, hour_ms + HOUR_MS - 1)
+        samples, roll = from_series_columns(cols, {}), from_rollup_arrays(arrays)
+    else:
+        samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
+        # the store in this process (read_columns given) answers rollups as columns too
+        # (rpc/rollupbatch.py); a proxy's Rollups merges per-series messages only
+        got = await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms,
+                                                   columnar=read_columns is not None))
+        roll = (from_rollup_arrays(rollups_from_response(got)) if got.HasField("batch")
+                else rollup_columns(got, labels_of))
     # The encoding (seconds for 40,000 series) runs in a thread: on the event loop it held back the
     # process's requests and its election lease's keep-alive, which lapsed under load, so another
     # proxy took the lead and wrote the same hour at the same time (2026-11-27 session 34,
@@ -180,8 +215,9 @@ class HourlyParquet:
 
     def __init__(self, backend: MetricsBackend, root: str, clock: Clock, *, delay_s: float = 600.0,
                  lookback_hours: int = 24, check_s: float = 60.0, read_columns: ReadColumns | None = None,
-                 writer_id: str = "") -> None:
+                 writer_id: str = "", source: HourSource | None = None) -> None:
         self.backend = backend
+        self.source = source
         self.writer_id = writer_id
         self.read_columns = read_columns
         self.fs, self.root = fsspec.core.url_to_fs(root)
@@ -202,7 +238,7 @@ class HourlyParquet:
         return "/".join([self.root.rstrip("/"), *parts])
 
     async def write_hour(self, hour_ms: int) -> HourFiles:
-        files = await hour_files(self.backend, hour_ms, self.read_columns)
+        files = await hour_files(self.backend, hour_ms, self.read_columns, self.source)
         if self.writer_id:
             files.manifest["writer"] = self.writer_id
         for rel, data in files.files():

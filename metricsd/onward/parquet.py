@@ -43,8 +43,12 @@ __all__ = [
 
 # 2: the rollups' hour column is `hour_start` (it was `hour`, the name of the `hour=HH` partition,
 # which Polars then failed to read (it parsed "13" as the column's timestamp) and Spark dropped)
-FORMAT_VERSION = 2
-LABEL_COLUMNS = ("namespace", "pod", "container", "node", "workload", "cluster")
+# 3: `resource` and `unit` (kube-state-metrics' requests and limits: half the default workload's
+# series) are columns of their own, no longer in the `labels` map: a map's entries are written per
+# row (Arrow has no per-series map), which cost the writer ~0.1 s a million rows, a fifth of its
+# CPU for the hour (perf/RESULTS.md, "Issue 26 session 35")
+FORMAT_VERSION = 3
+LABEL_COLUMNS = ("namespace", "pod", "container", "node", "workload", "cluster", "resource", "unit")
 _DICT = pa.dictionary(pa.int32(), pa.string())
 _LABELS = [pa.field("metric", _DICT, nullable=False),
            *(pa.field(n, _DICT, nullable=n not in ("namespace", "pod")) for n in LABEL_COLUMNS),

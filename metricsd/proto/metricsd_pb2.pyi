@@ -322,12 +322,14 @@ class SeriesRollups(_message.Message):
     def __init__(self, id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[Label, _Mapping]]] = ..., hours: _Optional[_Iterable[int]] = ..., min: _Optional[_Iterable[float]] = ..., max: _Optional[_Iterable[float]] = ..., sum: _Optional[_Iterable[float]] = ..., count: _Optional[_Iterable[float]] = ..., last: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class RollupsResponse(_message.Message):
-    __slots__ = ("series", "missing_clusters")
+    __slots__ = ("series", "missing_clusters", "batch")
     SERIES_FIELD_NUMBER: _ClassVar[int]
     MISSING_CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     series: _containers.RepeatedCompositeFieldContainer[SeriesRollups]
     missing_clusters: _containers.RepeatedCompositeFieldContainer[MissingCluster]
-    def __init__(self, series: _Optional[_Iterable[_Union[SeriesRollups, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ...) -> None: ...
+    batch: RollupsBatch
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesRollups, _Mapping]]] = ..., missing_clusters: _Optional[_Iterable[_Union[MissingCluster, _Mapping]]] = ..., batch: _Optional[_Union[RollupsBatch, _Mapping]] = ...) -> None: ...
 
 class ListSeriesRequest(_message.Message):
     __slots__ = ("matchers", "limit", "slots", "columnar", "max_series")
@@ -394,18 +396,20 @@ class CatchUpPage(_message.Message):
     def __init__(self, batch: _Optional[_Union[WriteRequest, _Mapping]] = ..., resume_token: _Optional[bytes] = ...) -> None: ...
 
 class DigestRequest(_message.Message):
-    __slots__ = ("slots", "start_ms", "end_ms", "bucket_ms", "per_series")
+    __slots__ = ("slots", "start_ms", "end_ms", "bucket_ms", "per_series", "cover_chunks")
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     START_MS_FIELD_NUMBER: _ClassVar[int]
     END_MS_FIELD_NUMBER: _ClassVar[int]
     BUCKET_MS_FIELD_NUMBER: _ClassVar[int]
     PER_SERIES_FIELD_NUMBER: _ClassVar[int]
+    COVER_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     slots: SlotFilter
     start_ms: int
     end_ms: int
     bucket_ms: int
     per_series: bool
-    def __init__(self, slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., bucket_ms: _Optional[int] = ..., per_series: _Optional[bool] = ...) -> None: ...
+    cover_chunks: bool
+    def __init__(self, slots: _Optional[_Union[SlotFilter, _Mapping]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., bucket_ms: _Optional[int] = ..., per_series: _Optional[bool] = ..., cover_chunks: _Optional[bool] = ...) -> None: ...
 
 class SlotDigest(_message.Message):
     __slots__ = ("slot", "series", "samples", "hash")
@@ -523,3 +527,17 @@ class SeriesBatch(_message.Message):
     timestamps: bytes
     values: bytes
     def __init__(self, ids: _Optional[bytes] = ..., labels: _Optional[_Iterable[_Union[LabelColumn, _Mapping]]] = ..., counts: _Optional[bytes] = ..., timestamps: _Optional[bytes] = ..., values: _Optional[bytes] = ...) -> None: ...
+
+class RollupsBatch(_message.Message):
+    __slots__ = ("series", "max", "sum", "count", "last")
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    SUM_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    series: SeriesBatch
+    max: bytes
+    sum: bytes
+    count: bytes
+    last: bytes
+    def __init__(self, series: _Optional[_Union[SeriesBatch, _Mapping]] = ..., max: _Optional[bytes] = ..., sum: _Optional[bytes] = ..., count: _Optional[bytes] = ..., last: _Optional[bytes] = ...) -> None: ...

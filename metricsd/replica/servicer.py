@@ -17,6 +17,7 @@ import grpc
 
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.replica.catchup import pages
+from metricsd.replica.coverdigest import cover_digest_async
 from metricsd.replica.digestloop import store_digest_async
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.servicer import MetricsServicer
@@ -53,7 +54,8 @@ class StoreNodeServicer(MetricsServicer):
 
     async def Digest(self, request: pb.DigestRequest, context: grpc.aio.ServicerContext) -> pb.DigestResponse:
         try:
-            resp = await store_digest_async(self.api.store, request)
+            resp = await (cover_digest_async(self.api.store, request) if request.cover_chunks
+                          else store_digest_async(self.api.store, request))
         except ValueError as e:
             log.info("Digest rejected: %s", e)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))

@@ -119,6 +119,10 @@ class GrpcBackend:
     async def label_values(self, request: pb.LabelValuesRequest) -> pb.LabelValuesResponse:
         return await self._call("LabelValues", request)  # type: ignore[return-value]
 
+    async def digest(self, request: pb.DigestRequest) -> pb.DigestResponse:
+        """A store's Digest (store to store, and a proxy's read of a closed hour: proxy/hourread.py)."""
+        return await self._call("Digest", request)  # type: ignore[return-value]
+
     async def health(self) -> pb.HealthResponse:
         return await self._call("Health", pb.HealthRequest())  # type: ignore[return-value]
 

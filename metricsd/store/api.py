@@ -28,6 +28,7 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded, Unavailable
 from metricsd.rpc.columns import WriteColumns
 from metricsd.rpc.limits import check_counts, check_write_request
+from metricsd.rpc.rollupbatch import rollups_batch_bytes
 from metricsd.rpc.servicer import MetricsServicer
 from metricsd.rpc.wire import (
     aggregate_result_to_pb,
@@ -243,6 +244,12 @@ class StoreAPI:
         return aggregate_result_to_pb(res, spec)
 
     def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
+        if request.columnar:  # RollupsResponse.batch: arrays, no message per series (rpc/rollupbatch.py)
+            _, rows = self._selected(request.matchers, request.slots, 0)
+            index = self.store.index
+            return pb.RollupsResponse.FromString(rollups_batch_bytes(
+                index.id_column[rows], index.label_columns(rows),
+                self.store.rollups.points_many(rows, request.start_ms, request.end_ms)))
         try:
             found = self.store.rollup_points(matchers_from_pb(request.matchers), request.start_ms, request.end_ms,
                                              slot_filter_from_pb(request.slots))

@@ -19,11 +19,12 @@ from metricsd.clock import ManualClock
 from metricsd.model import make_labels
 from metricsd.onward import parquet
 from metricsd.onward.hourly import HOUR_MS, HourlyParquet, hour_files, store_columns
-from metricsd.onward.parquet import SAMPLES_SCHEMA, SampleColumns
+from metricsd.onward.parquet import LABEL_COLUMNS, SAMPLES_SCHEMA, SampleColumns
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import matchers_from_pb
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
+from metricsd.store.hourread import StoreHour
 
 NOW = 1_790_002_800_000 + 3_000_000  # 50 minutes into an hour
 _ALL_PB = [pb.Matcher(type=pb.Matcher.RE, name="__name__", value=".+")]
@@ -62,8 +63,9 @@ async def test_duckdb_reads_every_sample_of_each_closed_hour(tmp_path: Path) -> 
         assert samples > 10_000
         day = np.datetime64(hour, "ms").astype("datetime64[h]").item()
         n, s, lo, hi = con.execute(
-            "SELECT count(*), count(DISTINCT (metric, namespace, pod, container, labels)), min(timestamp), "
-            f"max(timestamp) FROM read_parquet('{tmp_path}/pq/samples/*/*/*.parquet', hive_partitioning=true) "
+            "SELECT count(*), count(DISTINCT (metric, namespace, pod, container, resource, unit, labels)), "
+            "min(timestamp), max(timestamp) "
+            f"FROM read_parquet('{tmp_path}/pq/samples/*/*/*.parquet', hive_partitioning=true) "
             f"WHERE dt = '{day:%Y-%m-%d}' AND hour = {day.hour}").fetchone()
         assert (n, s) == (samples, series)
         assert lo.timestamp() * 1000 >= hour and hi.timestamp() * 1000 < hour + HOUR_MS
@@ -73,7 +75,7 @@ async def test_duckdb_reads_every_sample_of_each_closed_hour(tmp_path: Path) -> 
         assert rolled == samples
     (cpu,) = con.execute(
         "SELECT count(*) FROM read_parquet('" + str(tmp_path) + "/pq/samples/*/*/*.parquet') "
-        "WHERE metric = 'kube_pod_container_resource_requests' AND labels['resource'] = 'cpu'").fetchone()
+        "WHERE metric = 'kube_pod_container_resource_requests' AND resource = 'cpu'").fetchone()
     assert cpu > 0
     files = sorted(p.relative_to(tmp_path / "pq").as_posix() for p in (tmp_path / "pq").rglob("*") if p.is_file())
     assert all(".tmp" not in f for f in files) and len(files) == 6
@@ -110,14 +112,17 @@ async def test_every_sample_is_in_its_series_rows_and_a_columnar_read_writes_the
     rows = a.to_pydict()
     got: dict[tuple[tuple[str, str], ...], tuple[list[int], list[float]]] = {}
     for i in range(a.num_rows):
-        labels = tuple(sorted([(k, rows[k][i]) for k in ("namespace", "pod", "container", "node", "workload",
-                                                          "cluster") if rows[k][i] is not None]
+        labels = tuple(sorted([(k, rows[k][i]) for k in LABEL_COLUMNS if rows[k][i] is not None]
                               + [("__name__", rows["metric"][i])] + list(rows["labels"][i])))
         ts, vs = got.setdefault(labels, ([], []))
         ts.append(int(rows["timestamp"][i].timestamp() * 1000))
         vs.append(rows["value"][i])
     assert [k for k in got] == sorted(got)  # series in label order
     assert sorted((k, ts, np.array(vs).tobytes()) for k, (ts, vs) in got.items()) == want
+    # and `metricsd up`'s read of the whole hour (the store's rows, no selector) writes the same files
+    whole = await hour_files(backend, closed, source=StoreHour(backend.api, series_per_read=7))
+    assert whole.samples == via_pb.samples and whole.rollups == via_pb.rollups
+    assert whole.manifest["samples"] == via_pb.manifest["samples"] == a.num_rows
 
 
 def test_a_file_written_a_row_group_at_a_time_holds_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,7 +130,7 @@ def test_a_file_written_a_row_group_at_a_time_holds_the_same_rows(monkeypatch: p
     counts = rng.integers(0, 700, 60)
     counts[7] = 2_500  # longer than a row group: a row group of its own
     labels = [make_labels("m" if i % 3 else "n", {"namespace": f"ns{i % 4}", "pod": f"p{i}", **(
-        {"resource": "cpu"} if i % 5 == 0 else {})}) for i in range(60)]
+        {"resource": "cpu", "device": f"d{i % 3}"} if i % 5 == 0 else {})}) for i in range(60)]
     ts = np.concatenate([np.arange(c, dtype=np.int64) * 10_000 + HOUR_MS for c in counts])
     cols = SampleColumns(labels, counts.astype(np.int64), ts, rng.standard_normal(len(ts)))
     whole = pq.read_table(io.BytesIO(parquet.to_parquet(cols)))
@@ -134,6 +139,11 @@ def test_a_file_written_a_row_group_at_a_time_holds_the_same_rows(monkeypatch: p
     assert pq.ParquetFile(io.BytesIO(data)).metadata.num_row_groups >= counts.sum() // 1_000
     assert pq.read_table(io.BytesIO(data)).to_pylist() == whole.to_pylist()
     assert whole.num_rows == counts.sum()
+    # labels without a column of their own go in the `labels` map, per row
+    rows = whole.select(["pod", "resource", "labels"]).to_pylist()
+    assert {(r["pod"], r["resource"], tuple(r["labels"])) for r in rows} == {
+        (f"p{i}", "cpu" if i % 5 == 0 else None, ((("device", f"d{i % 3}"),) if i % 5 == 0 else ()))
+        for i in range(60) if counts[i]}
 
 
 async def test_the_files_are_encoded_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ message per series, and the files hold exactly what a store's own columnar read 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import sys
 import time
@@ -15,13 +16,21 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
 
-from proxy_cluster import LocalCluster, start_cluster, workload, write_request
+from proxy_cluster import SLOTS, LocalCluster, StoreNode, make_map, start_cluster, workload, write_request
 
 from metricsd.clock import SystemClock
+from metricsd.cluster.mapsource import StaticMapSource
+from metricsd.maths.slots import slot_of_labels
+from metricsd.model import Labels
 from metricsd.onward.hourly import HOUR_MS, hour_files, store_columns
+from metricsd.onward.parquet import HourFiles
 from metricsd.proto import metricsd_pb2 as pb
+from metricsd.proxy.hourread import HourRead
+from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
+from metricsd.rpc.server import start_grpc_server
 from metricsd.store.api import LocalBackend, StoreAPI
+from metricsd.store.engine import Store
 
 
 class _Asked:
@@ -62,5 +71,77 @@ async def test_a_proxy_writes_the_hour_from_columnar_reads_of_its_stores() -> No
         assert got_table.num_rows == 60 * len(series)
         assert got_table.equals(want_table)
         assert files.rollups == want.rollups
+    finally:
+        await cluster.close()
+
+
+async def _digesting_cluster() -> LocalCluster:
+    """start_cluster's three stores (RF 3), each served as a cluster's store is: the Metrics API
+    and the store-to-store RPCs (Digest) on one real gRPC server (replica/servicer.py)."""
+    nodes = {f"store-{i}": StoreNode(f"store-{i}", Store()) for i in range(3)}
+    for n in nodes.values():
+        api = StoreAPI(n.store, n.member, SystemClock())
+        n.server, n.port = await start_grpc_server(StoreNodeServicer(LocalBackend(api), api), "127.0.0.1", 0)
+    shard_map = make_map(list(nodes.values()), 3)
+    return LocalCluster(nodes, shard_map, StaticMapSource(shard_map))
+
+
+async def _own_hour(store: Store, hour: int) -> HourFiles:
+    """The hour as one store's own columnar read gives it (``metricsd up``'s path)."""
+    return await hour_files(LocalBackend(StoreAPI(store, "s", SystemClock())), hour, store_columns(store))
+
+
+async def _an_hour(proxy: MetricsBackend) -> tuple[int, list[Labels]]:
+    """(the hour two hours ago, the series written): a sample a minute of 60 series in it."""
+    hour = (int(time.time() * 1000) // HOUR_MS - 2) * HOUR_MS
+    series = workload(30)
+    await proxy.write(write_request(series, [hour + k * 60_000 + 17 for k in range(60)], labels=True))
+    return hour, series
+
+
+async def test_the_hour_read_takes_each_slot_from_one_replica_that_the_others_digests_vouch_for() -> None:
+    cluster = await _digesting_cluster()
+    try:
+        proxy = cluster.proxy()
+        hour, series = await _an_hour(proxy)
+        await proxy.write(write_request(series, [hour + HOUR_MS + 5], labels=False))
+        files = await hour_files(proxy, hour, source=HourRead(proxy.reads))
+        slots_with_data = len({slot_of_labels(s, SLOTS) for s in series})
+        assert proxy.counters["hour_read_digest_slots"] == SLOTS and proxy.counters["hour_read_quorum_slots"] == 0
+        assert slots_with_data > 3
+        want = await _own_hour(cluster.nodes["store-0"].store, hour)
+        assert pq.read_table(io.BytesIO(files.samples)).equals(pq.read_table(io.BytesIO(want.samples)))
+        assert files.rollups == want.rollups
+        assert files.manifest["samples"] == 60 * len(series)
+    finally:
+        await cluster.close()
+
+
+async def test_a_replica_missing_samples_of_the_hour_is_read_by_quorum_and_every_acknowledged_sample_is_in_the_file(
+        ) -> None:
+    cluster = await _digesting_cluster()
+    try:
+        proxy = cluster.proxy()
+        hour, series = await _an_hour(proxy)
+        # acknowledged by W = 2 of the 3 replicas: store-0 missed them (down for the write, say)
+        late = write_request(series, [hour + k * 60_000 + 30_017 for k in range(0, 60, 7)], labels=False)
+        for member in ("store-1", "store-2"):
+            api = StoreAPI(cluster.nodes[member].store, member, SystemClock())
+            assert (await LocalBackend(api).write(late)).samples_written == len(late.timestamps)
+        files = await hour_files(proxy, hour, source=HourRead(proxy.reads))
+        # the slots whose replicas asked include store-0 (R = 2 of 3: most of them) are read by quorum
+        assert 0 < proxy.counters["hour_read_quorum_slots"] <= len({slot_of_labels(s, SLOTS) for s in series})
+        want = await _own_hour(cluster.nodes["store-1"].store, hour)
+        got = pq.read_table(io.BytesIO(files.samples))
+        assert got.num_rows == (60 + 9) * len(series) == files.manifest["samples"]
+        assert got.equals(pq.read_table(io.BytesIO(want.samples)))
+        # and the quorum read repaired store-0 (in the background): the next hour read agrees everywhere
+        for _ in range(200):
+            if int(cluster.nodes["store-0"].store.stats()["samples"]) == (60 + 9) * len(series):
+                break
+            await asyncio.sleep(0.02)
+        again = await hour_files(proxy, hour, source=HourRead(proxy.reads))
+        assert proxy.counters["hour_read_digest_slots"] == 2 * SLOTS - proxy.counters["hour_read_quorum_slots"]
+        assert pq.read_table(io.BytesIO(again.samples)).equals(got)
     finally:
         await cluster.close()

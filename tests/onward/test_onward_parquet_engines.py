@@ -91,8 +91,8 @@ def test_polars_reads_every_sample_and_rollup_of_each_closed_hour(written: tuple
         in_hour = (pl.col("dt").cast(pl.String) == h.day) & (pl.col("hour") == h.hour)
         got = samples.filter(in_hour).select(
             n=pl.len(),
-            series=pl.struct("metric", "namespace", "pod", "container", "node", "workload", "cluster",
-                             "labels").n_unique(),
+            series=pl.struct("metric", "namespace", "pod", "container", "node", "workload", "cluster", "resource",
+                             "unit", "labels").n_unique(),
             total=pl.col("value").sum(),
             lo=pl.col("timestamp").min(),
             hi=pl.col("timestamp").max(),
@@ -101,8 +101,7 @@ def test_polars_reads_every_sample_and_rollup_of_each_closed_hour(written: tuple
         assert math.isclose(got["total"], h.value_sum, rel_tol=1e-9)
         assert h.start_ms <= got["lo"].timestamp() * 1000 and got["hi"].timestamp() * 1000 < h.start_ms + HOUR_MS
         cpu = samples.filter(in_hour & (pl.col("metric") == "kube_pod_container_resource_requests")).select(
-            pl.col("labels").map.get("resource").alias("resource")).filter(pl.col("resource") == "cpu").select(
-            pl.len()).collect().item()
+            pl.col("resource").cast(pl.String)).filter(pl.col("resource") == "cpu").select(pl.len()).collect().item()
         assert cpu == h.cpu_requests
         rolled = rollups.filter(in_hour).select(pl.col("count").sum(), pl.col("sum").sum(), pl.len(),
                                                 pl.col("hour_start").unique()).collect()
@@ -149,12 +148,12 @@ def test_spark_reads_every_sample_and_rollup_of_each_closed_hour(written: tuple[
         per_hour = {(r["day"], r["hour"]): r for r in samples.groupBy(*key).agg(
             F.count(F.lit(1)).alias("n"),
             F.countDistinct(F.to_json(F.struct("metric", "namespace", "pod", "container", "node", "workload",
-                                               "cluster", "labels"))).alias("series"),
+                                               "cluster", "resource", "unit", "labels"))).alias("series"),
             F.sum("value").alias("total"),
             F.min(F.unix_millis("timestamp")).alias("lo"),
             F.max(F.unix_millis("timestamp")).alias("hi"),
             F.count_if((F.col("metric") == "kube_pod_container_resource_requests")
-                       & (F.col("labels")["resource"] == "cpu")).alias("cpu"),
+                       & (F.col("resource") == "cpu")).alias("cpu"),
         ).collect()}
         rolled = {(r["day"], r["hour"]): r for r in rollups.groupBy(*key).agg(
             F.sum("count").alias("count"), F.sum("sum").alias("sum"), F.count(F.lit(1)).alias("rows"),
