@@ -54,6 +54,7 @@ from metricsd.proxy.view import ClusterView
 from metricsd.rpc import consistency
 from metricsd.rpc.backend import MetricsBackend, Unavailable
 from metricsd.rpc.consistency import Consistency
+from metricsd.rpc.rollupbatch import arrays_batch_bytes, rollups_from_response
 from metricsd.rpc.wire import batch_bytes, columns_from_read, labels_from_pb, length_delimited, slot_digests_from_pb
 
 __all__ = ["ReadPath", "groups_within_slots", "slots_for"]
@@ -349,15 +350,27 @@ class ReadPath:
         return pb.LabelValuesResponse(values=sorted(values))
 
     async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
-        replies, _ = await self._fanout([request.matchers], _sliced(request, "rollups"))
+        """Per series the replica's answer with the most hours. The stores are asked per series
+        (the merge is per series); a client that asked for columns gets the merged answer as a
+        batch."""
+        per_series = request
+        if request.columnar:
+            per_series = pb.ReadRequest()
+            per_series.CopyFrom(request)
+            per_series.columnar = False
+        replies, _ = await self._fanout([request.matchers], _sliced(per_series, "rollups"))
         best: dict[int, pb.SeriesRollups] = {}
         for r in replies.replies:
             for s in r.response.series:
                 have = best.get(s.id)
                 if have is None or len(s.hours) > len(have.hours):
                     best[s.id] = s
-        ordered = sorted(best.values(), key=lambda s: _label_key(s.labels))
-        return pb.RollupsResponse(series=ordered)
+        merged = pb.RollupsResponse(series=sorted(best.values(), key=lambda s: _label_key(s.labels)))
+        if not request.columnar:
+            return merged
+        batch = pb.RollupsResponse()
+        batch.MergeFromString(arrays_batch_bytes(rollups_from_response(merged)))
+        return batch
 
     async def close(self) -> None:
         await self.repair.close()

@@ -18,7 +18,7 @@ from metricsd.columns import LabelColumns, SeriesColumns
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.wire import InvalidSeries, batch_bytes, columns_from_batch, labels_from_pb, length_delimited
 
-__all__ = ["RollupArrays", "rollups_batch_bytes", "rollups_from_batch", "rollups_from_response"]
+__all__ = ["RollupArrays", "arrays_batch_bytes", "rollups_batch_bytes", "rollups_from_batch", "rollups_from_response"]
 
 _FIELDS = ("max", "sum", "count", "last")
 
@@ -74,10 +74,16 @@ def rollups_batch_bytes(ids: np.ndarray, labels: LabelColumns, points: Sequence[
 
     offsets = np.zeros(len(keep) + 1, np.int64)
     np.cumsum(counts[keep], out=offsets[1:])
-    series = SeriesColumns(labels.take(keep), offsets, cat("hour", "<i8"), cat("min", "<f8"),
-                           np.asarray(ids, np.uint64)[keep])
+    return arrays_batch_bytes(RollupArrays(np.asarray(ids, np.uint64)[keep], labels.take(keep), offsets,
+                                           cat("hour", "<i8"), cat("min", "<f8"),
+                                           *(cat(name, "<f8") for name in _FIELDS)))
+
+
+def arrays_batch_bytes(a: RollupArrays) -> bytes:
+    """A RollupsResponse with ``batch`` set, serialised, from arrays (the proxy's merged answer)."""
+    series = SeriesColumns(a.labels, a.offsets, a.hours, a.min, a.ids)
     inner = length_delimited(1, batch_bytes(series)) + b"".join(
-        length_delimited(k, np.ascontiguousarray(cat(name, "<f8")).tobytes())
+        length_delimited(k, np.ascontiguousarray(getattr(a, name), "<f8").tobytes())
         for k, name in enumerate(_FIELDS, start=2))
     return length_delimited(2, inner)
 

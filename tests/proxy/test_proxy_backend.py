@@ -23,6 +23,7 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.members import grpc_connect
 from metricsd.rpc.backend import BadRequest, MetricsBackend, Unavailable
 from metricsd.rpc.client import MetricsClient
+from metricsd.rpc.rollupbatch import rollups_from_response
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.servicer import MetricsServicer
 from metricsd.rpc.wire import labels_to_pb
@@ -161,6 +162,17 @@ async def test_list_series_label_values_and_rollups_are_the_union_of_the_slots(c
     roll = await proxy.rollups(pb.ReadRequest(matchers=selector('pod="pod-7"'), start_ms=0, end_ms=2**62))
     assert sorted(s.id for s in roll.series) == sorted(series_id(s) for s in series[14:16])
     assert all(sum(s.count) == len(TIMES) for s in roll.series)
+    # asked for columns, the proxy answers the same merge as a batch (the stores' batches are not
+    # per-series messages: merged as such they made an empty answer)
+    wide = pb.ReadRequest(matchers=selector('namespace="ns1"'), start_ms=0, end_ms=2**62)
+    per_series = await proxy.rollups(wide)
+    wide.columnar = True
+    columns = await proxy.rollups(wide)
+    assert columns.HasField("batch") and not columns.series and len(per_series.series) == 20
+    a, b = rollups_from_response(columns), rollups_from_response(per_series)
+    assert a.ids.tolist() == b.ids.tolist() and a.labels.to_list() == b.labels.to_list()
+    for f in ("offsets", "hours", "min", "max", "sum", "count", "last"):
+        assert getattr(a, f).tolist() == getattr(b, f).tolist(), f
 
 
 async def test_a_query_pinned_to_one_pod_asks_only_its_slot(cluster4: LocalCluster) -> None:
