@@ -365,7 +365,8 @@ class ReadPath:
                 have = best.get(s.id)
                 if have is None or len(s.hours) > len(have.hours):
                     best[s.id] = s
-        merged = pb.RollupsResponse(series=sorted(best.values(), key=lambda s: _label_key(s.labels)))
+        ordered: list[pb.SeriesRollups] = sorted(best.values(), key=lambda s: _label_key(s.labels))
+        merged = pb.RollupsResponse(series=ordered)
         if not request.columnar:
             return merged
         batch = pb.RollupsResponse()
