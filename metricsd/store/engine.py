@@ -27,7 +27,7 @@ from metricsd.store.index import SeriesIndex
 from metricsd.store.limits import NewSeriesRate, SeriesLimitExceeded, series_limit_refusal
 from metricsd.store.readmany import series_samples_many
 from metricsd.store.retention import drop_expired
-from metricsd.store.rollup import RollupPoints, Rollups
+from metricsd.store.rollup import PACK_BUDGET, RollupPoints, Rollups
 from metricsd.store.seal import store_segments
 from metricsd.store.settings import StoreSettings
 
@@ -420,6 +420,7 @@ class Store:
             return 0
         removed = drop_expired(self, self.max_ts - self.settings.retention_ms)
         self.rollups.drop_before(self.max_ts - self.settings.rollup_retention_ms)
+        self.rollups.pack_old(PACK_BUDGET)
         return removed
 
     # --- introspection ---------------------------------------------------------------------

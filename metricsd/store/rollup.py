@@ -4,9 +4,13 @@ They feed the overcommit advisor's weekly peaks and the HPA's "same hour yesterd
 long after raw samples are gone. The open hour of every series lives in NumPy columns and is
 updated in bulk on each write. Closed hours are kept by hour, not by series: one block of
 columns per hour (the rows that had samples in it, sorted, and their min, max, sum, last and
-count), 40 bytes a series and hour with no Python object per series. A write that moves many
-series into a new hour closes their previous hours with a few NumPy calls, retention drops whole
-hours, and a read of many series gathers each hour's values for all of them at once.
+count), 40 bytes a series and hour with no Python object per series. Every hour but the newest
+closed one is packed into LZ4 frames of 1,024 rows (metricsd/store/rollpack.py, ~8.7 bytes a
+series and hour: a day of them was 0.11 of a store's 1.28 bytes a sample): by the write that opens
+the next hour, or, for hours restored from a snapshot, by the retention passes a budget at a
+time. A read decodes only the frames that hold its rows. A write that moves many series into a
+new hour closes their previous hours with a few NumPy calls, retention drops whole hours, and a
+read of many series gathers each hour's values for all of them at once.
 NaN samples and stale markers are not folded in (a NaN would poison the sum).
 
 Updates are folded per run of samples with the same (row, hour): ``reduceat`` over runs, then
@@ -17,13 +21,20 @@ an hour boundary costs two waves, not a loop per sample.
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["HOUR_MS", "HourBlock", "RollupPoints", "Rollups"]
+from metricsd.store import rollpack
+from metricsd.store.rollpack import Packed
+
+__all__ = ["HOUR_MS", "PACK_BUDGET", "HourBlock", "RollupPoints", "Rollups"]
 
 HOUR_MS = 3_600_000
+# Records one retention pass packs at most (~0.2 s): a store restored with a week of rollups of a
+# million series packs them over the next hour or two instead of in one pass under the lock.
+PACK_BUDGET = 2_000_000
 _NO_HOUR = np.iinfo(np.int64).min
 
 
@@ -42,32 +53,95 @@ class RollupPoints:
 @dataclass
 class HourBlock:
     """The closed rollups of one hour: ``rows`` sorted, and per row min, max, sum, last
-    (``vals``, k x 4 float64) and count (int32). Rows closed since the block was last read wait in
-    ``parts`` and are merged in on the next read (``settle``)."""
+    (``vals``, k x 4 float64) and count (int32); or, once the hour is older than the newest
+    closed one, the same records in ``packed`` frames (metricsd/store/rollpack.py) and the three
+    arrays empty. Rows closed since the block was last read wait in ``parts`` and are merged in on
+    the next read (``settle``)."""
 
     hour: int
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     vals: np.ndarray = field(default_factory=lambda: np.zeros((0, 4)))
     count: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    packed: Packed | None = None
 
     def settle(self) -> None:
         if not self.parts:
             return
-        rows = np.concatenate([self.rows, *(p[0] for p in self.parts)])
-        vals = np.concatenate([self.vals, *(p[1] for p in self.parts)])
-        count = np.concatenate([self.count, *(p[2] for p in self.parts)])
+        prow = np.concatenate([p[0] for p in self.parts])
+        pval = np.concatenate([p[1] for p in self.parts])
+        pcnt = np.concatenate([p[2] for p in self.parts])
         self.parts = []
+        lo, hi, rows, vals, count = self._open(prow)
+        rows, vals, count = np.concatenate([rows, prow]), np.concatenate([vals, pval]), np.concatenate([count, pcnt])
         order = np.argsort(rows, kind="stable")
-        self.rows, self.vals, self.count = rows[order], vals[order], count[order]
+        self._put(lo, hi, rows[order], vals[order], count[order])
+
+    def _open(self, rows: np.ndarray) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+        """The records that could hold ``rows`` (a run of frames ``lo:hi`` when packed, else all),
+        to change and hand back to ``_put``."""
+        if self.packed is None:
+            return 0, 0, self.rows, self.vals, self.count
+        f = rollpack.frames_of(self.packed, rows)
+        if len(f) == 0:
+            return 0, 0, *rollpack.unpack(self.packed, f)
+        lo, hi = int(f[0]), int(f[-1]) + 1
+        return lo, hi, *rollpack.unpack(self.packed, np.arange(lo, hi))
+
+    def _put(self, lo: int, hi: int, rows: np.ndarray, vals: np.ndarray, count: np.ndarray) -> None:
+        if self.packed is None:
+            self.rows, self.vals, self.count = rows, vals, count
+        else:
+            self.packed = rollpack.replace(self.packed, lo, hi, rows, vals, count)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every record (rows increasing, vals, count), decoded if packed."""
+        self.settle()
+        if self.packed is None:
+            return self.rows, self.vals, self.count
+        return rollpack.unpack(self.packed)
+
+    def lookup(self, want: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of ``want`` (rows, any order): the positions that have a record here, and their vals
+        and counts. Decodes only the frames that can hold them."""
+        self.settle()
+        if self.packed is not None:
+            return rollpack.lookup(self.packed, want)
+        rows, vals, count = self.rows, self.vals, self.count
+        if len(rows) == 0 or len(want) == 0:
+            return np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0, np.int32)
+        at = np.minimum(np.searchsorted(rows, want), len(rows) - 1)
+        found = np.flatnonzero(rows[at] == want)
+        return found, vals[at[found]], count[at[found]]
+
+    def pack(self) -> None:
+        """Keep the records in frames from now on (the hour is past the newest closed one)."""
+        self.settle()
+        if self.packed is None:
+            self.packed = rollpack.pack(self.rows, self.vals, self.count)
+            self.rows, self.vals, self.count = np.zeros(0, np.int32), np.zeros((0, 4)), np.zeros(0, np.int32)
+
+    def drop_rows(self, rows: np.ndarray) -> None:
+        """Forget the records of ``rows`` (sorted); re-encodes only the frames that held them."""
+        self.settle()
+        if self.packed is None:
+            keep = ~np.isin(self.rows, rows)
+            if not bool(keep.all()):
+                self.rows, self.vals, self.count = self.rows[keep], self.vals[keep], self.count[keep]
+            return
+        for f in rollpack.frames_of(self.packed, rows).tolist()[::-1]:  # from the end: frame numbers stay valid
+            r, v, c = rollpack.unpack(self.packed, np.array([f]))
+            keep = ~np.isin(r, rows)
+            if not bool(keep.all()):
+                self.packed = rollpack.replace(self.packed, f, f + 1, r[keep], v[keep], c[keep])
 
     def __len__(self) -> int:
-        return len(self.rows) + sum(len(p[0]) for p in self.parts)
+        return (len(self.rows) if self.packed is None else len(self.packed)) + sum(len(p[0]) for p in self.parts)
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.rows, self.vals, self.count)) + sum(
-            sum(a.nbytes for a in p) for p in self.parts)
+            sum(a.nbytes for a in p) for p in self.parts) + (0 if self.packed is None else self.packed.nbytes)
 
 
 class Rollups:
@@ -81,6 +155,7 @@ class Rollups:
         self.count = np.zeros(rows)
         self.last = np.full(rows, np.nan)
         self.blocks: list[HourBlock] = []  # closed hours, oldest first
+        self.packing = True  # pack closed hours past the newest (off: tests' plain reference)
         self._hours: list[int] = []  # their starts, for bisect
 
     def ensure_rows(self, n: int) -> None:
@@ -176,24 +251,46 @@ class Rollups:
         hours = self.hour[rows]
         vals = np.stack([self.min[rows], self.max[rows], self.sum[rows], self.last[rows]], axis=1)
         count = self.count[rows].astype(np.int32)
+        had = len(self.blocks)
         for h in np.unique(hours).tolist():
             sel = hours == h
             self._block(int(h)).parts.append((rows[sel].astype(np.int32), vals[sel], count[sel]))
+        if len(self.blocks) != had and self.packing:
+            for block in self.blocks[-3:-1]:  # the hours just past the newest closed one: ~1 ms / 10,000
+                if block.packed is None:
+                    block.pack()
+
+    def pack_old(self, budget: int) -> int:
+        """Pack the closed hours but the newest that are still plain (restored from a snapshot, or
+        made by an out-of-order sample), up to about ``budget`` records; the retention pass calls
+        it, so a restart does not pay for packing and no pass stalls writes for long. Returns the
+        records packed."""
+        done = 0
+        for block in self.blocks[:-1]:
+            if done >= budget or not self.packing:
+                break
+            if block.packed is None:
+                done += len(block)
+                block.pack()
+        return done
 
     def _merge_closed(self, row: int, hour: int, mn: float, mx: float, sm: float, cnt: float) -> None:
         block = self._block(hour)
         block.settle()
-        i = int(np.searchsorted(block.rows, row))
-        if i < len(block.rows) and int(block.rows[i]) == row:
-            v = block.vals[i]
+        lo, hi, rows, vals, count = block._open(np.array([row]))
+        i = int(np.searchsorted(rows, row))
+        if i < len(rows) and int(rows[i]) == row:
+            vals, count = vals.copy(), count.copy()
+            v = vals[i]
             v[0] = min(v[0], mn)
             v[1] = max(v[1], mx)
             v[2] += sm
-            block.count[i] += int(cnt)
-            return  # "last" stays: the closed hour already saw a later sample
-        block.rows = np.insert(block.rows, i, row)
-        block.vals = np.insert(block.vals, i, [mn, mx, sm, np.nan], axis=0)
-        block.count = np.insert(block.count, i, int(cnt))
+            count[i] += int(cnt)  # "last" stays: the closed hour already saw a later sample
+        else:
+            rows = np.insert(rows, i, row)
+            vals = np.insert(vals, i, [mn, mx, sm, np.nan], axis=0)
+            count = np.insert(count, i, int(cnt))
+        block._put(lo, hi, rows, vals, count)
 
     def points_many(self, rows: np.ndarray, start_ms: int, end_ms: int) -> list[RollupPoints]:
         """The hours of each of ``rows`` whose start lies in [start_ms, end_ms], closed ones and the
@@ -202,37 +299,53 @@ class Rollups:
         k = len(rows)
         lo = bisect.bisect_left(self._hours, start_ms)
         hi = bisect.bisect_right(self._hours, end_ms)
-        who: list[np.ndarray] = []
-        hour: list[np.ndarray] = []
-        vals: list[np.ndarray] = []
-        cnt: list[np.ndarray] = []
+        parts: list[tuple[np.ndarray, int | np.ndarray, np.ndarray, np.ndarray]] = []
         for block in self.blocks[lo:hi]:
-            block.settle()
-            if len(block.rows) == 0 or k == 0:
-                continue
-            at = np.minimum(np.searchsorted(block.rows, rows), len(block.rows) - 1)
-            found = np.flatnonzero(block.rows[at] == rows)
-            who.append(found)
-            hour.append(np.full(len(found), block.hour, np.int64))
-            vals.append(block.vals[at[found]])
-            cnt.append(block.count[at[found]].astype(np.float64))
+            found, bv, bc = block.lookup(rows)
+            if len(found):
+                parts.append((found, block.hour, bv, bc))
         cur = self.hour[rows]
         open_rows = np.flatnonzero((cur != _NO_HOUR) & (cur >= start_ms) & (cur <= end_ms))
         r = rows[open_rows]
-        who.append(open_rows)
-        hour.append(cur[open_rows])
-        vals.append(np.stack([self.min[r], self.max[r], self.sum[r], self.last[r]], axis=1))
-        cnt.append(self.count[r])
-        w = np.concatenate(who)
-        order = np.argsort(w, kind="stable")  # by row, then (blocks were in hour order) by hour
-        w = w[order]
-        h, v, c = np.concatenate(hour)[order], np.concatenate(vals)[order], np.concatenate(cnt)[order]
-        bounds = np.searchsorted(w, np.arange(k + 1))
-        out = []
-        for i in range(k):
-            s, e = int(bounds[i]), int(bounds[i + 1])
-            out.append(RollupPoints(h[s:e], v[s:e, 0], v[s:e, 1], v[s:e, 2], c[s:e], v[s:e, 3]))
-        return out
+        open_vals = np.stack([self.min[r], self.max[r], self.sum[r], self.last[r]], axis=1)
+        if len(open_rows):
+            parts.append((open_rows, cur[open_rows], open_vals, self.count[r]))
+        # each row's points by row, then (blocks are in hour order, the open hour last) by hour: every
+        # part's records go to the next free place of their rows, no sort of all the points
+        if k and all(len(p[0]) == k for p in parts):  # every row in every hour: a k x hours matrix
+            n = len(parts)
+            hm = np.empty((k, n), np.int64)
+            cm = np.empty((k, n))
+            cols = np.empty((4, k, n))
+            for j, (_, hr, bv, bc) in enumerate(parts):
+                hm[:, j] = hr
+                cm[:, j] = bc
+                cols[:, :, j] = bv.T
+            mn, mx, sm, la = cols
+            return [RollupPoints(*p) for p in zip(hm, mn, mx, sm, cm, la, strict=True)]  # row views, made in C
+        per_row = np.zeros(k, np.int64)
+        for found, _, _, _ in parts:
+            per_row[found] += 1
+        bounds = np.zeros(k + 1, np.int64)
+        np.cumsum(per_row, out=bounds[1:])
+        total = int(bounds[-1])
+        h = np.empty(total, np.int64)
+        c = np.empty(total)
+        cols = np.empty((4, total))
+        nxt = bounds[:-1].copy()
+        for found, hr, bv, bc in parts:
+            if len(found) == k:  # every row has this hour (found is 0..k-1)
+                pos = nxt.copy()
+                nxt += 1
+            else:
+                pos = nxt[found]
+                nxt[found] += 1
+            h[pos] = hr
+            c[pos] = bc
+            cols[:, pos] = bv.T
+        mn, mx, sm, la = cols
+        b = bounds.tolist()
+        return [RollupPoints(h[s:e], mn[s:e], mx[s:e], sm[s:e], c[s:e], la[s:e]) for s, e in itertools.pairwise(b)]
 
     def points(self, row: int, start_ms: int, end_ms: int) -> RollupPoints:
         """Hours whose start lies in [start_ms, end_ms], closed ones and the open one."""
@@ -256,18 +369,18 @@ class Rollups:
         rows = np.asarray(rows, dtype=np.int64)
         hours, sizes, new_rows, vals, counts = [], [], [], [], []
         for block in self.blocks:
-            block.settle()
-            if len(rows) == 0 or len(block.rows) == 0:
+            brows, bvals, bcount = block.arrays()
+            if len(rows) == 0 or len(brows) == 0:
                 continue
-            at = np.minimum(np.searchsorted(rows, block.rows), len(rows) - 1)
-            keep = np.flatnonzero(rows[at] == block.rows)
+            at = np.minimum(np.searchsorted(rows, brows), len(rows) - 1)
+            keep = np.flatnonzero(rows[at] == brows)
             if len(keep) == 0:
                 continue
             hours.append(block.hour)
             sizes.append(len(keep))
             new_rows.append(at[keep].astype(np.int32))
-            vals.append(block.vals[keep])
-            counts.append(block.count[keep])
+            vals.append(bvals[keep])
+            counts.append(bcount[keep])
         cat = np.concatenate
         return (np.array(hours, np.int64), np.array(sizes, np.int64),
                 cat(new_rows) if new_rows else np.zeros(0, np.int32),
@@ -282,14 +395,11 @@ class Rollups:
 
     def forget(self, rows: np.ndarray) -> None:
         """Forget the rollups of removed series (retention), every hour at once."""
-        rows = np.asarray(rows, dtype=np.int64)
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
         if len(rows) == 0:
             return
         for block in self.blocks:
-            block.settle()
-            keep = ~np.isin(block.rows, rows)
-            if not bool(keep.all()):
-                block.rows, block.vals, block.count = block.rows[keep], block.vals[keep], block.count[keep]
+            block.drop_rows(rows)
         self.hour[rows] = _NO_HOUR
 
     def n_buckets(self) -> int:
@@ -303,6 +413,9 @@ class Rollups:
     def _check(self) -> None:
         assert self._hours == [b.hour for b in self.blocks] == sorted(set(self._hours)), "hour blocks out of order"
         for b in self.blocks:
-            b.settle()
-            assert bool(np.all(np.diff(b.rows) > 0)), f"hour {b.hour}: rows not sorted or repeated"
-            assert b.vals.shape == (len(b.rows), 4) and len(b.count) == len(b.rows)
+            rows, vals, count = b.arrays()
+            assert bool(np.all(np.diff(rows) > 0)), f"hour {b.hour}: rows not sorted or repeated"
+            assert vals.shape == (len(rows), 4) and len(count) == len(rows)
+            if b.packed is not None:
+                assert len(b.rows) == 0 and list(b.packed.starts[:1]) == [0], f"hour {b.hour}: packed and plain"
+                assert len(b.packed.row0) == len(b.packed.data) == len(b.packed.starts) - 1
