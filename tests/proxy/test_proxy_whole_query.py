@@ -6,7 +6,7 @@ loopback. The maps the proxy and the stores hold are set apart to make a stale m
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +87,7 @@ async def _start_node(node: Node) -> None:
     node.service = QueryService(backend) if node.answers_queries else None
     rp = ReadPortServer(backend, query=node.service.answer if node.service is not None else None)
     advertised = AdvertisedReadPort(backend, await rp.start("127.0.0.1", 0))
-    server, _ = await start_grpc_server(MetricsServicer(advertised), "127.0.0.1", node.port)
+    server, node.port = await start_grpc_server(MetricsServicer(advertised), "127.0.0.1", node.port)
     node.servers = [rp, server]
 
 
@@ -96,16 +96,19 @@ def _map(nodes: list[Node], rf: int = 3) -> ShardMap:
 
 
 @pytest.fixture
-async def harness(request: pytest.FixtureRequest, free_ports: Callable[[], int]) -> AsyncIterator[Harness]:
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     param = getattr(request, "param", {})
     old = param.get("old", ())
     nodes = {f"store-{i}": Node(f"store-{i}", answers_queries=f"store-{i}" not in old) for i in range(3)}
+    # Servers bound to port 0 first, then the map from the ports they got: a port picked free
+    # beforehand can be taken by another process before the bind (seen under a loaded machine).
     for n in nodes.values():
-        n.port = free_ports()
+        n.maps = StaticMapSource(ShardMap.empty(SLOTS, 3))  # no request is served before the real map
+        await _start_node(n)
     shard_map = _map(list(nodes.values()))
     for n in nodes.values():
-        n.maps = StaticMapSource(shard_map)
-        await _start_node(n)
+        assert n.maps is not None
+        n.maps.set(shard_map)
     proxy_maps = StaticMapSource(shard_map)
     proxy = ProxyBackend(proxy_maps, fast_settings(whole_queries=True), SystemClock())
     series = workload(24)
