@@ -145,10 +145,13 @@ class SeriesCache:
     """Label bytes of a series, as sent, to its series id, for series the backend has stored.
 
     Keys are the bytes of a TimeSeries' label fields, so one series sent with its labels in
-    another order or encoding is two entries with one id. An entry is made only after a write of
-    the series succeeded, so it says "labels checked, backend has it"; a backend that forgot
-    (``unknown_ids``) gets the labels again and the entry stays. Entries hold the labels *after*
-    the receiver's defaults (HttpSettings), so a cache belongs to one receiver and its settings.
+    another order or encoding is two entries with one id. A key is always a whole run of label
+    fields as the scan's walk or protobuf found it (prepare_write's ``learnt``): the scan's
+    shortcut for cached series relies on it (remote_write_scan.py ``_known_layout``). An entry is
+    made only after a write of the series succeeded, so it says "labels checked, backend has
+    it"; a backend that forgot (``unknown_ids``) gets the labels again and the entry stays.
+    Entries hold the labels *after* the receiver's defaults (HttpSettings), so a cache belongs to
+    one receiver and its settings.
     Bounded: past ``max_entries`` the oldest-inserted eighth is dropped in one go (FIFO, not LRU:
     a hit must stay one dict lookup). Not safe for concurrent use from several threads; the event
     loop thread only.

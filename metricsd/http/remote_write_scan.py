@@ -259,6 +259,8 @@ def _known_layout(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.n
     label_end = ends - tail
     if not tail or bool((label_end < starts).any()) or bool((buf[label_end] != 0x12).any()):
         return None
+    if cached([joined[:first]])[0] is None:  # a new sender's first requests: no key a series for nothing
+        return None
     keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
     found = cached(keys)
     if None in found:
