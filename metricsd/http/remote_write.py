@@ -100,15 +100,18 @@ def _protobuf_error(e: DecodeError) -> ApiError:
     return ApiError("bad_data", f"protobuf: cannot decode prometheus.WriteRequest: {e}")
 
 
-def decode_body(body: bytes, max_decompressed_bytes: int, limits: RequestLimits | None = None) -> Scanned:
-    """Snappy block, then protobuf, to the series entries of the request (labels still as bytes).
+def decode_body(body: bytes, max_decompressed_bytes: int, limits: RequestLimits | None = None,
+                cache: SeriesCache | None = None) -> Scanned:
+    """Snappy block, then protobuf, to the series entries of the request (labels still as bytes;
+    with the receiver's ``cache``, a request of cached series is read without the label walk and
+    comes with their ids, Scanned.found).
     Raises ApiError (400, or 413 when it would decompress too big), or TooLarge (past ``limits``
     or a series of too many labels, found before the body is decoded further)."""
     raw = _decompress(body, max_decompressed_bytes)
     if limits is not None:
         bound_entries(raw, 1, limits.max_series)
     try:
-        found = scan(raw, limits)
+        found = scan(raw, limits, cache.lookup if cache is not None and len(cache) else None)
         return found if found is not None else scan_messages(prom.WriteRequest.FromString(raw), limits)
     except DecodeError as e:
         raise _protobuf_error(e) from None
@@ -142,10 +145,13 @@ class SeriesCache:
     """Label bytes of a series, as sent, to its series id, for series the backend has stored.
 
     Keys are the bytes of a TimeSeries' label fields, so one series sent with its labels in
-    another order or encoding is two entries with one id. An entry is made only after a write of
-    the series succeeded, so it says "labels checked, backend has it"; a backend that forgot
-    (``unknown_ids``) gets the labels again and the entry stays. Entries hold the labels *after*
-    the receiver's defaults (HttpSettings), so a cache belongs to one receiver and its settings.
+    another order or encoding is two entries with one id. A key is always a whole run of label
+    fields as the scan's walk or protobuf found it (prepare_write's ``learnt``): the scan's
+    shortcut for cached series relies on it (remote_write_scan.py ``_known_layout``). An entry is
+    made only after a write of the series succeeded, so it says "labels checked, backend has
+    it"; a backend that forgot (``unknown_ids``) gets the labels again and the entry stays.
+    Entries hold the labels *after* the receiver's defaults (HttpSettings), so a cache belongs to
+    one receiver and its settings.
     Bounded: past ``max_entries`` the oldest-inserted eighth is dropped in one go (FIFO, not LRU:
     a hit must stay one dict lookup). Not safe for concurrent use from several threads; the event
     loop thread only.
@@ -219,7 +225,7 @@ def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) 
     or fallback gives namespace/pod, or ApiError for a duplicate label name."""
     if not scanned.keys:
         return PreparedWrite(None, [], [], [])
-    found = cache.lookup(scanned.keys)
+    found = scanned.found if scanned.found is not None else cache.lookup(scanned.keys)
     learnt: list[tuple[bytes, int]] = []
     new_labels: dict[int, Labels] = {}
     if None in found:  # the slow path: series not seen before
@@ -337,7 +343,8 @@ class RemoteWriteReceiver:
         written. Raises ApiError or BadRequest (4xx, nothing stored) and whatever the backend
         raises (Unavailable)."""
         try:
-            scanned = decode_body(body, self.settings.max_decompressed_bytes, self.settings.request_limits)
+            scanned = decode_body(body, self.settings.max_decompressed_bytes, self.settings.request_limits,
+                                  self.cache)
         except TooLarge as e:
             self._refuse(e.refusal, 0)
         self._check_counts(len(scanned.keys), len(scanned.timestamps))

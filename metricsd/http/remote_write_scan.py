@@ -23,7 +23,9 @@ series, a malformed field) makes :func:`scan` return None and the caller takes t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -58,6 +60,8 @@ class Scanned:
     # form (bytes, back to back, or an (n, width) uint8 view of them): a request passed on
     # unchanged reuses them instead of encoding the timestamps again.
     stamp_varints: bytes | np.ndarray | None = None
+    # Every entry's series id, when scan found them all in the receiver's cache (see scan).
+    found: list[int] | None = None
 
 
 class TooLarge(ValueError):
@@ -177,11 +181,15 @@ def scan_messages(req: prom.WriteRequest, limits: RequestLimits | None = None) -
     return Scanned(keys, counts, np.array(ts_list, dtype=np.int64), np.array(v_list, dtype=np.float64))
 
 
-def scan(raw: bytes, limits: RequestLimits | None = None) -> Scanned | None:
+def scan(raw: bytes, limits: RequestLimits | None = None,
+         cached: Callable[[list[bytes]], list[int | None]] | None = None) -> Scanned | None:
     """The fast path over a decompressed body, or None when it is not in the usual shape (see the
     module docstring). Raises google.protobuf.message.DecodeError when the top level is corrupt,
     TooLarge for more series than ``limits`` allow (counted before one is looked at) or a series of
-    more than MAX_LABELS_PER_SERIES labels."""
+    more than MAX_LABELS_PER_SERIES labels.
+
+    ``cached``: the receiver's series cache lookup (SeriesCache.lookup); a request whose series it
+    all knows (a sender's live traffic) is read without the label walk (:func:`_known_layout`)."""
     series = _SeriesBytes.FromString(raw).timeseries  # type: ignore[attr-defined]
     n = len(series)
     refusal = check_counts(n, 0, limits) if limits is not None else None
@@ -195,6 +203,10 @@ def scan(raw: bytes, limits: RequestLimits | None = None) -> Scanned | None:
     starts = np.empty(n, dtype=np.int64)
     starts[0] = 0
     starts[1:] = ends[:-1]
+    if cached is not None:
+        known = _known_layout(joined, buf, starts, ends, cached)
+        if known is not None:
+            return known
     label_end = _walk_labels(buf, starts, ends)
     if label_end is None:
         return None
@@ -208,6 +220,53 @@ def scan(raw: bytes, limits: RequestLimits | None = None) -> Scanned | None:
     counts, payload, size = found
     decoded = _decode_samples(buf, payload, size)
     return None if decoded is None else Scanned(keys, counts, *decoded)
+
+
+def _first_label_end(joined: bytes, end: int) -> int | None:
+    """_walk_labels of the first series alone, a Python step a label (the NumPy walk costs the same
+    for one series as for thousands); None past the usual (a length of more than two bytes, more
+    than MAX_LABELS_PER_SERIES labels, an overrun)."""
+    pos = 0
+    for _ in range(MAX_LABELS_PER_SERIES):
+        if pos >= end or joined[pos] != 0x0A:
+            return pos
+        n1 = joined[pos + 1]
+        if n1 < 0x80:
+            pos += 2 + n1
+        elif joined[pos + 2] < 0x80:
+            pos += 3 + ((n1 & 0x7F) | joined[pos + 2] << 7)
+        else:
+            return None
+        if pos > end:
+            return None
+    return None
+
+
+def _known_layout(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  cached: Callable[[list[bytes]], list[int | None]]) -> Scanned | None:
+    """The usual live request without the label walk: every series laid out as the first (its
+    label run the same number of bytes short of its end, where a sample field, 0x12, starts), and
+    the label bytes so placed of every series in the cache; None when either fails.
+
+    The result is the walk's: a cache key is a whole run of label fields (0x0a), as the walk (or
+    protobuf) found it when the series was learnt, and a dict hit compares the bytes in full; so
+    the walk over them would step field by field to their end, where the sample field's tag stops
+    it: the same label end. Costs a bytes object a series, as the walk's keys do."""
+    first = _first_label_end(joined, int(ends[0]))
+    if first is None:
+        return None
+    tail = int(ends[0]) - first
+    label_end = ends - tail
+    if not tail or bool((label_end < starts).any()) or bool((buf[label_end] != 0x12).any()):
+        return None
+    if cached([joined[:first]])[0] is None:  # a new sender's first requests: no key a series for nothing
+        return None
+    keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
+    found = cached(keys)
+    if None in found:
+        return None
+    uniform = _uniform_samples(buf, label_end, ends)
+    return None if uniform is None else Scanned(keys, *uniform, found=cast(list[int], found))
 
 
 def _uniform_samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
