@@ -26,7 +26,6 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from itertools import chain
 from typing import Protocol
 
 import fsspec
@@ -52,7 +51,7 @@ from metricsd.rpc.wire import labels_from_pb, matchers_from_pb
 from metricsd.selector import Matcher
 
 __all__ = ["PARQUET_SERIES_PER_READ", "HourSource", "HourlyParquet", "ReadColumns", "backend_columns",
-           "from_rollup_arrays", "from_series_columns", "hour_files", "rollup_columns", "store_columns"]
+           "from_rollup_arrays", "from_series_columns", "hour_files", "store_columns"]
 
 log = logging.getLogger("metricsd.onward.parquet")
 
@@ -134,23 +133,7 @@ async def _groups(backend: MetricsBackend) -> tuple[list[list[pb.Matcher]], dict
     return groups, dict(found)
 
 
-def rollup_columns(resp: pb.RollupsResponse, labels_of: dict[int, Labels] | None = None) -> RollupColumns:
-    """A rollups answer as columns: one pass per field over all series, not a conversion per series."""
-    series = [s for s in resp.series if len(s.hours)]
-    counts = np.fromiter((len(s.hours) for s in series), np.int64, len(series))
-    n = int(counts.sum())
-
-    def field(name: str, dtype: type) -> np.ndarray:
-        return np.fromiter(chain.from_iterable(getattr(s, name) for s in series), dtype, n)
-
-    known = labels_of or {}
-    labels = [known.get(s.id) or labels_from_pb(s.labels) for s in series]
-    return RollupColumns(labels, counts, field("hours", np.int64),
-                         *(field(f, np.float64) for f in ("min", "max", "sum", "count", "last")))
-
-
-async def _read_hour(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None
-                     ) -> tuple[SampleColumns, dict[int, Labels]]:
+async def _read_hour(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None) -> SampleColumns:
     """The hour's samples, a group of whole pods a read either way (a columnar read too: one read
     of the whole hour would hold the event loop for seconds and the hour's arrays twice)."""
     groups, labels_of = await _groups(backend)
@@ -159,7 +142,7 @@ async def _read_hour(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
     for matchers in groups:
         parts.append(await read(pb.ReadRequest(matchers=matchers, start_ms=hour_ms, end_ms=hour_ms + HOUR_MS - 1)))
         await asyncio.sleep(0)  # a store's read does not yield: let writes and queries in between groups
-    return SampleColumns.concat(parts), labels_of
+    return SampleColumns.concat(parts)
 
 
 class HourSource(Protocol):
@@ -190,13 +173,11 @@ async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
         cols, arrays = await source.read(hour_ms, hour_ms + HOUR_MS - 1)
         samples, roll = from_series_columns(cols, {}), from_rollup_arrays(arrays)
     else:
-        samples, labels_of = await _read_hour(backend, hour_ms, read_columns)
-        # the store in this process (read_columns given) answers rollups as columns too
-        # (rpc/rollupbatch.py); a proxy's Rollups merges per-series messages only
-        got = await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms,
-                                                   columnar=read_columns is not None))
-        roll = (from_rollup_arrays(rollups_from_response(got)) if got.HasField("batch")
-                else rollup_columns(got, labels_of))
+        samples = await _read_hour(backend, hour_ms, read_columns)
+        # a store and a proxy both answer columnar rollups as a batch (rpc/rollupbatch.py);
+        # rollups_from_response takes a per-series answer too (a backend without the flag)
+        got = await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms, columnar=True))
+        roll = from_rollup_arrays(rollups_from_response(got))
     # The encoding (seconds for 40,000 series) runs in a thread: on the event loop it held back the
     # process's requests and its election lease's keep-alive, which lapsed under load, so another
     # proxy took the lead and wrote the same hour at the same time (2026-11-27 session 34,

@@ -42,6 +42,8 @@ T = TypeVar("T")
 class ClusterView:
     """Not thread-safe (one event loop)."""
 
+    WATCH_ROUND_S = 1.0  # a down member's watch re-checks its health at least this often
+
     def __init__(self, map_source: MapSource, settings: ProxySettings, clock: Clock, connect: Connect,
                  counters: Counter[str]) -> None:
         self.map_source = map_source
@@ -118,8 +120,13 @@ class ClusterView:
             return  # no loop (a synchronous test of the health table): nothing to watch with
         task = loop.create_task(self._await_reconnect(member), name=f"reconnect-{member}")
         self._watchers[member] = task
-        task.add_done_callback(lambda t: self._watchers.pop(member, None) if self._watchers.get(member) is t
-                               else None)
+        task.add_done_callback(self._watch_ended)
+
+    def _watch_ended(self, task: asyncio.Task[None]) -> None:
+        """Forget a finished watch, unless a newer one for its member already took its place."""
+        member = task.get_name().removeprefix("reconnect-")
+        if self._watchers.get(member) is task:
+            del self._watchers[member]
 
     async def _await_reconnect(self, member: str) -> None:
         shard_map = self.map_source.current()
@@ -128,22 +135,23 @@ class ClusterView:
         channel = getattr(self.pool.get(shard_map, member), "channel", None)
         if not isinstance(channel, grpc.aio.Channel):
             return  # an in-process backend: nothing reconnects
-        ready = grpc.ChannelConnectivity.READY
         state = channel.get_state(try_to_connect=False)
-        lost = state != ready
+        lost = False
         while self.health.failed(member):
-            if state == ready and lost:
+            if state != grpc.ChannelConnectivity.READY:
+                lost = True
+            elif lost:
                 self.health.success(member)
                 log.info("%s: reconnected; healthy again, hinted hand-off resumes", member)
                 for listener in self._back_listeners:
                     listener(member)
                 return
-            lost = lost or state != ready
             try:
-                async with asyncio.timeout(1.0):  # also notices a success by another call
+                async with asyncio.timeout(self.WATCH_ROUND_S):  # also notices a success by another call
                     await channel.wait_for_state_change(state)
             except TimeoutError:
                 pass
+            self.counters["reconnect_watch_rounds"] += 1
             try:
                 state = channel.get_state(try_to_connect=True)
             except Exception as e:  # the channel was closed (the member left the map)
