@@ -23,7 +23,6 @@ import asyncio
 import json
 import logging
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from metricsd.agent.pods import load_pod_list  # noqa: E402
 from metricsd.agent.pusher import Pusher  # noqa: E402
 from metricsd.clock import SystemClock  # noqa: E402
 from metricsd.cmd.agent import AgentOptions, run_agent  # noqa: E402
+from metricsd.ports import free_port as _free_port  # noqa: E402
 from metricsd.store.api import LocalBackend, StoreAPI  # noqa: E402
 from metricsd.store.engine import Store  # noqa: E402
 
@@ -55,10 +55,6 @@ BIN = Path(sys.executable).parent / "metricsd"
 NODE = "bench-node"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build_node(base: Path, pods: int, seed: int = 1) -> tuple[Path, Path, Path]:

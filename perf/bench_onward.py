@@ -278,11 +278,9 @@ def _parquet_parts(cpu: float, parts: dict[str, float], whole: bool) -> dict[str
 
 
 def _free_port() -> int:
-    import socket
+    from metricsd.ports import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 def _wait_http(url: str) -> None:

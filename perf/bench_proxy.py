@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from procstat import cpu_seconds
 
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
+from metricsd.ports import free_port as _free_port
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.coalesce import CoalesceSettings
 from metricsd.rpc.channel import open_channel
@@ -51,10 +51,6 @@ HERE = Path(__file__).resolve().parent
 SLOTS = 64
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- the server processes (this script re-run with --serve-store / --serve-proxy) -----------------

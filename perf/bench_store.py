@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from procstat import cpu_seconds, rss_bytes
 
 from metricsd.agent.batches import write_requests
 from metricsd.agent.simulate import SimConfig, Simulator
+from metricsd.ports import free_port as _free_port
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.client import MetricsClient
 from metricsd.rpc.wire import matchers_to_pb
@@ -46,10 +46,6 @@ BIN = Path(sys.executable).parent / "metricsd"
 DAY_MS = 86_400_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class StoreProcess:

@@ -10,10 +10,8 @@ exception and on Ctrl-C alike.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +19,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from metricsd.ports import free_port, free_range
 
 __all__ = ["PACKAGES", "Processes", "Server", "ensure_installed", "free_port", "free_port_block", "package_version"]
 
@@ -33,25 +33,12 @@ METRICSD = Path(sys.executable).parent / "metricsd"
 PROMETHEUS_CONFIG = "global:\n  scrape_interval: 10s\nscrape_configs: []\n"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
-def free_port_block(size: int = 200, tries: int = 50) -> int:
+def free_port_block(size: int = 200) -> int:
     """A base port with ``size`` free ports above it (``metricsd cluster up`` lays its ports out
     from one base)."""
-    for _ in range(tries):
-        base = random.randrange(20_000, 60_000 - size)
-        try:
-            for port in range(base, base + size):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError(f"no block of {size} free ports found on 127.0.0.1")
+    return free_range("127.0.0.1", size)
 
 
 def ensure_installed() -> None:

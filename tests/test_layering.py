@@ -21,7 +21,7 @@ PACKAGE = ROOT / "metricsd"
 
 # The bottom: plain data, time and settings. Any unit may import these.
 BOTTOM = {"metricsd", "metricsd.model", "metricsd.selector", "metricsd.columns", "metricsd.clock", "metricsd.durations",
-          "metricsd.defaults", "metricsd.memory", "metricsd.parentdeath", "metricsd.proto"}
+          "metricsd.defaults", "metricsd.memory", "metricsd.parentdeath", "metricsd.ports", "metricsd.proto"}
 
 # unit -> the units (besides BOTTOM and itself) it may import. A unit not named here is not allowed.
 ALLOWED: dict[str, set[str]] = {

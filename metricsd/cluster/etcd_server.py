@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 
 from metricsd.parentdeath import exec_argv
+from metricsd.ports import free_port
 
 __all__ = ["EtcdServer", "EtcdServerError", "find_etcd_binary", "free_port"]
 
@@ -64,11 +64,6 @@ def find_etcd_binary() -> str:
     return found
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (another process may take it before we do)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class EtcdServer:

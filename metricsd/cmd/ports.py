@@ -16,11 +16,11 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import random
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from metricsd.ports import free_range, port_free
 
 __all__ = ["Holder", "TcpSocket", "describe_taken", "free_range", "holders_of", "parse_proc_net_tcp", "port_free",
            "taken_ports"]
@@ -146,19 +146,6 @@ def holders_of(host: str, port: int, proc: Path = Path("/proc")) -> tuple[list[T
     return socks, _owners({s.inode for s in socks if s.inode}, proc)
 
 
-def port_free(host: str, port: int) -> bool:
-    """Whether a server could bind ``host:port`` now (with SO_REUSEADDR, as servers do, so a
-    connection of an earlier run in TIME_WAIT does not count)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def describe_taken(host: str, port: int, role: str, proc: Path = Path("/proc")) -> str:
     """One line naming the port, what needs it and, where it can, the process holding it."""
     socks, owners = holders_of(host, port, proc)
@@ -178,14 +165,3 @@ def taken_ports(host: str, wanted: dict[int, str], proc: Path = Path("/proc")) -
     """A line per port of ``wanted`` (port -> what needs it) that cannot be bound now."""
     return [describe_taken(host, port, role, proc) for port, role in sorted(wanted.items())
             if not port_free(host, port)]
-
-
-def free_range(host: str, span: int, low: int = 20_000, high: int = 60_000, tries: int = 200) -> int:
-    """A base port B, a multiple of 10, with B .. B + span - 1 all free now (another process may
-    take one before we do). Raises RuntimeError when none is found."""
-    rng = random.Random()
-    for _ in range(tries):
-        base = rng.randrange(low, high - span, 10)
-        if all(port_free(host, p) for p in range(base, base + span)):
-            return base
-    raise RuntimeError(f"no free range of {span} ports on {host}")

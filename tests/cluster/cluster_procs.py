@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,15 +20,12 @@ from pathlib import Path
 from metricsd.cluster.kv import KV
 from metricsd.cluster.shardmap import KeyLayout, ShardMap
 from metricsd.cmd.localsecurity import LocalSecurity
+from metricsd.ports import free_port
 from metricsd.security.settings import ClientSecurity
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Proc:

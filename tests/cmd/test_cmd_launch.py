@@ -20,6 +20,7 @@ from metricsd.cmd.clusterplan import ClusterPlan
 from metricsd.cmd.launch import LaunchError, LocalCluster, log_tail
 from metricsd.cmd.ports import parse_proc_net_tcp, port_free, taken_ports
 from metricsd.parentdeath import exec_argv
+from metricsd.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,9 +174,7 @@ def test_every_child_of_a_sigkilled_cluster_up_ends_etcd_included(tmp_path: Path
 
 
 def _free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 def _free_base() -> int:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from metricsd.federation.calls import FederationMetrics, FederationSettings
 from metricsd.federation.spec import ClusterTarget
 from metricsd.http.server import serve_http, stop_http
 from metricsd.model import make_labels, series_id
+from metricsd.ports import free_port
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.members import grpc_connect
 from metricsd.rpc.backend import BadRequest, Unavailable
@@ -32,9 +32,7 @@ T_END = 290_000
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 def _batch(cluster: int, pods: int) -> tuple[pb.WriteRequest, dict[str, list[float]]]:

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import ssl
 import time
 import urllib.error
@@ -62,10 +61,6 @@ _COUNT_PIXELS = """([id, [r, g, b]]) => {
 }"""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def browser_missing() -> str | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -19,14 +18,12 @@ from typing import Any
 
 from processes import stop_process
 
+from metricsd.ports import free_port
+
 VICTORIA_METRICS = shutil.which("victoria-metrics")
 PROMETHEUS = shutil.which("prometheus")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get(url: str, timeout: float = 10) -> Any:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import ssl
 from pathlib import Path
 
@@ -15,14 +14,9 @@ from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from metricsd.ports import free_port
 from metricsd.security.certs import LocalPKI, issue_certificate
 from metricsd.security.tls import ClientTLS, ServerTLS, TLSError
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_missing_and_mismatched_files_are_refused_naming_them(pki: LocalPKI, tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ that an unreachable API server refuses rather than lets through."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,15 +11,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from metricsd.ports import free_port
 from metricsd.security.auth import Authenticator, Unauthenticated
 from metricsd.security.tokenreview import TokenReview, TokenReviewError, parse_role_bindings
 from metricsd.security.tokens import Role
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ApiServer:
