@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -24,6 +22,7 @@ from metricsd.cmd.cluster import run as cluster_run
 from metricsd.cmd.proxy import add_arguments as proxy_add_arguments
 from metricsd.cmd.queryflags import remote_write_argv
 from metricsd.cmd.status import ClusterStatus, format_status
+from metricsd.ports import free_range
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,18 +75,8 @@ def test_status_lists_members_with_their_slots_the_map_version_and_health() -> N
 
 
 def _free_base() -> int:
-    for _ in range(50):
-        base = random.randrange(20_000, 40_000, 10)
-        wanted = [base, base + 1, base + 2, base + 10, base + 11, base + 51, base + 79, base + 80, base + 101,
-                  base + 102]
-        try:
-            for p in wanted:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no free port range")
+    """A base port whose cluster layout (base .. base + 199) is free and outside the ephemeral range."""
+    return free_range("127.0.0.1", 200)
 
 
 @pytest.mark.slow

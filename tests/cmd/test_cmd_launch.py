@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from metricsd.cmd.clusterplan import ClusterPlan
 from metricsd.cmd.launch import LaunchError, LocalCluster, log_tail
 from metricsd.cmd.ports import parse_proc_net_tcp, port_free, taken_ports
 from metricsd.parentdeath import exec_argv
-from metricsd.ports import free_port
+from metricsd.ports import free_port, free_range
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -179,7 +178,7 @@ def _free() -> int:
 
 def _free_base() -> int:
     for _ in range(100):
-        base = random.randrange(20_000, 40_000, 10)
+        base = free_range("127.0.0.1", 200)
         if not taken_ports("127.0.0.1", ClusterPlan(base_port=base, stores=3, proxies=2).ports()):
             return base
     raise AssertionError("no free port range")

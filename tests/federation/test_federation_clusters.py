@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -23,6 +22,7 @@ from processes import stop_process
 
 from metricsd.cluster.etcd_server import free_port
 from metricsd.model import make_labels, series_id
+from metricsd.ports import free_range
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import Unavailable
 from metricsd.rpc.client import GrpcBackend, MetricsClient
@@ -34,22 +34,12 @@ ENV = dict(os.environ, PYTHONUNBUFFERED="1")
 STEP_MS = 10_000
 
 
-def _free(ports: list[int]) -> bool:
-    try:
-        for p in ports:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p))
-    except OSError:
-        return False
-    return True
-
-
 def _free_bases(n: int) -> list[int]:
-    """Base ports of ``n`` local clusters (each uses B, B+1, B+2, B+51, B+79, B+80, B+101)."""
+    """Base ports of ``n`` local clusters, 200 ports each, apart and outside the ephemeral range."""
     out: list[int] = []
     for _ in range(200):
-        base = random.randrange(20_000, 40_000, 200)
-        if base not in out and _free([base + d for d in (0, 1, 2, 51, 79, 80, 101)]):
+        base = free_range("127.0.0.1", 200)
+        if all(abs(base - b) >= 200 for b in out):
             out.append(base)
             if len(out) == n:
                 return out

@@ -28,7 +28,6 @@ from dashboard_page import (
     chromium_page,
     cluster_view,
     expected_words,
-    free_port,
     get_json,
     instant,
     open_page,
@@ -41,6 +40,7 @@ from dashboard_page import (
 )
 
 from metricsd.consumers.wording import reclaimable_words
+from metricsd.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICSD = Path(sys.executable).parent / "metricsd"

@@ -19,10 +19,8 @@ form, as a user would.
 
 from __future__ import annotations
 
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -41,7 +39,6 @@ from dashboard_page import (
     chromium_page,
     cluster_view,
     enter_token,
-    free_port,
     get_json,
     instant,
     open_page,
@@ -55,6 +52,7 @@ from dashboard_page import (
 from processes import stop_process
 
 from metricsd.cmd.localsecurity import LocalSecurity
+from metricsd.ports import free_port, free_range
 from metricsd.security.tokens import hash_token, new_token
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,17 +78,8 @@ pytestmark = pytest.mark.slow
 
 
 def _free_base() -> int:
-    """A base port whose layout (cmd/cluster.py: B, B+1, B+79, B+80, B+101, B+102, B+51) is free."""
-    for _ in range(50):
-        base = random.randrange(20_000, 40_000, 10)
-        try:
-            for p in (base, base + 1, base + 2, base + 51, base + 79, base + 80, base + 101, base + 102):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no free port range")
+    """A base port whose cluster layout (base .. base + 199) is free and outside the ephemeral range."""
+    return free_range("127.0.0.1", 200)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,7 @@ twice twice (no deduplication is configured), so equal counts per series mean on
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +17,8 @@ from pathlib import Path
 import pytest
 from onward_peers import VICTORIA_METRICS, metric_values, query, running, victoria_metrics, vm_flush, wait_for
 from processes import stop_process
+
+from metricsd.ports import free_range
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,18 +30,8 @@ pytestmark = [
 
 
 def _free_base() -> int:
-    """A base port whose cluster layout (ports base .. base + 200) is free on 127.0.0.1."""
-    for _ in range(50):
-        base = random.randrange(20_000, 40_000, 10)
-        try:
-            for p in (base, base + 1, base + 2, base + 10, base + 11, base + 51, base + 79, base + 80, base + 101,
-                      base + 102):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no free port range")
+    """A base port whose cluster layout (base .. base + 199) is free and outside the ephemeral range."""
+    return free_range("127.0.0.1", 200)
 
 
 def _onward(url: str) -> dict[str, dict[str, float]]:
