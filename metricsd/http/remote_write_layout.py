@@ -17,7 +17,9 @@ are the recorded ones: the result equals the scan's, samples decoded from the ne
 
 A layout is recorded only from a request whose series were all in the cache, so it says no more
 than the cache did ("labels checked, the backend had them"); it is forgotten whenever the cache
-drops entries. Bounded in entries and bytes (the bodies kept); the oldest recorded goes first.
+drops entries. Only a layout seen twice is kept (the first time its key alone is noted): a
+backfill sends each request's series once or twice, and keeping those bodies cost a proxy 32 MiB
+for nothing. Bounded in entries and bytes (the bodies kept); the oldest recorded goes first.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ DEFAULT_LAYOUTS = 64
 """Layouts kept: the distinct requests senders repeat (the benchmark's 40,000 series in 2,000-series
 requests are 20)."""
 
-DEFAULT_LAYOUT_BYTES = 32 * 1024 * 1024
-"""Bytes of recorded bodies kept at most (a 2,000-series live body is ~340 KB decompressed)."""
+DEFAULT_LAYOUT_BYTES = 16 * 1024 * 1024
+"""Bytes of recorded layouts kept at most (a 2,000-series live body is ~390 KB decompressed, its
+layout ~0.5 MB with the ids and positions)."""
 
 
 @dataclass(frozen=True)
@@ -115,12 +118,14 @@ class LayoutMemo:
         self.hits = 0
         self._bytes = 0
         self._layouts: dict[tuple[int, bytes], _Layout] = {}
+        self._seen: dict[tuple[int, bytes], None] = {}  # keys noted once, not yet recorded
 
     def __len__(self) -> int:
         return len(self._layouts)
 
     def clear(self) -> None:
         self._layouts.clear()
+        self._seen.clear()
         self._bytes = 0
 
     def match(self, raw: bytes, limits: RequestLimits | None = None) -> Scanned | None:
@@ -152,11 +157,17 @@ class LayoutMemo:
         (the scan's ``joined``), every run ``tail`` bytes. Recorded only when the body is nothing
         but its series, each framed by a shortest-form length (then positions in the body follow
         from the lengths alone)."""
-        if len(raw) > self.max_bytes or self.max_layouts < 1:
+        if 2 * len(raw) > self.max_bytes or self.max_layouts < 1:
             return
         key = _key(raw)
         if key is None or key in self._layouts:
             return
+        if key not in self._seen:  # the first time: the key alone
+            if len(self._seen) >= 4 * self.max_layouts:
+                self._seen.clear()
+            self._seen[key] = None
+            return
+        del self._seen[key]
         size = ends - starts
         raw_end = np.cumsum(1 + _varint_sizes(size) + size)
         if int(raw_end[-1]) != len(raw):  # another top-level field, or a length not in its shortest form
@@ -172,8 +183,15 @@ class LayoutMemo:
         run = np.arange(tail)
         body[lab_end[:, None] + run] = 0
         distinct = min(found) >= 0 and len(set(found)) == len(found)
-        self._layouts[key] = _Layout(body, run, lab_end, raw_end, raw_start, list(found),
-                                     np.array(found, dtype=np.uint64) if distinct else None)
-        self._bytes += len(raw)
+        lay = _Layout(body, run, lab_end, raw_end, raw_start, list(found),
+                      np.array(found, dtype=np.uint64) if distinct else None)
+        self._layouts[key] = lay
+        self._bytes += _size(lay)
         while self._layouts and (len(self._layouts) > self.max_layouts or self._bytes > self.max_bytes):
-            self._bytes -= len(self._layouts.pop(next(iter(self._layouts))).body)
+            self._bytes -= _size(self._layouts.pop(next(iter(self._layouts))))
+
+
+def _size(lay: _Layout) -> int:
+    """About the bytes a layout holds: its body, its arrays and its ids (an int object each)."""
+    arrays = lay.label_end.nbytes + lay.ends.nbytes + lay.starts.nbytes
+    return len(lay.body) + arrays + 40 * len(lay.found) + (lay.found_array.nbytes if lay.found_array is not None else 0)

@@ -42,7 +42,9 @@ def _learnt(series: list[Series]) -> SeriesCache:
     cache = SeriesCache()
     raw = _request(series).SerializeToString()
     cache.add(prepare_write(_decode(raw, cache), cache, HS).learnt)
-    _decode(raw, cache)  # every series cached now: the shortcut reads it and records its layout
+    _decode(raw, cache)  # every series cached now: the shortcut reads it, and its layout's key is noted
+    assert len(cache.layouts) == 0  # seen once: not kept
+    _decode(raw, cache)  # seen twice: recorded
     return cache
 
 
@@ -130,6 +132,7 @@ def test_a_body_with_another_top_level_field_is_not_recorded() -> None:
     cache = SeriesCache()
     raw = _request(series).SerializeToString() + bytes([0x1A, 2, 0x08, 1])  # field 3 (metadata), skipped
     cache.add(prepare_write(_decode(raw, cache), cache, HS).learnt)
+    _decode(raw, cache)
     got = _decode(raw, cache)
     assert len(cache.layouts) == 0
     _same(got, scan(raw))
@@ -144,8 +147,15 @@ def test_layouts_are_bounded_and_forgotten_with_the_cache_entries() -> None:
         raw = _request(series).SerializeToString()
         cache.add(prepare_write(_decode(raw, cache), cache, HS).learnt)
         _decode(raw, cache)
+        _decode(raw, cache)
     assert len(memo) == 2  # the oldest went
-    assert len(LayoutMemo(max_bytes=10)) == 0
+    small = SeriesCache()
+    small.layouts = LayoutMemo(max_bytes=100)
+    raw = _request([(_pod("a"), [(T0, 1.0)])]).SerializeToString()
+    small.add(prepare_write(_decode(raw, small), small, HS).learnt)
+    for _ in range(3):
+        _decode(raw, small)
+    assert len(small.layouts) == 0  # a body of more than half the bytes allowed is not kept
     cache.add([(b"k%d" % i, i) for i in range(8)])  # past 8 entries: some dropped
     assert cache.evicted and len(memo) == 0
 
@@ -164,7 +174,7 @@ async def test_repeated_requests_store_every_sample_and_a_forgetful_backend_gets
     rx = RemoteWriteReceiver(LocalBackend(StoreAPI(store)), HS, SelfMetrics(CollectorRegistry()))
     for tick in range(5):
         assert await rx.ingest(body(tick)) == 40
-    assert rx.cache.layouts.hits == 3  # tick 0 learns, tick 1 records, ticks 2-4 hit
+    assert rx.cache.layouts.hits == 2  # tick 0 learns, tick 1 notes the layout, tick 2 records it, 3-4 hit
 
     def stored(s: Store) -> dict[object, list[tuple[int, float]]]:
         return {x.labels: list(zip(x.timestamps.tolist(), x.values.tolist(), strict=True))
@@ -177,5 +187,5 @@ async def test_repeated_requests_store_every_sample_and_a_forgetful_backend_gets
     fresh = Store()
     rx.backend = LocalBackend(StoreAPI(fresh))
     assert await rx.ingest(body(5)) == 40
-    assert rx.label_resends == 1 and rx.cache.layouts.hits == 4
+    assert rx.label_resends == 1 and rx.cache.layouts.hits == 3
     assert stored(fresh) == {k: [(T0 + 50_000, float(5 + i))] for i, k in enumerate(expect)}
