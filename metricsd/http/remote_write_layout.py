@@ -94,9 +94,11 @@ def _key(raw: bytes) -> tuple[int, bytes] | None:
         start, size = 3, (n1 & 0x7F) | raw[2] << 7
     else:
         start, size = 4, (n1 & 0x7F) | (raw[2] & 0x7F) << 7 | raw[3] << 14
-    first = raw[start : start + size]
-    end = first_label_end(first, len(first))
-    if end is None or start + size > len(raw):
+    if start + size > len(raw):
+        return None
+    first = raw[start : start + size] + bytes(3)  # a label field's header read past the end reads padding
+    end = first_label_end(first, size)
+    if end is None or end > size:
         return None
     return len(raw), first[:end]
 

@@ -126,6 +126,24 @@ def test_a_label_changed_within_a_sample_run_place_is_not_taken_for_a_sample() -
         _same(got, plain)
 
 
+def _outcome(raw: bytes, cache: SeriesCache | None) -> object:
+    try:
+        got = decode_body(_snappy(raw), 1 << 24, None, cache)
+    except Exception as e:
+        return repr(e)
+    return (list(got.keys), got.counts.tolist(), got.timestamps.tolist(), got.values.view(np.int64).tolist())
+
+
+def test_malformed_bodies_are_answered_as_without_layouts() -> None:
+    """Whatever a body holds, looking it up among the layouts neither raises nor changes the answer:
+    a first series cut inside a label header, a length past the end, a 4-byte length, nothing."""
+    cache = _learnt([(_pod("a"), [(T0, 1.0)]), (_pod("b"), [(T0, 2.0)])])
+    good = _request([(_pod("a"), [(T0, 1.0)])]).SerializeToString()
+    for raw in (b"\x0a\x01\x0a", b"\x0a\x02\x0a\x85", b"\x0a\x7f\x0a", b"\x0a\x80\x80\x80\x01\x0a",
+                b"\x0a", good[:-1], good + b"\x0a"):
+        assert _outcome(raw, cache) == _outcome(raw, None)
+
+
 def test_a_body_with_another_top_level_field_is_not_recorded() -> None:
     """Positions follow from the series' lengths only when the body is nothing but its series."""
     series: list[Series] = [(_pod("a"), [(T0, 1.0)]), (_pod("b"), [(T0, 2.0)])]
