@@ -28,6 +28,7 @@ request (remote_write_scan.py).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -42,6 +43,7 @@ from metricsd.http import remote_write_v2
 from metricsd.http.params import ApiError
 from metricsd.http.remote_series import Verdict, resolve
 from metricsd.http.remote_write_answer import SamplesRefused, refused_answer, refused_response
+from metricsd.http.remote_write_layout import LayoutMemo
 from metricsd.http.remote_write_scan import Scanned, TooLarge, bound_entries, scan, scan_messages
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
@@ -110,8 +112,15 @@ def decode_body(body: bytes, max_decompressed_bytes: int, limits: RequestLimits 
     raw = _decompress(body, max_decompressed_bytes)
     if limits is not None:
         bound_entries(raw, 1, limits.max_series)
+    warm = cache is not None and len(cache) > 0
+    if warm:
+        assert cache is not None
+        repeated = cache.layouts.match(raw, limits)  # a sender's request repeated: one comparison
+        if repeated is not None:
+            return repeated
     try:
-        found = scan(raw, limits, cache.lookup if cache is not None and len(cache) else None)
+        found = scan(raw, limits, cache.lookup if warm and cache is not None else None,
+                     functools.partial(cache.layouts.record, raw) if warm and cache is not None else None)
         return found if found is not None else scan_messages(prom.WriteRequest.FromString(raw), limits)
     except DecodeError as e:
         raise _protobuf_error(e) from None
@@ -155,6 +164,10 @@ class SeriesCache:
     Bounded: past ``max_entries`` the oldest-inserted eighth is dropped in one go (FIFO, not LRU:
     a hit must stay one dict lookup). Not safe for concurrent use from several threads; the event
     loop thread only.
+
+    ``layouts``: requests a sender repeats, each recognised in one comparison
+    (remote_write_layout.py); recorded only from requests whose every series is cached here, and
+    forgotten whenever entries are dropped, so they never say more than the cache.
     """
 
     def __init__(self, max_entries: int = DEFAULT_SERIES_CACHE) -> None:
@@ -163,6 +176,7 @@ class SeriesCache:
         self.max_entries = max_entries
         self.evicted = 0
         self._ids: dict[bytes, int] = {}
+        self.layouts = LayoutMemo()
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -183,6 +197,7 @@ class SeriesCache:
             for key in oldest:
                 del self._ids[key]
             self.evicted += len(oldest)
+            self.layouts.clear()
 
 
 class SeriesRefused(ApiError):
@@ -202,7 +217,7 @@ class PreparedWrite:
 
     batch: WriteColumns | None  # None: nothing to write (no series, or every one dropped)
     learnt: list[tuple[bytes, int]]  # series resolved now: cache them once the write succeeds
-    keys: list[bytes]  # every written entry's label bytes and id, to find labels the backend asks for
+    keys: Sequence[bytes]  # every written entry's label bytes and id, to find labels the backend asks for
     ids: list[int]
     dropped: dict[int, int] = field(default_factory=dict)  # relabel rule index -> samples it dropped
 
@@ -246,6 +261,11 @@ def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) 
         if refused:
             raise SeriesRefused(refused)
     ids: list[int] = found  # type: ignore[assignment]  # every None was filled in or raised
+    if scanned.found_array is not None:  # a repeated request (remote_write_layout.py): ids distinct, none dropped
+        uids, counts, stamps, values = _columns(scanned.found_array, True, scanned)
+        stamp_bytes = scanned.stamp_varints if stamps is scanned.timestamps else None
+        return PreparedWrite(WriteColumns(uids, counts, stamps, values, new_labels, stamp_bytes), learnt,
+                             scanned.keys, ids)
     dropped: dict[int, int] = {}
     if min(ids) < 0:  # some series dropped by a rule: leave their entries and samples out
         keep = np.array([sid >= 0 for sid in ids], dtype=bool)

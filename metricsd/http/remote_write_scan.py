@@ -14,7 +14,7 @@ The top level is split by protobuf (a ``repeated bytes`` view of field 1); the l
 series are then walked in lock step with NumPy, one step per label. In the usual body every sample
 field has one size (a value and a timestamp of one varint width): the series' sample runs, laid
 end to end, are one table read through strided views, a few whole-array steps in all
-(:func:`_uniform_samples`). Otherwise the sample fields are walked too: one check of every sample
+(:func:`uniform_samples`). Otherwise the sample fields are walked too: one check of every sample
 at its series' stride when a series' samples have one length, field by field when not.
 Anything else (another field order, exemplars or histograms, a sample of uneven length in a long
 series, a malformed field) makes :func:`scan` return None and the caller takes the message path,
@@ -23,7 +23,7 @@ series, a malformed field) makes :func:`scan` return None and the caller takes t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -35,8 +35,8 @@ from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.rpc.columns import varints
 from metricsd.rpc.limits import Refusal, RequestLimits, check_counts
 
-__all__ = ["MAX_LABELS_PER_SERIES", "SPLIT_SPARE", "Scanned", "TooLarge", "bound_entries", "count_fields", "labels_key",
-           "scan", "scan_messages", "varints"]
+__all__ = ["MAX_LABELS_PER_SERIES", "SPLIT_SPARE", "Scanned", "TooLarge", "bound_entries", "count_fields",
+           "first_label_end", "labels_key", "scan", "scan_messages", "uniform_samples", "varints"]
 
 MAX_LABELS_PER_SERIES = 256
 """Label fields a series may carry in a remote-write body, before any relabel rule (a store keeps at
@@ -52,7 +52,7 @@ class Scanned:
     ``counts[i]`` samples, entry after entry, in ``timestamps`` / ``values`` as sent (not merged,
     not sorted)."""
 
-    keys: list[bytes]
+    keys: Sequence[bytes]
     counts: np.ndarray  # int64, per entry
     timestamps: np.ndarray  # int64
     values: np.ndarray  # float64
@@ -62,6 +62,8 @@ class Scanned:
     stamp_varints: bytes | np.ndarray | None = None
     # Every entry's series id, when scan found them all in the receiver's cache (see scan).
     found: list[int] | None = None
+    # ``found`` as uint64, when its ids are distinct and none is a rule's drop (remote_write_layout.py)
+    found_array: np.ndarray | None = None
 
 
 class TooLarge(ValueError):
@@ -181,15 +183,22 @@ def scan_messages(req: prom.WriteRequest, limits: RequestLimits | None = None) -
     return Scanned(keys, counts, np.array(ts_list, dtype=np.int64), np.array(v_list, dtype=np.float64))
 
 
+Known = Callable[[np.ndarray, np.ndarray, np.ndarray, list[int]], None]
+"""Told of a request read by the shortcut for cached series: where each series' label bytes start and
+end and where it ends (in the series laid end to end), and the ids found (remote_write_layout.py)."""
+
+
 def scan(raw: bytes, limits: RequestLimits | None = None,
-         cached: Callable[[list[bytes]], list[int | None]] | None = None) -> Scanned | None:
+         cached: Callable[[list[bytes]], list[int | None]] | None = None, on_known: Known | None = None
+         ) -> Scanned | None:
     """The fast path over a decompressed body, or None when it is not in the usual shape (see the
     module docstring). Raises google.protobuf.message.DecodeError when the top level is corrupt,
     TooLarge for more series than ``limits`` allow (counted before one is looked at) or a series of
     more than MAX_LABELS_PER_SERIES labels.
 
     ``cached``: the receiver's series cache lookup (SeriesCache.lookup); a request whose series it
-    all knows (a sender's live traffic) is read without the label walk (:func:`_known_layout`)."""
+    all knows (a sender's live traffic) is read without the label walk (:func:`_known_layout`), and
+    ``on_known`` is told its layout."""
     series = _SeriesBytes.FromString(raw).timeseries  # type: ignore[attr-defined]
     n = len(series)
     refusal = check_counts(n, 0, limits) if limits is not None else None
@@ -204,14 +213,14 @@ def scan(raw: bytes, limits: RequestLimits | None = None,
     starts[0] = 0
     starts[1:] = ends[:-1]
     if cached is not None:
-        known = _known_layout(joined, buf, starts, ends, cached)
+        known = _known_layout(joined, buf, starts, ends, cached, on_known)
         if known is not None:
             return known
     label_end = _walk_labels(buf, starts, ends)
     if label_end is None:
         return None
     keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
-    uniform = _uniform_samples(buf, label_end, ends)
+    uniform = uniform_samples(buf, label_end, ends)
     if uniform is not None:
         return Scanned(keys, *uniform)
     found = _walk_samples(buf, label_end, ends)
@@ -222,7 +231,7 @@ def scan(raw: bytes, limits: RequestLimits | None = None,
     return None if decoded is None else Scanned(keys, counts, *decoded)
 
 
-def _first_label_end(joined: bytes, end: int) -> int | None:
+def first_label_end(joined: bytes, end: int) -> int | None:
     """_walk_labels of the first series alone, a Python step a label (the NumPy walk costs the same
     for one series as for thousands); None past the usual (a length of more than two bytes, more
     than MAX_LABELS_PER_SERIES labels, an overrun)."""
@@ -243,7 +252,8 @@ def _first_label_end(joined: bytes, end: int) -> int | None:
 
 
 def _known_layout(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                  cached: Callable[[list[bytes]], list[int | None]]) -> Scanned | None:
+                  cached: Callable[[list[bytes]], list[int | None]], on_known: Known | None = None
+                  ) -> Scanned | None:
     """The usual live request without the label walk: every series laid out as the first (its
     label run the same number of bytes short of its end, where a sample field, 0x12, starts), and
     the label bytes so placed of every series in the cache; None when either fails.
@@ -252,7 +262,7 @@ def _known_layout(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.n
     protobuf) found it when the series was learnt, and a dict hit compares the bytes in full; so
     the walk over them would step field by field to their end, where the sample field's tag stops
     it: the same label end. Costs a bytes object a series, as the walk's keys do."""
-    first = _first_label_end(joined, int(ends[0]))
+    first = first_label_end(joined, int(ends[0]))
     if first is None:
         return None
     tail = int(ends[0]) - first
@@ -265,11 +275,15 @@ def _known_layout(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.n
     found = cached(keys)
     if None in found:
         return None
-    uniform = _uniform_samples(buf, label_end, ends)
-    return None if uniform is None else Scanned(keys, *uniform, found=cast(list[int], found))
+    uniform = uniform_samples(buf, label_end, ends)
+    if uniform is None:
+        return None
+    if on_known is not None:
+        on_known(starts, label_end, ends, cast(list[int], found))
+    return Scanned(keys, *uniform, found=cast(list[int], found))
 
 
-def _uniform_samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
+def uniform_samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """The usual body in one go: every sample field of every series is ``e`` bytes,
     0x12 (e-2) 0x09 <double> 0x10 <varint of w = e-12 bytes, w <= 8>. The series' sample runs,
