@@ -1,0 +1,274 @@
+"""The hot path (metricsd/http/hotpath.py) on a real server on 127.0.0.1: the same answers as
+aiohttp's route, requests in order on one connection, a connection handed to aiohttp for anything
+else, and hostile clients (a huge head, a trickled head, a pipelined flood that does not read) meet
+aiohttp's limits while other clients are answered."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+from http_fixtures import Env, pod_labels, start_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
+
+from metricsd.http import HttpSettings, stop_http
+from metricsd.http.hotpath import MAX_BODY, MAX_HEAD, parse_request
+
+GET = b"GET /api/v1/query?query=up HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+# --- parse_request: which requests the hot path answers (pure) -----------------------------------
+
+def test_a_simple_get_and_a_form_post_are_taken() -> None:
+    req = parse_request(GET + b"rest")
+    assert req is not None and req.name == "/api/v1/query" and req.size == len(GET)
+    params, chosen = req.params()
+    assert params.get("query") == "up" and chosen is None
+    body = b"query=rate(x%5B5m%5D)&start=1&end=2&step=1"
+    post = (b"POST /api/v1/query_range?consistency=quorum HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: " + str(len(body)).encode()
+            + b"\r\n\r\n" + body)
+    req = parse_request(post)
+    assert req is not None and req.name == "/api/v1/query_range" and req.size == len(post)
+    params, chosen = req.params()
+    assert params.get("query") == "rate(x[5m])" and params.get("step") == "1" and chosen == "quorum"
+
+
+@pytest.mark.parametrize("raw", [
+    b"GET /api/v1/series?match[]=up HTTP/1.1\r\n\r\n",  # another route
+    b"GET /api/v1/query?query=up HTTP/1.0\r\n\r\n",  # another version
+    b"HEAD /api/v1/query?query=up HTTP/1.1\r\n\r\n",
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nAccept: x\r\n",  # the head not whole yet
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nX-A: 1\r\n folded\r\n\r\n",
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nX-A : 1\r\n\r\n",
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nX-A: 1\nX-B: 2\r\n\r\n",  # a bare LF
+    b"GET /api/v1/query?query=\xc3\xa9 HTTP/1.1\r\n\r\n",  # not ASCII
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",  # a GET with a body
+    b"POST /api/v1/query HTTP/1.1\r\nContent-Length: 10\r\n\r\nquery=",  # the body not whole yet
+    b"POST /api/v1/query HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nX-Big: " + b"a" * MAX_HEAD + b"\r\n\r\n",
+    b"POST /api/v1/query HTTP/1.1\r\nContent-Length: " + str(MAX_BODY + 1).encode() + b"\r\n\r\n"
+    + b"q" * (MAX_BODY + 1),
+])
+def test_anything_else_goes_to_aiohttp(raw: bytes) -> None:
+    with_host = raw.replace(b"\r\n", b"\r\nHost: x\r\n", 1)  # each case's own defect refuses it
+    assert parse_request(with_host) is None
+
+
+def test_a_request_without_host_goes_to_aiohttp_which_answers_400() -> None:
+    assert parse_request(b"GET /api/v1/query?query=up HTTP/1.1\r\n\r\n") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.sampled_from([b"", GET, b"POST /api/v1/query HTTP/1.1\r\nContent-Length: 5"]))
+def test_any_bytes_are_taken_whole_or_handed_over(tail: bytes, prefix: bytes) -> None:
+    req = parse_request(prefix + tail)
+    assert req is None or 0 < req.size <= len(prefix + tail)
+
+
+# --- a real server -------------------------------------------------------------------------------
+
+@pytest.fixture
+async def hot() -> AsyncIterator[Env]:
+    e = await start_env(HttpSettings(access_log=False, client_max_size=1 << 20))
+    await e.write({pod_labels("up", "p1"): ([590_000], [1.0]), pod_labels("up", "p2"): ([590_000], [2.0])})
+    try:
+        yield e
+    finally:
+        await e.session.close()
+        await stop_http(e.runner)  # type: ignore[arg-type]
+
+
+def _port(env: Env) -> int:
+    return int(env.url.rsplit(":", 1)[1])
+
+
+async def _response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return int(lines[0].split()[1]), headers, body
+
+
+def _get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+
+
+async def test_the_hot_path_answers_as_aiohttp_does() -> None:
+    envs = [await start_env(HttpSettings(access_log=False, hot_path=on)) for on in (True, False)]
+    try:
+        for e in envs:
+            await e.write({pod_labels("up", "p1"): ([590_000], [1.0]), pod_labels("up", "p2"): ([590_000], [2.5])})
+        asks = [("get", "/api/v1/query", {"query": "sum(up)"}), ("get", "/api/v1/query", {"query": "up"}),
+                ("post", "/api/v1/query", {"query": "up", "time": "595"}),
+                ("get", "/api/v1/query_range", {"query": "rate(up[5m])", "start": "500", "end": "600", "step": "10"}),
+                ("post", "/api/v1/query_range", {"query": "up", "start": "500", "end": "600", "step": "10"}),
+                ("get", "/api/v1/query", {}), ("get", "/api/v1/query", {"query": "up{"}),
+                ("get", "/api/v1/query", {"query": "up", "time": "yesterday"}),
+                ("get", "/api/v1/query", {"query": "up", "consistency": "bogus"}),
+                ("get", "/api/v1/query_range", {"query": "up", "start": "600", "end": "500", "step": "10"})]
+        for method, path, params in asks:
+            got = []
+            for e in envs:
+                kw = {"params": params} if method == "get" else {"data": params}
+                async with e.session.request(method, e.url + path, **kw) as r:  # type: ignore[arg-type]
+                    got.append((r.status, r.content_type, json.loads(await r.read())))
+            assert got[0] == got[1], (method, path, params)
+        text = generate_latest(envs[0].registry).decode()
+        hot_counts = [ln for ln in text.splitlines() if "requests_total" in ln and "/api/v1/query" in ln]
+        assert any('code="400"' in ln for ln in hot_counts) and any('code="200"' in ln for ln in hot_counts)
+    finally:
+        for e in envs:
+            await e.session.close()
+            await stop_http(e.runner)  # type: ignore[arg-type]
+
+
+async def test_pipelined_requests_are_answered_in_order_and_other_routes_hand_the_connection_over(hot: Env) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", _port(hot))
+    try:
+        writer.write(_get("/api/v1/query?query=sum(up)") + _get("/api/v1/query?query=count(up)")
+                     + _get("/api/v1/query?query=max(up)"))
+        values = []
+        for _ in range(3):
+            status, _, body = await _response(reader)
+            assert status == 200
+            values.append(json.loads(body)["data"]["result"][0]["value"][1])
+        assert values == ["3", "2", "2"]
+        # another route: aiohttp answers it, and then the rest of this connection
+        writer.write(_get("/api/v1/status/buildinfo") + _get("/api/v1/query?query=min(up)"))
+        status, _, body = await _response(reader)
+        assert status == 200 and json.loads(body)["data"]["application"] == "metricsd"
+        status, _, body = await _response(reader)
+        assert status == 200 and json.loads(body)["data"]["result"][0]["value"][1] == "1"
+    finally:
+        writer.close()
+
+
+async def test_a_head_sent_in_pieces_is_answered(hot: Env) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", _port(hot))
+    try:
+        raw = _get("/api/v1/query?query=sum(up)")
+        writer.write(raw[:10])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(raw[10:])
+        status, _, body = await _response(reader)
+        assert status == 200 and json.loads(body)["data"]["result"][0]["value"][1] == "3"
+    finally:
+        writer.close()
+
+
+async def test_connection_close_is_honoured(hot: Env) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", _port(hot))
+    writer.write(b"GET /api/v1/query?query=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    status, headers, _ = await _response(reader)
+    assert status == 200 and headers["connection"] == "close"
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # the server closed it
+    writer.close()
+
+
+async def _answered(env: Env) -> None:
+    async with env.session.get(env.url + "/api/v1/query", params={"query": "sum(up)"}) as r:
+        assert r.status == 200 and (await r.json())["data"]["result"][0]["value"][1] == "3"
+
+
+async def test_a_huge_head_meets_aiohttps_limit_while_others_are_answered(hot: Env) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", _port(hot))
+    try:
+        writer.write(b"GET /api/v1/query?query=up HTTP/1.1\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n")
+        await _answered(hot)
+        status, _, body = await asyncio.wait_for(_response(reader), 10)
+        assert status in (400, 431) and body  # aiohttp's "Got more than 8190 bytes" answer
+    finally:
+        writer.close()
+
+
+async def test_a_trickled_head_holds_no_one_up(hot: Env) -> None:
+    """Slowloris: a head sent a byte at a time is aiohttp's to wait for; other clients are answered."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", _port(hot))
+    try:
+        for b in b"GET /api/v1/query?query=sum(u":
+            writer.write(bytes([b]))
+            await writer.drain()
+        await asyncio.wait_for(_answered(hot), 5)
+        writer.write(b"p) HTTP/1.1\r\nHost: x\r\n\r\n")  # finished at last: still answered, by aiohttp
+        status, _, body = await asyncio.wait_for(_response(reader), 10)
+        assert status == 200 and json.loads(body)["data"]["result"][0]["value"][1] == "3"
+    finally:
+        writer.close()
+
+
+async def test_a_pipelined_flood_that_is_not_read_holds_no_one_up(hot: Env) -> None:
+    """A client that sends thousands of queries without reading their answers: its connection
+    pauses (the transport's write buffer, then MAX_PENDING), others are answered, and every answer
+    arrives in order once it reads."""
+    n = 3000
+    reader, writer = await asyncio.open_connection("127.0.0.1", _port(hot))
+    try:
+        writer.write(_get("/api/v1/query_range?query=up&start=0&end=600&step=1") * n)
+        await asyncio.sleep(0.5)
+        await asyncio.wait_for(_answered(hot), 10)
+        for _ in range(n):
+            status, _, _ = await asyncio.wait_for(_response(reader), 30)
+            assert status == 200
+    finally:
+        writer.close()
+
+
+async def test_a_form_body_past_the_limit_is_413_and_a_small_one_answered() -> None:
+    env = await start_env(HttpSettings(client_max_size=1024, access_log=False))
+    try:
+        async with env.session.post(env.url + "/api/v1/query", data={"query": "1+" * 600 + "1"}) as r:
+            assert r.status == 413 and (await r.json())["errorType"] == "too_large"
+        async with env.session.post(env.url + "/api/v1/query", data={"query": "1+1"}) as r:
+            assert r.status == 200 and (await r.json())["data"]["result"][1] == "2"
+    finally:
+        await env.session.close()
+        await stop_http(env.runner)  # type: ignore[arg-type]
+
+
+async def test_stop_closes_idle_hot_connections_and_lets_one_in_flight_finish() -> None:
+    hot = await start_env(HttpSettings(access_log=False))
+    await hot.write({pod_labels("up", "p1"): ([590_000], [1.0])})
+    idle_r, idle_w = await asyncio.open_connection("127.0.0.1", _port(hot))
+    idle_w.write(_get("/api/v1/query?query=1"))
+    assert (await _response(idle_r))[0] == 200
+    slow_r, slow_w = await asyncio.open_connection("127.0.0.1", _port(hot))
+    real = hot.backend.read_columns
+
+    async def slow(*args: object, **kwargs: object) -> object:
+        await asyncio.sleep(0.5)
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    hot.backend.read_columns = slow  # type: ignore[method-assign]
+    slow_w.write(_get("/api/v1/query_range?query=rate(up[5m])&start=500&end=600&step=10"))
+    await asyncio.sleep(0.1)
+    await stop_http(hot.runner)  # type: ignore[arg-type]
+    status, _, _ = await asyncio.wait_for(_response(slow_r), 10)
+    assert status == 200
+    assert await asyncio.wait_for(idle_r.read(), 5) == b""
+    idle_w.close()
+    slow_w.close()
+    await hot.session.close()
+
+
+async def test_the_hot_path_writes_the_access_log(caplog: pytest.LogCaptureFixture) -> None:
+    env = await start_env(HttpSettings(access_log=True))
+    try:
+        with caplog.at_level(logging.INFO, logger="metricsd.http.access"):
+            async with env.session.get(env.url + "/api/v1/query", params={"query": "1"}) as r:
+                assert r.status == 200
+    finally:
+        await env.session.close()
+        await stop_http(env.runner)  # type: ignore[arg-type]
+    lines = [r.getMessage() for r in caplog.records if r.name == "metricsd.http.access"]
+    assert any('"GET /api/v1/query?query=1 HTTP/1.1" 200' in line for line in lines), lines
