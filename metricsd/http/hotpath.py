@@ -44,6 +44,7 @@ from urllib.parse import parse_qsl
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from multidict import MultiDict
+from yarl import URL
 
 from metricsd.clock import Clock
 from metricsd.http.auth import refusal
@@ -90,12 +91,16 @@ class HotRequest:
 
     def params(self) -> tuple[Params, str | None]:
         """The query string's parameters, then a form body's (as metricsd/http/params.py reads
-        them), and the query string's read consistency (server.py reads it there alone)."""
-        pairs = parse_qsl(self.query, keep_blank_values=True)
-        chosen = next((v for k, v in pairs if k == CONSISTENCY_PARAM), None)
+        them), and the query string's read consistency (server.py reads it there alone). The query
+        string is decoded by yarl, as aiohttp's ``request.query``; a form body by parse_qsl, as
+        aiohttp's ``request.post()``."""
+        query = URL.build(query_string=self.query, encoded=True).query
+        chosen = query.get(CONSISTENCY_PARAM)
         if self.body and self.headers.get(b"content-type", "").partition(";")[0].strip().lower() == _FORM:
-            pairs += parse_qsl(self.body.decode("utf-8", "replace"), keep_blank_values=True)
-        return Params(MultiDict(pairs)), chosen
+            merged = MultiDict(query)
+            merged.extend(parse_qsl(self.body.decode("utf-8", "replace"), keep_blank_values=True))
+            return Params(merged), chosen
+        return Params(query), chosen
 
 
 def parse_request(buf: bytes, max_body: int = MAX_BODY) -> HotRequest | None:
