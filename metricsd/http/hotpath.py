@@ -55,7 +55,7 @@ from metricsd.rpc.consistency import CONSISTENCY_HEADER, CONSISTENCY_PARAM, Cons
 from metricsd.rpc.missing import collecting
 from metricsd.security.auth import Authenticator
 
-__all__ = ["MAX_BODY", "MAX_HEAD", "MAX_PENDING", "HotQueries", "HotServer", "HotSite", "parse_request"]
+__all__ = ["GZIP_ON_LOOP", "MAX_BODY", "MAX_HEAD", "MAX_PENDING", "HotQueries", "HotServer", "HotSite", "parse_request"]
 
 log = logging.getLogger("metricsd.http")
 ACCESS_LOG = logging.getLogger("metricsd.http.access")
@@ -64,6 +64,7 @@ MAX_HEAD = 8190  # aiohttp's line limit: a longer request line and headers go to
 MAX_BODY = 64 * 1024  # a query's form body; larger ones go to aiohttp (413 past client_max_size)
 MAX_PENDING = 256 * 1024  # bytes held while a request is answered, before reading pauses
 IDLE_TIMEOUT_S = 75.0  # a connection with no request for this long is closed
+GZIP_ON_LOOP = 1 << 20  # a larger answer is compressed on a worker thread, as aiohttp does
 
 _PATHS = {b"/api/v1/query": "/api/v1/query", b"/api/v1/query_range": "/api/v1/query_range"}
 _INSTANT = {"/api/v1/query": True, "/api/v1/query_range": False}
@@ -313,7 +314,8 @@ class HotProtocol(asyncio.Protocol):
             return
         if (len(body) >= self.server.settings.gzip_min_bytes
                 and "gzip" in req.headers.get(b"accept-encoding", "").lower()):
-            body = zlib.compress(body, 6, wbits=31)
+            body = (zlib.compress(body, 6, wbits=31) if len(body) <= GZIP_ON_LOOP else  # zlib lets the GIL go
+                    await asyncio.to_thread(zlib.compress, body, 6, wbits=31))
             extra += "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n"
         close = req.close or self.server.closing
         head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"

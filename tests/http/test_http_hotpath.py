@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import zlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from metricsd.http import HttpSettings, stop_http
-from metricsd.http.hotpath import MAX_BODY, MAX_HEAD, parse_request
+from metricsd.http.hotpath import GZIP_ON_LOOP, MAX_BODY, MAX_HEAD, parse_request
 
 GET = b"GET /api/v1/query?query=up HTTP/1.1\r\nHost: x\r\n\r\n"
 
@@ -272,3 +273,27 @@ async def test_the_hot_path_writes_the_access_log(caplog: pytest.LogCaptureFixtu
         await stop_http(env.runner)  # type: ignore[arg-type]
     lines = [r.getMessage() for r in caplog.records if r.name == "metricsd.http.access"]
     assert any('"GET /api/v1/query?query=1 HTTP/1.1" 200' in line for line in lines), lines
+
+
+async def test_answers_past_the_gzip_size_are_gzipped_on_the_loop_or_a_thread() -> None:
+    env = await start_env(HttpSettings(gzip_min_bytes=1024, access_log=False))
+    try:
+        series = {pod_labels("up", f"p{i}", extra_label="x" * 200): ([590_000], [float(i)]) for i in range(6000)}
+        await env.write(series)
+        for query, least in (("topk(20, up)", 1024), ("up", GZIP_ON_LOOP)):  # the loop's, then a thread's
+            reader, writer = await asyncio.open_connection("127.0.0.1", _port(env))
+            try:
+                writer.write(f"GET /api/v1/query?query={query.replace(' ', '%20')} HTTP/1.1\r\nHost: x\r\n"
+                             "Accept-Encoding: gzip\r\n\r\n".encode())
+                status, headers, body = await asyncio.wait_for(_response(reader), 30)
+            finally:
+                writer.close()
+            plain = zlib.decompress(body, wbits=31)
+            assert status == 200 and headers["content-encoding"] == "gzip" and len(plain) > least
+            assert len(json.loads(plain)["data"]["result"]) == (20 if query != "up" else 6000)
+        async with env.session.get(env.url + "/api/v1/query", params={"query": "1"},
+                                   headers={"Accept-Encoding": "gzip"}) as r:
+            assert r.status == 200 and "Content-Encoding" not in r.headers  # too small to be worth it
+    finally:
+        await env.session.close()
+        await stop_http(env.runner)  # type: ignore[arg-type]
