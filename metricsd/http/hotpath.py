@@ -8,8 +8,8 @@ request itself only when it is plainly simple and already whole in the bytes rec
 
 - an HTTP/1.1 GET, or a POST with a ``Content-Length`` body of at most :data:`MAX_BODY` bytes,
   of exactly one of the two paths, its request line and headers printable ASCII within
-  :data:`MAX_HEAD` bytes, no ``Transfer-Encoding``, ``Expect``, ``Upgrade``, repeated
-  ``Content-Length`` or header folding, and a ``Host`` (HTTP/1.1's, which aiohttp requires).
+  :data:`MAX_HEAD` bytes, no ``Transfer-Encoding``, ``Expect``, ``Upgrade``, repeated header
+  or header folding, and a ``Host`` (HTTP/1.1's, which aiohttp requires).
 
 Anything else (another route, a head or body not yet whole, a bigger or stranger request) hands the
 connection over to aiohttp's own protocol for good, with the bytes received so far: aiohttp then
@@ -128,10 +128,10 @@ def parse_request(buf: bytes, max_body: int = MAX_BODY) -> HotRequest | None:
         if not sep or not key or key != key.strip() or b" " in key or b"\t" in key:
             return None  # folding, a space before the colon, no name
         key = key.lower()
-        if key in _UNSAFE or (key in headers and key in (b"content-length", b"host")):
+        if key in _UNSAFE or key in headers:  # a repeated header: aiohttp reads it as it does
             return None
         text = value.strip().decode("ascii")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        headers[key] = text
     if b"host" not in headers:
         return None  # aiohttp answers 400: HTTP/1.1 requires it
     length_text = headers.get(b"content-length", "0")

@@ -48,6 +48,7 @@ def test_a_simple_get_and_a_form_post_are_taken() -> None:
     b"GET /api/v1/query?query=up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
     b"GET /api/v1/query?query=up HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
     b"GET /api/v1/query?query=up HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+    b"GET /api/v1/query?query=up HTTP/1.1\r\nAuthorization: Bearer a\r\nauthorization: Bearer b\r\n\r\n",
     b"GET /api/v1/query?query=up HTTP/1.1\r\nX-A: 1\r\n folded\r\n\r\n",
     b"GET /api/v1/query?query=up HTTP/1.1\r\nX-A : 1\r\n\r\n",
     b"GET /api/v1/query?query=up HTTP/1.1\r\nX-A: 1\nX-B: 2\r\n\r\n",  # a bare LF
