@@ -8,17 +8,27 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import zlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from http_fixtures import Env, pod_labels, start_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
-from metricsd.http import HttpSettings, stop_http
+from metricsd.clock import SystemClock
+from metricsd.http import HttpSettings, serve_http, stop_http
 from metricsd.http.hotpath import GZIP_ON_LOOP, MAX_BODY, MAX_HEAD, parse_request
+from metricsd.security.auth import Authenticator
+from metricsd.security.certs import LocalPKI
+from metricsd.security.settings import ServerSecurity
+from metricsd.security.tls import ServerTLS
+from metricsd.security.tokens import TokenFile, hash_token
+from metricsd.store.api import LocalBackend, StoreAPI
+from metricsd.store.engine import Store
 
 GET = b"GET /api/v1/query?query=up HTTP/1.1\r\nHost: x\r\n\r\n"
 
@@ -251,7 +261,7 @@ async def test_stop_closes_idle_hot_connections_and_lets_one_in_flight_finish() 
         await asyncio.sleep(0.5)
         return await real(*args, **kwargs)  # type: ignore[arg-type]
 
-    hot.backend.read_columns = slow  # type: ignore[method-assign]
+    hot.backend.read_columns = slow  # type: ignore[method-assign,assignment]
     slow_w.write(_get("/api/v1/query_range?query=rate(up[5m])&start=500&end=600&step=10"))
     await asyncio.sleep(0.1)
     await stop_http(hot.runner)  # type: ignore[arg-type]
@@ -298,3 +308,33 @@ async def test_answers_past_the_gzip_size_are_gzipped_on_the_loop_or_a_thread() 
     finally:
         await env.session.close()
         await stop_http(env.runner)  # type: ignore[arg-type]
+
+
+async def test_over_tls_with_tokens_a_connection_answers_hot_then_hands_over(pki: LocalPKI, tmp_path: Path) -> None:
+    """TLS and tokens on the hot path, then another route on the same TLS connection (the hand-off
+    moves an encrypted transport to aiohttp), then the hot path's 401 again through aiohttp."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"graf read {hash_token('r')}\n")
+    security = ServerSecurity(ServerTLS(pki.cert, pki.key), Authenticator(TokenFile(tokens)))
+    runner, port = await serve_http(LocalBackend(StoreAPI(Store())), "127.0.0.1", 0, CollectorRegistry(),
+                                    SystemClock(), security=security)
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+    try:
+        auth = "Authorization: Bearer r\r\n"
+        writer.write(f"GET /api/v1/query?query=1%2B1 HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode()
+                     + b"GET /api/v1/query?query=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                     + f"GET /api/v1/status/buildinfo HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode()
+                     + b"GET /api/v1/query?query=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body = await asyncio.wait_for(_response(reader), 10)
+        assert status == 200 and json.loads(body)["data"]["result"][1] == "2"
+        status, headers, body = await asyncio.wait_for(_response(reader), 10)
+        assert status == 401 and headers["www-authenticate"] == 'Bearer realm="metricsd"'
+        assert json.loads(body)["errorType"] == "unauthorized"
+        status, _, body = await asyncio.wait_for(_response(reader), 10)
+        assert status == 200 and json.loads(body)["data"]["application"] == "metricsd"
+        status, headers, _ = await asyncio.wait_for(_response(reader), 10)
+        assert status == 401 and headers["www-authenticate"] == 'Bearer realm="metricsd"'
+    finally:
+        writer.close()
+        await stop_http(runner)
