@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from metricsd.clock import SystemClock
 from metricsd.http import HttpSettings, serve_http, stop_http
-from metricsd.http.hotpath import GZIP_ON_LOOP, MAX_BODY, MAX_HEAD, parse_request
+from metricsd.http.hotpath import GZIP_ON_LOOP, MAX_BODY, MAX_HEAD, HotSite, parse_request
 from metricsd.security.auth import Authenticator
 from metricsd.security.certs import LocalPKI
 from metricsd.security.settings import ServerSecurity
@@ -338,3 +338,19 @@ async def test_over_tls_with_tokens_a_connection_answers_hot_then_hands_over(pki
     finally:
         writer.close()
         await stop_http(runner)
+
+
+async def test_a_query_keeps_its_connection_on_the_hot_path_and_another_route_hands_it_over(hot: Env) -> None:
+    sites = [s for s in hot.runner.sites if isinstance(s, HotSite)]  # type: ignore[attr-defined]
+    assert len(sites) == 1 and sites[0].hot_server is not None
+    conns = sites[0].hot_server.connections
+    reader, writer = await asyncio.open_connection("127.0.0.1", _port(hot))
+    try:
+        writer.write(_get("/api/v1/query?query=sum(up)"))
+        assert (await _response(reader))[0] == 200
+        assert len(conns) == 1  # answered by the hot path, still its connection
+        writer.write(_get("/api/v1/labels"))
+        assert (await _response(reader))[0] == 200
+        assert len(conns) == 0  # aiohttp's now
+    finally:
+        writer.close()
