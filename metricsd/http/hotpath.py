@@ -295,14 +295,14 @@ class HotProtocol(asyncio.Protocol):
         """Answer the next request held, or hand the connection to aiohttp."""
         if self.transport is None or self.task is not None or self.write_paused or not self.buf:
             return
-        if self.read_paused:
-            self.transport.resume_reading()
-            self.read_paused = False
         req = parse_request(self.buf, self.server.max_body)
         if req is None or self.server.closing:
             self._hand_off()
             return
         self.buf = self.buf[req.size:]
+        if self.read_paused and len(self.buf) <= MAX_PENDING:  # not after every answer: once drained
+            self.transport.resume_reading()
+            self.read_paused = False
         self.task = asyncio.get_running_loop().create_task(self._answer(req))
 
     async def _answer(self, req: HotRequest) -> None:
@@ -359,6 +359,9 @@ class HotProtocol(asyncio.Protocol):
         handler = self.server.fallback()
         transport.set_protocol(handler)
         handler.connection_made(transport)
+        if self.read_paused:  # aiohttp pauses and resumes reading on its own
+            transport.resume_reading()
+            self.read_paused = False
         buf, self.buf = self.buf, b""
         if buf:
             handler.data_received(buf)

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from metricsd.clock import SystemClock
 from metricsd.http import HttpSettings, serve_http, stop_http
-from metricsd.http.hotpath import GZIP_ON_LOOP, MAX_BODY, MAX_HEAD, HotSite, parse_request
+from metricsd.http.hotpath import GZIP_ON_LOOP, MAX_BODY, MAX_HEAD, MAX_PENDING, HotSite, parse_request
 from metricsd.security.auth import Authenticator
 from metricsd.security.certs import LocalPKI
 from metricsd.security.settings import ServerSecurity
@@ -220,18 +220,33 @@ async def test_a_trickled_head_holds_no_one_up(hot: Env) -> None:
 
 
 async def test_a_pipelined_flood_that_is_not_read_holds_no_one_up(hot: Env) -> None:
-    """A client that sends thousands of queries without reading their answers: its connection
-    pauses (the transport's write buffer, then MAX_PENDING), others are answered, and every answer
-    arrives in order once it reads."""
-    n = 3000
+    """A client that sends a thousand 2 KB queries of 10 KB answers without reading them: the
+    answers fill the socket and the transport's write buffer, the connection stops answering, holds
+    at most MAX_PENDING bytes more (plus one read) and stops reading; others are answered; every
+    answer arrives in order once it reads."""
+    n = 1000
+    sites = [s for s in hot.runner.sites if isinstance(s, HotSite)]  # type: ignore[attr-defined]
+    assert sites and sites[0].hot_server is not None
+    conns = sites[0].hot_server.connections
     reader, writer = await asyncio.open_connection("127.0.0.1", _port(hot))
     try:
-        writer.write(_get("/api/v1/query_range?query=up&start=0&end=600&step=1") * n)
-        await asyncio.sleep(0.5)
+        one = (b"GET /api/v1/query_range?query=vector(1)&start=0&end=1000&step=1 HTTP/1.1\r\nHost: x\r\n"
+               b"X-Pad: " + b"p" * 2000 + b"\r\n\r\n")
+        writer.write(one * n)
+        port = writer.get_extra_info("sockname")[1]
+        await asyncio.sleep(0.1)
+        (flood,) = [c for c in conns if c.transport is not None and c.transport.get_extra_info("peername")[1] == port]
+        for _ in range(400):  # until its answers fill the socket (a loaded machine: seconds)
+            assert len(flood.buf) <= MAX_PENDING + 256 * 1024, len(flood.buf)  # held: MAX_PENDING and one read
+            assert flood.read_paused or len(flood.buf) <= MAX_PENDING
+            if flood.write_paused:
+                break
+            await asyncio.sleep(0.05)
+        assert flood.write_paused
         await asyncio.wait_for(_answered(hot), 10)
         for _ in range(n):
-            status, _, _ = await asyncio.wait_for(_response(reader), 30)
-            assert status == 200
+            status, _, body = await asyncio.wait_for(_response(reader), 30)
+            assert status == 200 and len(body) > 9_000
     finally:
         writer.close()
 
