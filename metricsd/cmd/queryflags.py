@@ -38,6 +38,9 @@ def add_query_arguments(p: argparse.ArgumentParser) -> None:
                    help="nesting of (), [] and {}; past it 400 before parsing (default %(default)s)")
     g.add_argument("--query.max-operators", dest="query_max_operators", type=int, default=q.max_operators,
                    help="binary operators in a query; past it 400 before parsing (default %(default)s)")
+    g.add_argument("--http.hot-path", dest="http_hot_path", action=argparse.BooleanOptionalAction,
+                   default=d.hot_path, help="answer small /api/v1/query and /query_range requests below aiohttp's "
+                                            "web layer (metricsd/http/hotpath.py; default %(default)s)")
 
 
 def add_remote_write_arguments(p: argparse.ArgumentParser) -> None:
@@ -90,7 +93,8 @@ def http_settings_from_args(args: argparse.Namespace, base: HttpSettings | None 
     if args.query_timeout <= 0 or args.query_max_samples <= 0:
         raise ValueError("--query.timeout and --query.max-samples must be positive")
     settings = dataclasses.replace(base or HttpSettings(), request_timeout_s=args.query_timeout,
-                                   max_samples=args.query_max_samples, query_limits=limits)
+                                   max_samples=args.query_max_samples, query_limits=limits,
+                                   hot_path=getattr(args, "http_hot_path", True))
     if not hasattr(args, "rw_pod_from"):
         return settings
     pods = tuple(x.strip() for x in args.rw_pod_from.split(",") if x.strip())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -26,13 +27,14 @@ from aiohttp import web
 from metricsd import __version__
 from metricsd.clock import Clock
 from metricsd.columns import LabelColumns, SeriesColumns
-from metricsd.http.jsonbody import json_response
+from metricsd.http.jsonbody import dumps, json_response
 from metricsd.http.params import ApiError, Params, bad, positive_int, query_timeout_s, range_ms, read_params
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.promql import to_prometheus_json
 from metricsd.promql.limits import QueryLimitError, refused_by_store
 from metricsd.promql.queries import QueryRunner
+from metricsd.promql.values import Result
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import LimitExceeded, MetricsBackend
 from metricsd.rpc.columnar import list_columns
@@ -82,38 +84,40 @@ class PromAPI:
         app.router.add_get("/api/v1/metadata", self.metadata)
 
     async def query(self, request: web.Request) -> web.Response:
-        params = await read_params(request)
-        expr = params.require("query")
-        t = params.time_ms("time", self.clock.now_ms())
-        started = self.clock.monotonic()
-        try:
-            timeout = query_timeout_s(params, self.settings.request_timeout_s)
-            async with asyncio.timeout(timeout):
-                result, path = await self.runner.instant(expr, t, timeout_s=timeout)
-        except TimeoutError:
-            raise ApiError("timeout", "query timed out in expression evaluation") from None
-        except QueryLimitError as e:
-            self.metrics.queries_refused.labels(limit=e.limit).inc()
-            raise
-        self._observe(path, started)
-        return success(to_prometheus_json(result))
+        return _json_body_response(await self.query_body(await read_params(request)))
 
     async def query_range(self, request: web.Request) -> web.Response:
-        params = await read_params(request)
+        return _json_body_response(await self.query_range_body(await read_params(request)))
+
+    async def query_body(self, params: Params) -> bytes:
+        """/api/v1/query's answer body from its parameters; aiohttp's route and the hot path
+        (metricsd/http/hotpath.py) both call it, so the two answer alike."""
+        expr = params.require("query")
+        t = params.time_ms("time", self.clock.now_ms())
+        return await self._evaluate(params, lambda timeout: self.runner.instant(expr, t, timeout_s=timeout))
+
+    async def query_range_body(self, params: Params) -> bytes:
+        """/api/v1/query_range's answer body from its parameters (see query_body)."""
         expr = params.require("query")
         start, end, step = range_ms(params)
+        return await self._evaluate(params, lambda timeout: self.runner.range(expr, start, end, step,
+                                                                              timeout_s=timeout))
+
+    async def _evaluate(self, params: Params,
+                        run: Callable[[float], Awaitable[tuple[Result, str]]]) -> bytes:
+        """``run(timeout)`` under the query's time limit, its errors as the API's, its path timed."""
         started = self.clock.monotonic()
         try:
             timeout = query_timeout_s(params, self.settings.request_timeout_s)
             async with asyncio.timeout(timeout):
-                result, path = await self.runner.range(expr, start, end, step, timeout_s=timeout)
+                result, path = await run(timeout)
         except TimeoutError:
             raise ApiError("timeout", "query timed out in expression evaluation") from None
         except QueryLimitError as e:
             self.metrics.queries_refused.labels(limit=e.limit).inc()
             raise
         self._observe(path, started)
-        return success(to_prometheus_json(result))
+        return dumps({"status": "success", "data": to_prometheus_json(result)})
 
     def _check_window(self, params: Params) -> None:
         start = params.time_ms("start", -(2**62))
@@ -200,6 +204,10 @@ class PromAPI:
 
     async def metadata(self, request: web.Request) -> web.Response:
         return success({})
+
+
+def _json_body_response(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json", charset="utf-8")
 
 
 def _raw_success(data_json: str) -> web.Response:

@@ -21,6 +21,7 @@ from metricsd.http.auth import auth_middleware
 from metricsd.http.consumers import DocumentProvider, add_consumer_routes
 from metricsd.http.dashboard import add_dashboard_routes
 from metricsd.http.export import ExportAPI
+from metricsd.http.hotpath import HotQueries, HotSite
 from metricsd.http.looplag import run_lag_monitor
 from metricsd.http.native import NativeAPI
 from metricsd.http.params import ApiError, error_body
@@ -28,7 +29,7 @@ from metricsd.http.promapi import PromAPI
 from metricsd.http.remote_write import RemoteWriteReceiver
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
-from metricsd.http.wholehttp import whole_query_middleware
+from metricsd.http.wholehttp import whole_answer, whole_query_middleware
 from metricsd.promql import PromQLError
 from metricsd.promql.queries import QueryRunner
 from metricsd.rpc import consistency
@@ -47,6 +48,7 @@ ACCESS_LOG_FORMAT = '%a "%r" %s %b %Tf "%{User-Agent}i"'
 
 SETTINGS_KEY = web.AppKey("settings", HttpSettings)
 METRICS_KEY = web.AppKey("metrics", SelfMetrics)
+HOT_KEY = web.AppKey("hot", HotQueries)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -83,13 +85,17 @@ def read_consistency(request: web.Request) -> Consistency:
     ``X-Metricsd-Consistency`` header (the parameter wins); by default ONE on the Prometheus API
     (dashboards: one replica, hedged), QUORUM elsewhere (the native API, which the consumers'
     pages and scripts read). Raises ApiError (400) for an unknown value."""
-    text = request.query.get(CONSISTENCY_PARAM) or request.headers.get(CONSISTENCY_HEADER)
+    return consistency_of(request.query.get(CONSISTENCY_PARAM) or request.headers.get(CONSISTENCY_HEADER),
+                          request.path)
+
+
+def consistency_of(text: str | None, path: str) -> Consistency:
+    """read_consistency from the parameter's (or else the header's) text and the request's path."""
     if text:
         try:
             return consistency.parse(text)
         except ValueError as e:
             raise ApiError("bad_data", f'invalid parameter "{CONSISTENCY_PARAM}": {e}') from None
-    path = request.path
     if path.startswith(PROMETHEUS_PREFIX) and not path.startswith(NATIVE_PREFIX):
         return Consistency.ONE
     return Consistency.QUORUM
@@ -102,13 +108,52 @@ def _with_missing(resp: web.StreamResponse, missing: list[Missing], native: bool
     if not isinstance(resp, web.Response) or resp.content_type != "application/json" or not isinstance(
             resp.body, bytes):
         return resp
-    doc = json.loads(resp.body)
-    if not isinstance(doc, dict):
+    body = body_with_missing(resp.body, missing, native)
+    if body is resp.body:
         return resp
+    return web.Response(body=body, status=resp.status, content_type="application/json", charset="utf-8")
+
+
+def body_with_missing(body: bytes, missing: list[Missing], native: bool) -> bytes:
+    """_with_missing on a JSON body's bytes (the same body when it is not an object)."""
+    doc = json.loads(body)
+    if not isinstance(doc, dict):
+        return body
     doc["warnings"] = [*doc.get("warnings", []), *(warning(m) for m in missing)]
     if native:
         doc["missingClusters"] = [{"cluster": m.cluster, "reason": m.reason} for m in missing]
-    return web.json_response(doc, status=resp.status)
+    return json.dumps(doc).encode()
+
+
+class RequestMetrics:
+    """The request counter and duration children per route, kept: prometheus_client's labels()
+    takes a lock and builds a key on every call. Bounded by the routes times the status codes."""
+
+    def __init__(self, metrics: SelfMetrics) -> None:
+        self.metrics = metrics
+        self.counted: dict[tuple[str, int], Any] = {}
+        self.timed: dict[str, Any] = {}
+
+    def count(self, name: str, code: int) -> None:
+        child = self.counted.get((name, code))
+        if child is None:
+            child = self.counted[(name, code)] = self.metrics.requests.labels(handler=name, code=str(code))
+        child.inc()
+
+    def observe(self, name: str, seconds: float) -> None:
+        child = self.timed.get(name)
+        if child is None:
+            child = self.timed[name] = self.metrics.request_duration.labels(handler=name)
+        child.observe(seconds)
+
+
+def error_of(e: Exception, settings: HttpSettings, what: str) -> ApiError:
+    """The API error a handler's exception is answered with (an unexpected one logged as internal)."""
+    err = _as_api_error(e, settings)
+    if err is None:
+        log.exception("%s failed", what)
+        err = ApiError("internal", f"internal error: {type(e).__name__}")
+    return err
 
 
 # Routes that stream an answer of any size with bounded memory (http/export.py): not cut by the
@@ -120,16 +165,8 @@ STREAMED_ROUTES = frozenset({"/api/v1/export"})
 
 def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> Callable[..., Awaitable[
         web.StreamResponse]]:
-    # The metrics' children per (route, code): prometheus_client's labels() takes a lock and builds
-    # a key on every call. Bounded by the routes times the status codes.
-    counted: dict[tuple[str, int], Any] = {}
-    timed: dict[str, Any] = {}
-
-    def count(name: str, code: int) -> None:
-        child = counted.get((name, code))
-        if child is None:
-            child = counted[(name, code)] = metrics.requests.labels(handler=name, code=str(code))
-        child.inc()
+    counter = RequestMetrics(metrics)
+    count = counter.count
 
     @web.middleware
     async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -150,20 +187,13 @@ def _middleware(settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> C
                 raise
             resp = _error_response(err)
         except Exception as e:
-            err = _as_api_error(e, settings)
-            if err is None:
-                log.exception("%s %s failed", request.method, request.path)
-                err = ApiError("internal", f"internal error: {type(e).__name__}")
-            resp = _error_response(err)
+            resp = _error_response(error_of(e, settings, f"{request.method} {request.path}"))
         if (isinstance(resp, web.Response) and resp.body is not None
                 and isinstance(resp.body, bytes) and len(resp.body) >= settings.gzip_min_bytes
                 and "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, "").lower()):
             resp.enable_compression(web.ContentCoding.gzip)
         count(name, resp.status)
-        duration = timed.get(name)
-        if duration is None:
-            duration = timed[name] = metrics.request_duration.labels(handler=name)
-        duration.observe(clock.monotonic() - started)
+        counter.observe(name, clock.monotonic() - started)
         return resp
 
     return handle
@@ -195,7 +225,13 @@ def build_app(
     runner = QueryRunner(backend, lookback_ms=settings.lookback_ms, max_samples=settings.max_samples,
                          allow_pushdown=settings.pushdown, limits=settings.query_limits,
                          timeout_s=settings.request_timeout_s)
-    PromAPI(backend, runner, settings, clock, metrics).add_routes(app)
+    prom = PromAPI(backend, runner, settings, clock, metrics)
+    prom.add_routes(app)
+    if settings.hot_path:  # the two query routes below aiohttp's web layer (http/hotpath.py)
+        answer_whole = (whole_answer(whole, settings, metrics, clock)
+                        if whole is not None and getattr(whole, "enabled", True) else None)
+        app[HOT_KEY] = HotQueries({"/api/v1/query": prom.query_body, "/api/v1/query_range": prom.query_range_body},
+                                  answer_whole, settings, RequestMetrics(metrics), auth, clock)
     RemoteWriteReceiver(backend, settings, metrics).add_routes(app)
     ExportAPI(backend, settings, clock, metrics).add_routes(app)
     NativeAPI(backend, settings, clock, metrics).add_routes(app)
@@ -233,7 +269,10 @@ async def start_http(app: web.Application, host: str, port: int, tls: ServerTLS 
     app.on_startup.append(start_background)
     app.on_cleanup.append(stop_background)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=tls.ssl_context() if tls is not None else None)
+    ssl = tls.ssl_context() if tls is not None else None
+    hot = app.get(HOT_KEY)
+    site = (HotSite(runner, host, port, hot=hot, settings=settings, ssl_context=ssl) if hot is not None
+            else web.TCPSite(runner, host, port, ssl_context=ssl))
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
     log.info("HTTP API serving on %s://%s:%d", "https" if tls is not None else "http", host, bound)

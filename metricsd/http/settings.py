@@ -41,6 +41,10 @@ class HttpSettings:
         before its first sample (Prometheus' created-timestamp zero ingestion). Off by default: a
         sender repeats the created timestamp in every request, and each repeat after the first is
         a duplicate the store drops and counts.
+    hot_path: answer well-formed small ``/api/v1/query`` and ``/api/v1/query_range`` requests
+        below aiohttp's web layer (metricsd/http/hotpath.py): the same answers, errors, tokens and
+        limits, at about half the CPU of aiohttp's request machinery (perf/RESULTS.md, issue 23
+        session 36). Every other request, and every connection once it sends one, is aiohttp's.
     access_log: log one line per request to the ``metricsd.http.access`` logger.
     request_limits: remote write: series entries and samples per request (400 past them), checked
         before any label is parsed; the same defaults as a store's gRPC Write.
@@ -61,6 +65,7 @@ class HttpSettings:
     relabel_rules: tuple[Rule, ...] = ()
     created_timestamp_zero: bool = False
     access_log: bool = True
+    hot_path: bool = True
     request_limits: RequestLimits = field(default_factory=RequestLimits)
     query_limits: QueryLimits = field(default_factory=QueryLimits)
 

@@ -17,14 +17,14 @@ from typing import Protocol
 from aiohttp import web
 
 from metricsd.clock import Clock
-from metricsd.http.params import ApiError, query_timeout_s, range_ms, read_params
+from metricsd.http.params import ApiError, Params, query_timeout_s, range_ms, read_params
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.rpc import consistency
 from metricsd.rpc.consistency import Consistency
 from metricsd.rpc.wholequery import LIMIT_NAMES, QueryAnswer, RunnerSettings
 
-__all__ = ["may_select", "whole_query_middleware"]
+__all__ = ["WholeAnswer", "may_select", "whole_answer", "whole_query_middleware"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -47,22 +47,22 @@ def may_select(expr: str) -> bool:
     return "{" in expr or any(c.isalpha() for c in expr)
 
 
-def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock
-                           ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+WholeAnswer = Callable[[Params, bool], Awaitable[bytes | None]]
+
+
+def whole_answer(path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> WholeAnswer:
+    """A query's answer body from one store, or None to evaluate it here: called with the request's
+    parameters and whether it is instant, inside the request's consistency of one. Shared by the
+    middleware below and the hot path (metricsd/http/hotpath.py)."""
     limits = tuple((name, int(getattr(settings.query_limits, name))) for name in LIMIT_NAMES)
     runner = RunnerSettings(settings.lookback_ms, settings.max_samples, settings.pushdown,
                             settings.request_timeout_s, limits)
     duration = metrics.query_duration.labels(path="whole")  # once: labels() locks and builds a key
 
-    @web.middleware
-    async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
-        instant = _PATHS.get(request.path)
-        if instant is None or consistency.current() is not Consistency.ONE:
-            return await handler(request)
-        params = await read_params(request)  # cached by aiohttp: the handler may read them again
+    async def answer(params: Params, instant: bool) -> bytes | None:
         expr = params.require("query")
         if not may_select(expr):  # `1`: nothing to read, so a hop to a store is all it would add
-            return await handler(request)
+            return None
         if instant:
             start = end = params.time_ms("time", clock.now_ms())
             step = 1
@@ -72,18 +72,34 @@ def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: 
         timeout = query_timeout_s(params, settings.request_timeout_s)
         try:
             async with asyncio.timeout(timeout + 1.0):
-                answer = await path.run(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step,
-                                        timeout_s=timeout, settings=runner)
+                got = await path.run(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step,
+                                     timeout_s=timeout, settings=runner)
         except TimeoutError:
             raise ApiError("timeout", "query timed out in expression evaluation") from None
-        if answer is None:
-            return await handler(request)
-        if answer.data is None:
-            if answer.limit:
-                metrics.queries_refused.labels(limit=answer.limit).inc()
-            raise ApiError(answer.error_type, answer.message, answer.status)
+        if got is None:
+            return None
+        if got.data is None:
+            if got.limit:
+                metrics.queries_refused.labels(limit=got.limit).inc()
+            raise ApiError(got.error_type, got.message, got.status)
         duration.observe(clock.monotonic() - started)
-        return web.Response(body=b'{"status":"success","data":' + answer.data + b"}", content_type="application/json",
-                            charset="utf-8")
+        return b'{"status":"success","data":' + got.data + b"}"
+
+    return answer
+
+
+def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock
+                           ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    answer = whole_answer(path, settings, metrics, clock)
+
+    @web.middleware
+    async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
+        instant = _PATHS.get(request.path)
+        if instant is None or consistency.current() is not Consistency.ONE:
+            return await handler(request)
+        body = await answer(await read_params(request), instant)  # params cached by aiohttp
+        if body is None:
+            return await handler(request)
+        return web.Response(body=body, content_type="application/json", charset="utf-8")
 
     return handle

@@ -1,0 +1,393 @@
+"""The hot path: ``/api/v1/query`` and ``/api/v1/query_range`` answered below aiohttp's web layer.
+
+Grafana asks these two routes again and again, and aiohttp's per-request machinery (a task and two
+futures a request, the request and response objects, the router, the middleware chain, the
+response's header building) cost more CPU than a small query's evaluation (perf/RESULTS.md, issue 23
+session 36). Every connection starts on :class:`HotProtocol`, an ``asyncio.Protocol`` that answers a
+request itself only when it is plainly simple and already whole in the bytes received:
+
+- an HTTP/1.1 GET, or a POST with a ``Content-Length`` body of at most :data:`MAX_BODY` bytes,
+  of exactly one of the two paths, its request line and headers printable ASCII within
+  :data:`MAX_HEAD` bytes, no ``Transfer-Encoding``, ``Expect``, ``Upgrade``, repeated header
+  or header folding, and a ``Host`` (HTTP/1.1's, which aiohttp requires).
+
+Anything else (another route, a head or body not yet whole, a bigger or stranger request) hands the
+connection over to aiohttp's own protocol for good, with the bytes received so far: aiohttp then
+parses and answers it, and applies its limits (8,190-byte lines, 128 headers, the body limit
+``client_max_size`` with 413) exactly as before. So a slow, huge or malformed request meets the same
+stated limits and errors as on aiohttp, and only well-formed small queries take the short path.
+
+A request answered here goes through the same steps as aiohttp's route: the read consistency
+(``consistency`` parameter or header), bearer tokens (metricsd/http/auth.py ``refusal``), the
+request timeout, the whole-query path on a proxy (metricsd/http/wholehttp.py), the Prometheus
+API's handler body (metricsd/http/promapi.py), the error mapping and the request metrics of
+metricsd/http/server.py, gzip past ``gzip_min_bytes``, and the access log. Requests on one
+connection are answered in order (pipelining); while one is evaluated, further bytes are held, up
+to :data:`MAX_PENDING` before reading pauses, and a client that does not read its answers pauses
+the connection (the transport's write buffer limits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qsl
+
+from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE
+from multidict import MultiDict
+from yarl import URL
+
+from metricsd.clock import Clock
+from metricsd.http.auth import refusal
+from metricsd.http.params import Params, error_body
+from metricsd.http.settings import HttpSettings
+from metricsd.rpc import consistency
+from metricsd.rpc.consistency import CONSISTENCY_HEADER, CONSISTENCY_PARAM, Consistency
+from metricsd.rpc.missing import collecting
+from metricsd.security.auth import Authenticator
+
+__all__ = ["GZIP_ON_LOOP", "MAX_BODY", "MAX_HEAD", "MAX_PENDING", "HotQueries", "HotServer", "HotSite", "parse_request"]
+
+log = logging.getLogger("metricsd.http")
+ACCESS_LOG = logging.getLogger("metricsd.http.access")
+
+MAX_HEAD = 8190  # aiohttp's line limit: a longer request line and headers go to aiohttp
+MAX_BODY = 64 * 1024  # a query's form body; larger ones go to aiohttp (413 past client_max_size)
+MAX_PENDING = 256 * 1024  # bytes held while a request is answered, before reading pauses
+IDLE_TIMEOUT_S = 75.0  # a connection with no request for this long is closed
+GZIP_ON_LOOP = 1 << 20  # a larger answer is compressed on a worker thread, as aiohttp does
+
+_PATHS = {b"/api/v1/query": "/api/v1/query", b"/api/v1/query_range": "/api/v1/query_range"}
+_INSTANT = {"/api/v1/query": True, "/api/v1/query_range": False}
+_UNSAFE = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
+_UNPRINTABLE = re.compile(rb"[^\t\x20-\x7e]")
+_FORM = "application/x-www-form-urlencoded"
+_CONSISTENCY_HEADER = CONSISTENCY_HEADER.lower().encode()
+
+
+class HotRequest:
+    """One parsed request of the hot path: its route, parameters and the headers it reads."""
+
+    __slots__ = ("body", "close", "headers", "line", "method", "name", "query", "size")
+
+    def __init__(self, method: str, name: str, query: str, headers: dict[bytes, str], body: bytes, line: str,
+                 size: int) -> None:
+        self.method = method
+        self.name = name
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.line = line
+        self.size = size  # bytes of the buffer the request took
+        self.close = "close" in headers.get(b"connection", "").lower()
+
+    def params(self) -> tuple[Params, str | None]:
+        """The query string's parameters, then a form body's (as metricsd/http/params.py reads
+        them), and the query string's read consistency (server.py reads it there alone). The query
+        string is decoded by yarl, as aiohttp's ``request.query``; a form body by parse_qsl, as
+        aiohttp's ``request.post()``."""
+        query = URL.build(query_string=self.query, encoded=True).query
+        chosen = query.get(CONSISTENCY_PARAM)
+        if self.body and self.headers.get(b"content-type", "").partition(";")[0].strip().lower() == _FORM:
+            merged = MultiDict(query)
+            merged.extend(parse_qsl(self.body.decode("utf-8", "replace"), keep_blank_values=True))
+            return Params(merged), chosen
+        return Params(query), chosen
+
+
+def parse_request(buf: bytes, max_body: int = MAX_BODY) -> HotRequest | None:
+    """The first request in ``buf`` if the hot path answers it (whole, simple, one of the two routes,
+    a body of at most ``max_body`` bytes); None hands the connection to aiohttp. Pure: no I/O, so
+    it is tested on bytes alone."""
+    end = buf.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
+    if end < 0:
+        return None
+    head = buf[:end]
+    if _UNPRINTABLE.search(head.replace(b"\r\n", b"")) is not None:
+        return None  # a bare CR or LF, a control or non-ASCII byte
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[2] != b"HTTP/1.1" or parts[0] not in (b"GET", b"POST"):
+        return None
+    path, _, query = parts[1].partition(b"?")
+    name = _PATHS.get(path)
+    if name is None:
+        return None
+    headers: dict[bytes, str] = {}
+    for line in lines[1:]:
+        key, sep, value = line.partition(b":")
+        if not sep or not key or key != key.strip() or b" " in key or b"\t" in key:
+            return None  # folding, a space before the colon, no name
+        key = key.lower()
+        if key in _UNSAFE or key in headers:  # a repeated header: aiohttp reads it as it does
+            return None
+        text = value.strip().decode("ascii")
+        headers[key] = text
+    if b"host" not in headers:
+        return None  # aiohttp answers 400: HTTP/1.1 requires it
+    length_text = headers.get(b"content-length", "0")
+    if not length_text.isdigit() or len(length_text) > 9:
+        return None
+    length = int(length_text)
+    if length > max_body or (length and parts[0] == b"GET"):
+        return None
+    size = end + 4 + length
+    if len(buf) < size:
+        return None  # the body is not all here: aiohttp reads it
+    return HotRequest(parts[0].decode(), name, query.decode("ascii"), headers, buf[end + 4:size],
+                      lines[0].decode("ascii"), size)
+
+
+class HotQueries:
+    """The two routes' answers from a parsed request: the steps of server.py's middleware, the auth
+    middleware, the whole-query middleware and promapi.py's handlers, without aiohttp's objects."""
+
+    def __init__(self, bodies: dict[str, Callable[[Params], Awaitable[bytes]]],
+                 whole: Callable[[Params, bool], Awaitable[bytes | None]] | None, settings: HttpSettings,
+                 counter: Any, auth: Authenticator | None, clock: Clock) -> None:
+        self.bodies = bodies  # path -> the Prometheus API's body for its parameters
+        self.whole = whole
+        self.settings = settings
+        self.counter = counter  # server.py's RequestMetrics
+        self.auth = auth
+        self.clock = clock
+        from metricsd.http import server  # late: server.py imports this module
+        self.body_with_missing = server.body_with_missing
+        self.consistency_of = server.consistency_of
+        self.error_of = server.error_of
+
+    async def answer(self, req: HotRequest, peer: str) -> tuple[int, bytes, str]:
+        """(status, JSON body, extra header lines) for ``req``."""
+        started = self.clock.monotonic()
+        extra = ""
+        try:
+            params, text = req.params()
+            chosen = self.consistency_of(text or req.headers.get(_CONSISTENCY_HEADER), req.name)
+            with collecting() as missing, consistency.reading_with(chosen):
+                async with asyncio.timeout(self.settings.request_timeout_s):
+                    body = await self._run(req, params, peer)
+            if isinstance(body, tuple):
+                status, error_type, message = body
+                body = json.dumps(error_body(error_type, message)).encode()
+                extra = 'WWW-Authenticate: Bearer realm="metricsd"\r\n' if status == 401 else ""
+            else:
+                status = 200
+                if missing:
+                    body = self.body_with_missing(body, missing, False)
+        except Exception as e:
+            err = self.error_of(e, self.settings, f"{req.method} {req.name}")
+            status, body = err.status, json.dumps(error_body(err.error_type, err.message)).encode()
+        self.counter.count(req.name, status)
+        self.counter.observe(req.name, self.clock.monotonic() - started)
+        return status, body, extra
+
+    async def _run(self, req: HotRequest, params: Params, peer: str) -> bytes | tuple[int, str, str]:
+        if self.auth is not None:
+            got = await refusal(self.auth, req.method, req.name, req.headers.get(b"authorization"), peer)
+            if isinstance(got, tuple):
+                return got
+        instant = _INSTANT[req.name]
+        if self.whole is not None and consistency.current() is Consistency.ONE:
+            body = await self.whole(params, instant)
+            if body is not None:
+                return body
+        return await self.bodies[req.name](params)
+
+
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+_SERVER = SERVER_SOFTWARE  # what aiohttp's answers say
+_date_cache: list[Any] = [0, ""]
+
+
+def _date() -> str:
+    now = int(time.time())
+    if now != _date_cache[0]:
+        _date_cache[0], _date_cache[1] = now, formatdate(now, usegmt=True)
+    return str(_date_cache[1])
+
+
+class HotServer:
+    """The hot path's connections of one site, for the protocol factory and a graceful stop."""
+
+    def __init__(self, queries: HotQueries, fallback: Callable[[], asyncio.Protocol], settings: HttpSettings
+                 ) -> None:
+        self.queries = queries
+        self.fallback = fallback  # aiohttp's protocol factory (its web.Server)
+        self.settings = settings
+        self.connections: set[HotProtocol] = set()
+        self.max_body = min(MAX_BODY, settings.client_max_size)  # past it: aiohttp's 413
+        self.closing = False
+
+    def __call__(self) -> HotProtocol:
+        return HotProtocol(self)
+
+    async def shutdown(self, timeout: float) -> None:
+        """Close idle connections now; let requests in flight finish, up to ``timeout``."""
+        self.closing = True
+        for conn in list(self.connections):
+            if conn.task is None:
+                conn.close()
+        busy = [c.task for c in self.connections if c.task is not None]
+        if busy:
+            await asyncio.wait(busy, timeout=timeout)
+        for conn in list(self.connections):
+            conn.close()
+
+
+class HotProtocol(asyncio.Protocol):
+    """One connection: the two hot routes answered here, the connection handed to aiohttp otherwise."""
+
+    def __init__(self, server: HotServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.task: asyncio.Task[None] | None = None
+        self.peer = "?"
+        self.read_paused = False
+        self.write_paused = False
+        self.last = 0.0
+        self.idle: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        self.server.connections.add(self)
+        loop = asyncio.get_running_loop()
+        self.last = loop.time()
+        self.idle = loop.call_at(self.last + IDLE_TIMEOUT_S, self._check_idle)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        if self.idle is not None:
+            self.idle.cancel()
+        if self.task is not None:
+            self.task.cancel()
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._next()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf = self.buf + data if self.buf else data
+        if self.task is not None or self.write_paused:
+            if len(self.buf) > MAX_PENDING and self.transport is not None and not self.read_paused:
+                self.transport.pause_reading()
+                self.read_paused = True
+            return
+        self._next()
+
+    def _next(self) -> None:
+        """Answer the next request held, or hand the connection to aiohttp."""
+        if self.transport is None or self.task is not None or self.write_paused or not self.buf:
+            return
+        req = parse_request(self.buf, self.server.max_body)
+        if req is None or self.server.closing:
+            self._hand_off()
+            return
+        self.buf = self.buf[req.size:]
+        if self.read_paused and len(self.buf) <= MAX_PENDING:  # not after every answer: once drained
+            self.transport.resume_reading()
+            self.read_paused = False
+        self.task = asyncio.get_running_loop().create_task(self._answer(req))
+
+    async def _answer(self, req: HotRequest) -> None:
+        started = time.monotonic()
+        try:
+            status, body, extra = await self.server.queries.answer(req, self.peer)
+        except asyncio.CancelledError:
+            self.task = None
+            return
+        if (len(body) >= self.server.settings.gzip_min_bytes
+                and "gzip" in req.headers.get(b"accept-encoding", "").lower()):
+            body = (zlib.compress(body, 6, wbits=31) if len(body) <= GZIP_ON_LOOP else  # zlib lets the GIL go
+                    await asyncio.to_thread(zlib.compress, body, 6, wbits=31))
+            extra += "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n"
+        close = req.close or self.server.closing
+        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
+                f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+                f"Date: {_date()}\r\nServer: {_SERVER}\r\n{extra}"
+                f"{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n")
+        transport = self.transport
+        self.task = None
+        if transport is None:
+            return
+        transport.write(head.encode("latin-1") + body)
+        if ACCESS_LOG.isEnabledFor(logging.INFO) and self.server.settings.access_log:
+            ACCESS_LOG.info('%s "%s" %d %d %f "%s"', self.peer, req.line, status, len(body),
+                            time.monotonic() - started, req.headers.get(b"user-agent", "-"))
+        self.last = asyncio.get_running_loop().time()
+        if close:
+            self.close()
+            return
+        self._next()
+
+    def _check_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = self.last + IDLE_TIMEOUT_S
+        if self.task is None and loop.time() >= due:
+            self.close()
+            return
+        self.idle = loop.call_at(max(due, loop.time() + 1.0), self._check_idle)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _hand_off(self) -> None:
+        """aiohttp's protocol takes the connection over, with every byte not yet answered."""
+        transport = self.transport
+        assert transport is not None
+        self.server.connections.discard(self)
+        if self.idle is not None:
+            self.idle.cancel()
+        self.transport = None
+        handler = self.server.fallback()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if self.read_paused:  # aiohttp pauses and resumes reading on its own
+            transport.resume_reading()
+            self.read_paused = False
+        buf, self.buf = self.buf, b""
+        if buf:
+            handler.data_received(buf)
+
+
+class HotSite(web.TCPSite):
+    """aiohttp's TCP site with :class:`HotProtocol` as every connection's first protocol."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, *, hot: HotQueries, settings: HttpSettings,
+                 ssl_context: Any = None) -> None:
+        super().__init__(runner, host, port, ssl_context=ssl_context)
+        self.hot_host, self.hot_port = host, port
+        self.hot = hot
+        self.hot_settings = settings
+        self.hot_server: HotServer | None = None
+
+    async def start(self) -> None:
+        self._runner._reg_site(self)
+        server = self._runner.server
+        assert server is not None
+        self.hot_server = HotServer(self.hot, server, self.hot_settings)
+        self._server = await asyncio.get_running_loop().create_server(
+            self.hot_server, self.hot_host, self.hot_port, ssl=self._ssl_context, backlog=self._backlog,
+            reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.hot_server is not None:
+            await self.hot_server.shutdown(self.hot_settings.shutdown_timeout_s)
