@@ -34,6 +34,7 @@ from metricsd.codec.blockdecode import decode_chunks
 from metricsd.codec.blocks import NO_CHUNK, Chain, Encoded
 from metricsd.codec.tail import decode_tails
 from metricsd.maths.samplehash import sample_hashes
+from metricsd.store.head import zero_grown
 
 __all__ = ["STRIDE", "TAIL_MIN_BLOCKS", "ChunkSplit", "Chunks", "split_chunks"]
 
@@ -106,15 +107,9 @@ class Chunks:
             return
         extra = max(n, have + max(1024, have // 4)) - have
         self.max_ts = np.concatenate([self.max_ts, np.full(extra, NO_TS, np.int64)])
-        for name in ("samples", "open_min", "open_count", "t2"):
-            col = getattr(self, name)
-            setattr(self, name, np.concatenate([col, np.zeros(extra, col.dtype)]))
-        self.open_hash = np.concatenate([self.open_hash, np.zeros(extra, np.uint64)])
-        self.v1 = np.concatenate([self.v1, np.zeros(extra)])
-        self.v2 = np.concatenate([self.v2, np.zeros(extra)])
-        self.shift = np.concatenate([self.shift, np.zeros(extra, np.int8)])
+        for name in ("samples", "open_min", "open_count", "t2", "open_hash", "v1", "v2", "shift", "n_closed"):
+            setattr(self, name, zero_grown(getattr(self, name), have + extra))
         self.family = np.concatenate([self.family, np.full(extra, NO_CHUNK, np.int16)])
-        self.n_closed = np.concatenate([self.n_closed, np.zeros(extra, np.int32)])
 
     def reset_row(self, row: int) -> None:
         self.data[row] = b""

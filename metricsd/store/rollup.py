@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from metricsd.store import rollpack
+from metricsd.store.head import zero_grown
 from metricsd.store.rollpack import Packed
 
 __all__ = ["HOUR_MS", "PACK_BUDGET", "HourBlock", "RollupPoints", "Rollups"]
@@ -166,8 +167,7 @@ class Rollups:
         self.hour = np.concatenate([self.hour, np.full(extra, _NO_HOUR, np.int64)])
         self.min = np.concatenate([self.min, np.full(extra, np.inf)])
         self.max = np.concatenate([self.max, np.full(extra, -np.inf)])
-        self.sum = np.concatenate([self.sum, np.zeros(extra)])
-        self.count = np.concatenate([self.count, np.zeros(extra)])
+        self.sum, self.count = zero_grown(self.sum, have + extra), zero_grown(self.count, have + extra)
         self.last = np.concatenate([self.last, np.full(extra, np.nan)])
 
     def add(self, sample_rows: np.ndarray, ts: np.ndarray, vals: np.ndarray) -> None:

@@ -1,0 +1,115 @@
+"""Whole-process RSS of one store server on the side-by-side workload, without the hour-long
+side-by-side run (a documented command, not a test).
+
+    .venv/bin/python perf/bench_rss_server.py --scale 5 --vm --data-dir   # 200,000 series, ~20 min
+    .venv/bin/python perf/bench_rss_server.py --scale 0.5                 # 20,000 series, ~2 min
+
+perf/compare.py measures RSS beside Prometheus and VictoriaMetrics, then times every question on
+all of them (about an hour at ``--scale 5`` on a 2-core machine, most of it Prometheus' ingest
+and the timings). This feeds the same seeded workload (perf/compare_workload.py), in the same
+batches and shapes (backfill, then the agents' live shape), to a `metricsd up --no-simulate
+--no-consumers` process and, with ``--vm``, to VictoriaMetrics by remote write, through
+compare.py's own senders; then it reads each server's RSS every 15 s for ``--settle`` seconds
+(the store trims its heap once a minute), and splits the store's resident memory by mapping
+(/proc/<pid>/smaps: the heap, anonymous mappings such as the rings' arrays past the mmap
+threshold, and shared libraries). bench_memory.py measures a Store in process; its figure at
+large scales is not the server's (its generator's freed memory is reused by the store).
+For an A/B, run it with another commit's package first on the path (``git archive <commit> |
+tar -x -C /tmp/base``, then ``PYTHONPATH=/tmp/base .venv/bin/python perf/bench_rss_server.py``).
+Writes ``--json`` (default perf/results/bench_rss_server.json) and prints what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from compare import Send, grpc_sender, idle_rss, ingest, remote_write_sender, server_rss, workload_config
+from compare_peers import Processes
+from compare_workload import Workload
+
+from metricsd.rpc.channel import open_channel
+from metricsd.rpc.client import MetricsClient, StreamingBackend
+
+HERE = Path(__file__).resolve().parent
+
+
+def mappings_kib(pid: int) -> list[tuple[str, int]]:
+    """Each mapping's resident KiB and name ([heap], [anon] for a nameless one, or its file)."""
+    out: list[tuple[str, int]] = []
+    name = ""
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        f = line.split()
+        if f and "-" in f[0] and not f[0].endswith(":"):
+            name = f[5] if len(f) >= 6 else "[anon]"
+        elif f and f[0] == "Rss:":
+            out.append((name, int(f[1])))
+    return sorted(out, key=lambda m: -m[1])
+
+
+async def run(a: argparse.Namespace) -> dict[str, Any]:
+    wl = Workload(workload_config(a))
+    out: dict[str, Any] = {"scale": a.scale, "series": len(wl.series), "samples": wl.samples,
+                           "data_dir": a.data_dir}
+    with Processes() as procs:
+        servers = {"metricsd": procs.start_metricsd(data_dir=a.data_dir)}
+        if a.vm:
+            servers["victoriametrics"] = procs.start_victoria_metrics()
+        await asyncio.sleep(3)
+        out["idle_mib"] = {n: v / 2**20 for n, v in idle_rss(servers).items()}
+        print("idle RSS, MiB", out["idle_mib"], flush=True)
+        writer = StreamingBackend(open_channel(servers["metricsd"].grpc_address), timeout_s=120)
+        try:
+            async with aiohttp.ClientSession() as http:
+                senders: dict[str, Send] = {"metricsd": grpc_sender(writer, {}, "metricsd")}
+                if a.vm:
+                    senders["victoriametrics"] = remote_write_sender(http, servers["victoriametrics"])
+                for shape, live in (("backfill", False), ("live", True)):
+                    out[shape] = await ingest(wl, live, senders, servers)
+                    out[f"rss_after_{shape}_mib"] = {n: server_rss(s) / 2**20 for n, s in servers.items()}
+                    print(shape, "CPU s / M", {n: round(v["cpu_s_per_million"], 3) for n, v in out[shape].items()},
+                          "RSS, MiB", out[f"rss_after_{shape}_mib"], flush=True)
+        finally:
+            await writer.close()
+        out["peak_rss_mib"] = {n: server_rss(s, peak=True) / 2**20 for n, s in servers.items()}
+        trace = []
+        for i in range(a.settle // 15 + 1):
+            if i:
+                await asyncio.sleep(15)
+            trace.append({n: server_rss(s) / 2**20 for n, s in servers.items()})
+            print(f"+{i * 15} s RSS, MiB", {n: round(v, 1) for n, v in trace[-1].items()}, flush=True)
+        out["rss_trace_mib"] = trace
+        maps = mappings_kib(servers["metricsd"].pid)
+        out["metricsd_mappings_mib"] = [(n, kib / 1024) for n, kib in maps[:16]]
+        out["metricsd_anon_heap_mib"] = sum(k for n, k in maps if n in ("[anon]", "[heap]")) / 1024
+        print("store mappings (largest), MiB", [(n, round(k / 1024)) for n, k in maps[:12]], flush=True)
+        async with MetricsClient(servers["metricsd"].grpc_address) as client:
+            st = await client.stats()
+            out["chunk_bytes_per_sample"] = st.bytes_per_sample
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", type=float, default=5.0, help="compare.py's --scale (5: 200,000 series)")
+    p.add_argument("--hours", type=float, default=2.0)
+    p.add_argument("--live-ticks", type=int, default=60)
+    p.add_argument("--vm", action="store_true", help="VictoriaMetrics beside it, fed by remote write")
+    p.add_argument("--data-dir", action="store_true", help="the store keeps a WAL and snapshots")
+    p.add_argument("--settle", type=int, default=90, help="seconds of RSS readings after the ingest")
+    p.add_argument("--json", type=Path, default=HERE / "results" / "bench_rss_server.json")
+    a = p.parse_args()
+    started = time.monotonic()
+    out = asyncio.run(run(a))
+    out["wall_s"] = time.monotonic() - started
+    a.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
