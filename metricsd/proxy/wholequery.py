@@ -7,9 +7,14 @@ QUERY frame (metricsd/rpc/wholequery.py) to such a store, which evaluates it wit
 over its own data and answers the finished JSON, which the proxy relays unparsed.
 
 Which store: a member that is readable (healthy, not joining) and holds every slot in the proxy's
-map, in the rotation's order so that queries spread over them. At RF 3 on 3 stores every store
-qualifies. (A query whose selectors pin pods to slots that one store holds, with RF below the
-member count, still takes the proxy's path: finding those slots needs the query's selectors.)
+map. At RF 3 on 3 stores every store qualifies. The same one each time (the proxy's first choice,
+its place among them set once per proxy process, so that several proxies start from different
+stores) while it has fewer than ``SPILL_IN_FLIGHT`` of this proxy's queries under way, else the
+next such store with room (all full: the least busy): a store asked every third query in turn
+spent 1.40-1.47 ms of CPU a (b) frame against 0.73-0.83 asked every time (its caches cold after
+two others' turns, presumably; perf/RESULTS.md, issue 23 session 36), and answered sooner too. (A query
+whose selectors pin pods to slots that one store holds, with RF below the member count, still
+takes the proxy's path: finding those slots needs the query's selectors.)
 
 Hedging as the one-replica reads do (hedge.py): when the store has not answered within its
 latency tracker's delay, the next qualifying store gets the same frame; the first answer wins and
@@ -26,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proxy.fanout import consume, readable
@@ -35,12 +42,16 @@ from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.wholequery import NotSupported, QueryAnswer, QueryFrame, RunnerSettings, decode_answer, encode_request
 
-__all__ = ["UNSUPPORTED_RETRY_S", "WholeQueryPath", "whole_holders"]
+__all__ = ["SPILL_IN_FLIGHT", "UNSUPPORTED_RETRY_S", "WholeQueryPath", "whole_holders", "whole_order"]
 
 log = logging.getLogger("metricsd.proxy.wholequery")
 
 UNSUPPORTED_RETRY_S = 60.0  # a store that did not know the frame is asked again after this (it may be upgraded)
 GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to arrive
+# A store with this many of the proxy's whole queries under way passes the next to another store:
+# a store evaluates small queries on its event loop one after the other, so past a few the wait
+# costs more than the other store's colder caches.
+SPILL_IN_FLIGHT = 4
 
 
 def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offset: int) -> list[str]:
@@ -53,11 +64,34 @@ def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offse
     return out
 
 
+def whole_order(full: Sequence[str], ok: AbstractSet[str], in_flight: Mapping[str, int], first: int,
+                spill: int = SPILL_IN_FLIGHT) -> list[str]:
+    """The stores to ask for one query, in order: of ``full`` (every store holding every slot,
+    sorted) those in ``ok``, starting from place ``first`` of ``full`` (fixed per proxy, so the
+    same store is asked while it stays up), with the first one that has fewer than ``spill``
+    queries in flight moved to the front (none: the one with fewest; ties by order). The rest
+    follow in order, for hedges and replacements. Pure."""
+    if not full:
+        return []
+    k = first % len(full)
+    out = [m for m in [*full[k:], *full[:k]] if m in ok]
+    if len(out) < 2:
+        return out
+    pick = next((i for i, m in enumerate(out) if in_flight.get(m, 0) < spill), None)
+    if pick is None:
+        pick = min(range(len(out)), key=lambda i: in_flight.get(out[i], 0))
+    if pick:
+        out.insert(0, out.pop(pick))
+    return out
+
+
 class WholeQueryPath:
     """Not thread-safe (one event loop)."""
 
-    def __init__(self, view: ClusterView, latency: LatencyTracker, counters: Counter[str]) -> None:
+    def __init__(self, view: ClusterView, latency: LatencyTracker, counters: Counter[str], first: int = 0) -> None:
         self.view = view
+        self.first = first  # the place among the full holders this proxy asks first (whole_order)
+        self.in_flight: Counter[str] = Counter()  # member -> this proxy's whole queries under way there
         self.latency = latency
         self.counters = counters
         self.enabled = view.settings.whole_queries
@@ -90,11 +124,7 @@ class WholeQueryPath:
         if self._unsupported:
             now = self.view.clock.monotonic()
             ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
-        out = [m for m in full if m in ok]
-        if len(out) > 1:
-            k = self.view.rotation() % len(out)
-            out = out[k:] + out[:k]
-        return out
+        return whole_order(full, ok, self.in_flight, self.first)
 
     async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame) -> QueryAnswer | None:
         body = encode_request(frame)
@@ -107,6 +137,7 @@ class WholeQueryPath:
             query = getattr(backend, "query", None)
             if query is None:
                 raise NotSupported(f"{member}: its connection cannot send a whole query")
+            self.in_flight[member] += 1
             try:
                 async with asyncio.timeout(timeout):
                     answer = decode_answer(await query(body))
@@ -122,6 +153,8 @@ class WholeQueryPath:
             except Unavailable as e:
                 self.view.health.failure(member, str(e))
                 raise
+            finally:
+                self.in_flight[member] -= 1
             self.latency.record(member, clock.monotonic() - t0)
             self.view.health.success(member)
             return answer
