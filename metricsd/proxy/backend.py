@@ -18,7 +18,6 @@ data) and adds the proxy's own counters to ``rejected`` under ``proxy_*`` keys.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import Counter
 
 from metricsd import __version__
@@ -63,8 +62,7 @@ class ProxyBackend:
         self.reads = ReadPath(self.view, clock, self.counters)
         # a dashboard's PromQL query sent whole to one store; metricsd/http/server.py build_app
         # puts metricsd/http/wholehttp.py in front of the query routes of a backend that has this
-        # (each proxy process asks its own first store: several proxies spread over the stores)
-        self.whole_queries = WholeQueryPath(self.view, self.reads.latency, self.counters, first=os.getpid())
+        self.whole_queries = WholeQueryPath(self.view, self.reads.latency, self.counters)
 
     async def start(self) -> None:
         """Nothing to wait for: connections open on first use and the map is read per request

@@ -7,10 +7,10 @@ QUERY frame (metricsd/rpc/wholequery.py) to such a store, which evaluates it wit
 over its own data and answers the finished JSON, which the proxy relays unparsed.
 
 Which store: a member that is readable (healthy, not joining) and holds every slot in the proxy's
-map. At RF 3 on 3 stores every store qualifies. The same one each time (the proxy's first choice,
-its place among them set once per proxy process, so that several proxies start from different
-stores) while it has fewer than ``SPILL_IN_FLIGHT`` of this proxy's queries under way, else the
-next such store with room (all full: the least busy): a store asked every third query in turn
+map. At RF 3 on 3 stores every store qualifies. The same one each time (the first in member-id
+order that is up; ``first`` moves a proxy's start) while it has fewer than ``SPILL_IN_FLIGHT`` of
+this proxy's queries under way, else the next such store with room (all full: the least busy).
+Not the stores in turn, as before: a store asked every third query in turn
 spent 1.40-1.47 ms of CPU a (b) frame against 0.73-0.83 asked every time (its caches cold after
 two others' turns, presumably; perf/RESULTS.md, issue 23 session 36), and answered sooner too. (A query
 whose selectors pin pods to slots that one store holds, with RF below the member count, still
@@ -90,7 +90,7 @@ class WholeQueryPath:
 
     def __init__(self, view: ClusterView, latency: LatencyTracker, counters: Counter[str], first: int = 0) -> None:
         self.view = view
-        self.first = first  # the place among the full holders this proxy asks first (whole_order)
+        self.first = first  # the place among the full holders (in member-id order) asked first (whole_order)
         self.in_flight: Counter[str] = Counter()  # member -> this proxy's whole queries under way there
         self.latency = latency
         self.counters = counters

@@ -114,7 +114,6 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         n.maps.set(shard_map)
     proxy_maps = StaticMapSource(shard_map)
     proxy = ProxyBackend(proxy_maps, fast_settings(whole_queries=True), SystemClock())
-    proxy.whole_queries.first = 0  # store-0 is asked first (a proxy process picks its own place)
     series = workload(24)
     await proxy.write(write_request(series, TIMES, labels=True))
     settings = HttpSettings(max_samples=param.get("max_samples", 50_000_000))
@@ -203,7 +202,7 @@ async def test_a_store_whose_map_differs_refuses_and_the_proxy_answers_by_its_ow
     assert harness.counter("whole_query_stale_map") == 6
     assert harness.counter("map_refreshes") >= 1
     assert nodes[1].service is not None and nodes[1].service.answered == 0
-    harness.proxy.whole_queries.first = 1  # a proxy whose first choice is store-1, which holds everything
+    harness.proxy.whole_queries.first = 1  # a proxy that starts from store-1, which holds everything
     status, body = await harness.get("/api/v1/query", query=QUERIES[1], time=AT)
     assert status == 200 and same_answer(body, want[1]), (body, want)
     assert nodes[1].service.answered == 1 and harness.counter("whole_query_stale_map") == 6
