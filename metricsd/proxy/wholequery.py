@@ -7,14 +7,15 @@ QUERY frame (metricsd/rpc/wholequery.py) to such a store, which evaluates it wit
 over its own data and answers the finished JSON, which the proxy relays unparsed.
 
 Which store: a member that is readable (healthy, not joining) and holds every slot in the proxy's
-map. At RF 3 on 3 stores every store qualifies. The same one each time (the first in member-id
-order that is up; ``first`` moves a proxy's start) while it has fewer than ``SPILL_IN_FLIGHT`` of
-this proxy's queries under way, else the next such store with room (all full: the least busy).
-Not the stores in turn, as before: a store asked every third query in turn
-spent 1.40-1.47 ms of CPU a (b) frame against 0.73-0.83 asked every time (its caches cold after
-two others' turns, presumably; perf/RESULTS.md, issue 23 session 36), and answered sooner too. (A query
-whose selectors pin pods to slots that one store holds, with RF below the member count, still
-takes the proxy's path: finding those slots needs the query's selectors.)
+map. At RF 3 on 3 stores every store qualifies. The first in member-id order that is up and has
+none of this proxy's queries under way (``first`` moves a proxy's start; ``SPILL_IN_FLIGHT``);
+else the next such; all busy: the least busy. So one after another, queries go to the same store;
+at concurrency they spread as the least-loaded choice spreads them. Not the stores in turn, as
+before: a store asked every third query in turn spent 1.40-1.47 ms of CPU a (b) frame against
+0.73-0.83 asked every time (its caches cold after two others' turns, presumably; perf/RESULTS.md,
+issue 23 session 36), and answered sooner too. (A query whose selectors pin pods to slots that
+one store holds, with RF below the member count, still takes the proxy's path: finding those
+slots needs the query's selectors.)
 
 Hedging as the one-replica reads do (hedge.py): when the store has not answered within its
 latency tracker's delay, the next qualifying store gets the same frame; the first answer wins and
@@ -48,10 +49,11 @@ log = logging.getLogger("metricsd.proxy.wholequery")
 
 UNSUPPORTED_RETRY_S = 60.0  # a store that did not know the frame is asked again after this (it may be upgraded)
 GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to arrive
-# A store with this many of the proxy's whole queries under way passes the next to another store:
-# a store evaluates small queries on its event loop one after the other, so past a few the wait
-# costs more than the other store's colder caches.
-SPILL_IN_FLIGHT = 4
+# A store with this many of the proxy's whole queries under way passes the next to another store.
+# 1: queries in a row stay on one store (warm), concurrent ones spread at once. 4 kept two stores
+# busy at concurrency 8 while the third idled: p50 above the stores in turn in 4 of 5 interleaved
+# runs, +13% over their medians (perf/RESULTS.md, issue 23 session 36).
+SPILL_IN_FLIGHT = 1
 
 
 def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offset: int) -> list[str]:
@@ -67,8 +69,8 @@ def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offse
 def whole_order(full: Sequence[str], ok: AbstractSet[str], in_flight: Mapping[str, int], first: int,
                 spill: int = SPILL_IN_FLIGHT) -> list[str]:
     """The stores to ask for one query, in order: of ``full`` (every store holding every slot,
-    sorted) those in ``ok``, starting from place ``first`` of ``full`` (fixed per proxy, so the
-    same store is asked while it stays up), with the first one that has fewer than ``spill``
+    sorted) those in ``ok``, starting from place ``first`` of ``full`` (fixed, so the same store
+    is asked while it stays up), with the first one that has fewer than ``spill``
     queries in flight moved to the front (none: the one with fewest; ties by order). The rest
     follow in order, for hedges and replacements. Pure."""
     if not full:
