@@ -7,15 +7,15 @@ QUERY frame (metricsd/rpc/wholequery.py) to such a store, which evaluates it wit
 over its own data and answers the finished JSON, which the proxy relays unparsed.
 
 Which store: a member that is readable (healthy, not joining) and holds every slot in the proxy's
-map. At RF 3 on 3 stores every store qualifies. The first in member-id order that is up and has
-none of this proxy's queries under way (``first`` moves a proxy's start; ``SPILL_IN_FLIGHT``);
-else the next such; all busy: the least busy. So one after another, queries go to the same store;
-at concurrency they spread as the least-loaded choice spreads them. Not the stores in turn, as
-before: a store asked every third query in turn spent 1.40-1.47 ms of CPU a (b) frame against
-0.73-0.83 asked every time (its caches cold after two others' turns, presumably; perf/RESULTS.md,
-issue 23 session 36), and answered sooner too. (A query whose selectors pin pods to slots that
-one store holds, with RF below the member count, still takes the proxy's path: finding those
-slots needs the query's selectors.)
+map. At RF 3 on 3 stores every store qualifies. The first in member-id order that is up, while
+it has none of this proxy's queries under way (``first`` moves a proxy's start;
+``SPILL_IN_FLIGHT``); else the least busy of the others, ties taken in turn. So one after
+another, queries go to the same store; concurrent ones spread over every store, as before. Not
+the stores in turn for every query, as before: a store asked every third query in turn spent
+1.40-1.47 ms of CPU a (b) frame against 0.73-0.83 asked every time (its caches cold after two
+others' turns, presumably; perf/RESULTS.md, issue 23 session 36), and answered sooner too. (A
+query whose selectors pin pods to slots that one store holds, with RF below the member count,
+still takes the proxy's path: finding those slots needs the query's selectors.)
 
 Hedging as the one-replica reads do (hedge.py): when the store has not answered within its
 latency tracker's delay, the next qualifying store gets the same frame; the first answer wins and
@@ -49,10 +49,10 @@ log = logging.getLogger("metricsd.proxy.wholequery")
 
 UNSUPPORTED_RETRY_S = 60.0  # a store that did not know the frame is asked again after this (it may be upgraded)
 GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to arrive
-# A store with this many of the proxy's whole queries under way passes the next to another store.
-# 1: queries in a row stay on one store (warm), concurrent ones spread at once. 4 kept two stores
-# busy at concurrency 8 while the third idled: p50 above the stores in turn in 4 of 5 interleaved
-# runs, +13% over their medians (perf/RESULTS.md, issue 23 session 36).
+# The first store with this many of the proxy's whole queries under way passes the next to the
+# others. 1: queries in a row stay on one store (warm), concurrent ones spread at once. At 4 (two
+# stores took concurrency 8, the third idled) and at 1 with ties to the first in order, c8's p50
+# was above the stores in turn in 9 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36).
 SPILL_IN_FLIGHT = 1
 
 
@@ -67,24 +67,24 @@ def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offse
 
 
 def whole_order(full: Sequence[str], ok: AbstractSet[str], in_flight: Mapping[str, int], first: int,
-                spill: int = SPILL_IN_FLIGHT) -> list[str]:
+                turn: int = 0, spill: int = SPILL_IN_FLIGHT) -> list[str]:
     """The stores to ask for one query, in order: of ``full`` (every store holding every slot,
     sorted) those in ``ok``, starting from place ``first`` of ``full`` (fixed, so the same store
-    is asked while it stays up), with the first one that has fewer than ``spill``
-    queries in flight moved to the front (none: the one with fewest; ties by order). The rest
-    follow in order, for hedges and replacements. Pure."""
+    is asked while it stays up). When that store has ``spill`` or more queries in flight, the
+    least busy of the others goes first instead, ties broken in turn by ``turn`` (so that
+    concurrent queries spread over every store, as the stores in turn did), the first store last
+    among equals. The rest follow in order, for hedges and replacements. Pure."""
     if not full:
         return []
     k = first % len(full)
     out = [m for m in [*full[k:], *full[:k]] if m in ok]
-    if len(out) < 2:
+    if len(out) < 2 or in_flight.get(out[0], 0) < spill:
         return out
-    pick = next((i for i, m in enumerate(out) if in_flight.get(m, 0) < spill), None)
-    if pick is None:
-        pick = min(range(len(out)), key=lambda i: in_flight.get(out[i], 0))
-    if pick:
-        out.insert(0, out.pop(pick))
-    return out
+    rest = out[1:]
+    j = turn % len(rest)
+    candidates = [*rest[j:], *rest[:j], out[0]]
+    pick = min(candidates, key=lambda m: in_flight.get(m, 0))  # the first of the least busy
+    return [pick, *(m for m in out if m != pick)]
 
 
 class WholeQueryPath:
@@ -126,7 +126,7 @@ class WholeQueryPath:
         if self._unsupported:
             now = self.view.clock.monotonic()
             ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
-        return whole_order(full, ok, self.in_flight, self.first)
+        return whole_order(full, ok, self.in_flight, self.first, self.view.rotation())
 
     async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame) -> QueryAnswer | None:
         body = encode_request(frame)

@@ -245,39 +245,41 @@ async def test_one_proxy_asks_the_same_store_each_time_while_it_has_room(harness
     assert [a - b for a, b in zip(last, after, strict=True)] == [0, 4, 0]
 
 
-def test_whole_order_keeps_the_first_store_until_it_is_full_then_the_next_with_room() -> None:
+def test_whole_order_keeps_the_first_store_while_it_is_free_then_the_least_busy_other_in_turn() -> None:
     full = ["s0", "s1", "s2"]
     every = set(full)
     assert whole_order(full, every, {}, 0) == ["s0", "s1", "s2"]
-    assert whole_order(full, every, {}, 4) == ["s1", "s2", "s0"]  # a proxy's place: first % 3
+    assert whole_order(full, every, {}, 4, turn=7) == ["s1", "s2", "s0"]  # a proxy's place: first % 3
     assert whole_order(full, {"s0", "s2"}, {}, 1) == ["s2", "s0"]  # s1 down: the next in order, not a jump
-    assert whole_order(full, every, {"s0": SPILL_IN_FLIGHT - 1}, 0) == ["s0", "s1", "s2"]
-    assert whole_order(full, every, {"s0": SPILL_IN_FLIGHT}, 0) == ["s1", "s0", "s2"]
-    assert whole_order(full, every, {"s0": 9, "s1": 9}, 0) == ["s2", "s0", "s1"]
-    assert whole_order(full, every, {"s0": 9, "s1": 7, "s2": 8}, 0) == ["s1", "s0", "s2"]  # all full: least busy
-    assert whole_order(full, every, {"s0": 5, "s1": 5, "s2": 5}, 0) == ["s0", "s1", "s2"]  # ties: in order
+    assert whole_order(full, every, {"s0": SPILL_IN_FLIGHT - 1, "s1": 3}, 0, turn=1) == ["s0", "s1", "s2"]
+    busy = {"s0": SPILL_IN_FLIGHT}
+    assert whole_order(full, every, busy, 0, turn=0) == ["s1", "s0", "s2"]  # the others free: taken in turn
+    assert whole_order(full, every, busy, 0, turn=1) == ["s2", "s0", "s1"]
+    assert whole_order(full, every, {"s0": 9, "s1": 9}, 0, turn=0) == ["s2", "s0", "s1"]
+    assert whole_order(full, every, {"s0": 9, "s1": 7, "s2": 8}, 0, turn=1) == ["s1", "s0", "s2"]  # least busy
+    assert whole_order(full, every, {"s0": 5, "s1": 5, "s2": 5}, 0, turn=1) == ["s2", "s0", "s1"]  # ties in turn
+    assert whole_order(full, every, {"s0": 1, "s1": 2, "s2": 2}, 0, turn=1) == ["s0", "s1", "s2"]  # first least
     assert whole_order(full, {"s1"}, {"s1": 99}, 0) == ["s1"]
     assert whole_order(full, set(), {}, 0) == [] and whole_order([], every, {}, 0) == []
 
 
 @given(st.integers(1, 6), st.sets(st.integers(0, 5)), st.dictionaries(st.integers(0, 5), st.integers(0, 9)),
-       st.integers(0, 100), st.integers(1, 5))
+       st.integers(0, 100), st.integers(0, 100), st.integers(1, 5))
 def test_whole_order_asks_each_qualifying_store_once(n: int, up: set[int], busy: dict[int, int], first: int,
-                                                      spill: int) -> None:
+                                                      turn: int, spill: int) -> None:
     full = [f"s{i}" for i in range(n)]
     ok = {f"s{i}" for i in up}
     in_flight = {f"s{i}": v for i, v in busy.items()}
-    out = whole_order(full, ok, in_flight, first, spill)
-    assert sorted(out) == sorted(m for m in full if m in ok)
+    out = whole_order(full, ok, in_flight, first, turn, spill)
+    start = [m for m in full[first % n:] + full[:first % n] if m in ok]  # the proxy's own order
+    assert sorted(out) == sorted(start)
     if out:
-        room = [m for m in out if in_flight.get(m, 0) < spill]
-        if room:
-            assert in_flight.get(out[0], 0) < spill
-            start = full[first % n:] + full[:first % n]  # the first with room in the proxy's own order
-            assert out[0] == next(m for m in start if m in room)
-        else:
-            assert in_flight.get(out[0], 0) == min(in_flight.get(m, 0) for m in out)
-        assert [m for m in out[1:]] == [m for m in full[first % n:] + full[:first % n] if m in ok and m != out[0]]
+        load = [in_flight.get(m, 0) for m in out]
+        if in_flight.get(start[0], 0) < spill:
+            assert out == start
+        else:  # the least busy goes first, then the rest in the proxy's order
+            assert load[0] == min(load)
+            assert out[1:] == [m for m in start if m != out[0]]
 
 
 def same_answer(a: Any, b: Any) -> bool:
