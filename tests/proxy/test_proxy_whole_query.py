@@ -245,7 +245,7 @@ async def test_one_proxy_asks_the_same_store_each_time_while_it_has_room(harness
     assert [a - b for a, b in zip(last, after, strict=True)] == [0, 4, 0]
 
 
-def test_whole_order_keeps_the_first_store_while_it_is_free_then_the_least_busy_other_in_turn() -> None:
+def test_whole_order_keeps_the_first_store_while_it_is_free_then_the_least_busy_in_turn() -> None:
     full = ["s0", "s1", "s2"]
     every = set(full)
     assert whole_order(full, every, {}, 0) == ["s0", "s1", "s2"]
@@ -254,10 +254,11 @@ def test_whole_order_keeps_the_first_store_while_it_is_free_then_the_least_busy_
     assert whole_order(full, every, {"s0": SPILL_IN_FLIGHT - 1, "s1": 3}, 0, turn=1) == ["s0", "s1", "s2"]
     busy = {"s0": SPILL_IN_FLIGHT}
     assert whole_order(full, every, busy, 0, turn=0) == ["s1", "s0", "s2"]  # the others free: taken in turn
-    assert whole_order(full, every, busy, 0, turn=1) == ["s2", "s0", "s1"]
+    assert whole_order(full, every, busy, 0, turn=2) == ["s2", "s0", "s1"]
     assert whole_order(full, every, {"s0": 9, "s1": 9}, 0, turn=0) == ["s2", "s0", "s1"]
-    assert whole_order(full, every, {"s0": 9, "s1": 7, "s2": 8}, 0, turn=1) == ["s1", "s0", "s2"]  # least busy
-    assert whole_order(full, every, {"s0": 5, "s1": 5, "s2": 5}, 0, turn=1) == ["s2", "s0", "s1"]  # ties in turn
+    assert whole_order(full, every, {"s0": 9, "s1": 7, "s2": 8}, 0, turn=2) == ["s1", "s0", "s2"]  # least busy
+    for turn, want in ((0, "s0"), (1, "s1"), (2, "s2"), (3, "s0")):  # all equally busy: each in turn
+        assert whole_order(full, every, {"s0": 5, "s1": 5, "s2": 5}, 0, turn=turn)[0] == want
     assert whole_order(full, every, {"s0": 1, "s1": 2, "s2": 2}, 0, turn=1) == ["s0", "s1", "s2"]  # first least
     assert whole_order(full, {"s1"}, {"s1": 99}, 0) == ["s1"]
     assert whole_order(full, set(), {}, 0) == [] and whole_order([], every, {}, 0) == []
