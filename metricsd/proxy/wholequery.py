@@ -30,6 +30,7 @@ A query's own errors (bad query, a limit, its timeout) are answers, relayed as t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -85,6 +86,10 @@ def whole_order(full: Sequence[str], ok: AbstractSet[str], in_flight: Mapping[st
     return [pick, *(m for m in out if m != pick)]
 
 
+def _landed(in_flight: Counter[str], member: str, _: asyncio.Future[QueryAnswer]) -> None:
+    in_flight[member] -= 1
+
+
 class WholeQueryPath:
     """Not thread-safe (one event loop)."""
 
@@ -137,7 +142,6 @@ class WholeQueryPath:
             query = getattr(backend, "query", None)
             if query is None:
                 raise NotSupported(f"{member}: its connection cannot send a whole query")
-            self.in_flight[member] += 1
             try:
                 async with asyncio.timeout(timeout):
                     answer = decode_answer(await query(body))
@@ -153,8 +157,6 @@ class WholeQueryPath:
             except Unavailable as e:
                 self.view.health.failure(member, str(e))
                 raise
-            finally:
-                self.in_flight[member] -= 1
             self.latency.record(member, clock.monotonic() - t0)
             self.view.health.success(member)
             return answer
@@ -169,6 +171,10 @@ class WholeQueryPath:
                         self.counters["whole_query_hedges"] += 1
                     started: asyncio.Future[QueryAnswer] = asyncio.ensure_future(ask(member))
                     started.add_done_callback(consume)
+                    # counted from now, not from when the task first runs: queries parsed in the same
+                    # turn of the loop would all see the same counts and pick the same store
+                    self.in_flight[member] += 1
+                    started.add_done_callback(functools.partial(_landed, self.in_flight, member))
                     tasks[started] = member
                 delay = self.latency.delay(member) if waiting else None
                 done, _ = await asyncio.wait(set(tasks), timeout=delay, return_when=asyncio.FIRST_COMPLETED)

@@ -5,6 +5,7 @@ loopback. The maps the proxy and the stores hold are set apart to make a stale m
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from metricsd.http.server import build_app, start_http, stop_http
 from metricsd.http.settings import HttpSettings
 from metricsd.http.wholehttp import may_select
 from metricsd.http.wholequery import QueryService
+from metricsd.promql.limits import QueryLimits
 from metricsd.proxy.backend import ProxyBackend
 from metricsd.proxy.wholequery import SPILL_IN_FLIGHT, whole_order
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
@@ -32,6 +34,7 @@ from metricsd.rpc.backend import BadRequest
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.servicer import MetricsServicer
+from metricsd.rpc.wholequery import LIMIT_NAMES, RunnerSettings
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
@@ -243,6 +246,23 @@ async def test_one_proxy_asks_the_same_store_each_time_while_it_has_room(harness
         assert status == 200 and body["data"]["result"], body
     last = [n.service.answered for n in nodes if n.service is not None]
     assert [a - b for a, b in zip(last, after, strict=True)] == [0, 4, 0]
+
+
+async def test_concurrent_queries_started_in_one_turn_go_to_different_stores(harness: Harness) -> None:
+    """Three queries started together (a dashboard's panels): the first store takes one, the
+    others one each, as each query counts against its store from the moment it is picked."""
+    limits = QueryLimits()
+    settings = RunnerSettings(300_000, 50_000_000, True, 10.0, tuple((k, int(getattr(limits, k))) for k in LIMIT_NAMES))
+    nodes = list(harness.nodes.values())
+    before = [n.service.answered for n in nodes if n.service is not None]
+    at = int(float(AT) * 1000)
+    answers = await asyncio.gather(*(harness.proxy.whole_queries.run(
+        QUERIES[3], instant=True, start_ms=at, end_ms=at, step_ms=1, timeout_s=10.0, settings=settings)
+        for _ in range(3)))
+    assert all(a is not None and a.data for a in answers), answers
+    after = [n.service.answered for n in nodes if n.service is not None]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+    assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
 
 
 def test_whole_order_keeps_the_first_store_while_it_is_free_then_the_least_busy_in_turn() -> None:
