@@ -53,7 +53,7 @@ GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to
 # The first store with this many of the proxy's whole queries under way passes the next to the
 # others. 1: queries in a row stay on one store (warm), concurrent ones spread at once. At 4 (two
 # stores took concurrency 8, the third idled) and at 1 with ties to the first in order, c8's p50
-# was above the stores in turn in 9 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36).
+# was above the stores in turn in 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36).
 SPILL_IN_FLIGHT = 1
 
 
