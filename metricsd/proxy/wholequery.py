@@ -7,9 +7,15 @@ QUERY frame (metricsd/rpc/wholequery.py) to such a store, which evaluates it wit
 over its own data and answers the finished JSON, which the proxy relays unparsed.
 
 Which store: a member that is readable (healthy, not joining) and holds every slot in the proxy's
-map, in the rotation's order so that queries spread over them. At RF 3 on 3 stores every store
-qualifies. (A query whose selectors pin pods to slots that one store holds, with RF below the
-member count, still takes the proxy's path: finding those slots needs the query's selectors.)
+map. At RF 3 on 3 stores every store qualifies. The first in member-id order that is up, while
+it has none of this proxy's queries under way (``first`` moves a proxy's start;
+``SPILL_IN_FLIGHT``); else the least busy of them all, ties taken in turn. So one after
+another, queries go to the same store; concurrent ones spread over every store, as before. Not
+the stores in turn for every query, as before: a store asked every third query in turn spent
+1.40-1.47 ms of CPU a (b) frame against 0.73-0.83 asked every time (its caches cold after two
+others' turns, presumably; perf/RESULTS.md, issue 23 session 36), and answered sooner too. (A
+query whose selectors pin pods to slots that one store holds, with RF below the member count,
+still takes the proxy's path: finding those slots needs the query's selectors.)
 
 Hedging as the one-replica reads do (hedge.py): when the store has not answered within its
 latency tracker's delay, the next qualifying store gets the same frame; the first answer wins and
@@ -24,8 +30,11 @@ A query's own errors (bad query, a limit, its timeout) are answers, relayed as t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proxy.fanout import consume, readable
@@ -35,12 +44,17 @@ from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.wholequery import NotSupported, QueryAnswer, QueryFrame, RunnerSettings, decode_answer, encode_request
 
-__all__ = ["UNSUPPORTED_RETRY_S", "WholeQueryPath", "whole_holders"]
+__all__ = ["SPILL_IN_FLIGHT", "UNSUPPORTED_RETRY_S", "WholeQueryPath", "whole_holders", "whole_order"]
 
 log = logging.getLogger("metricsd.proxy.wholequery")
 
 UNSUPPORTED_RETRY_S = 60.0  # a store that did not know the frame is asked again after this (it may be upgraded)
 GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to arrive
+# The first store with this many of the proxy's whole queries under way passes the next to the
+# others. 1: queries in a row stay on one store (warm), concurrent ones spread at once. At 4 (two
+# stores took concurrency 8, the third idled) and at 1 with ties to the first in order, c8's p50
+# was above the stores in turn in 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36).
+SPILL_IN_FLIGHT = 1
 
 
 def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offset: int) -> list[str]:
@@ -53,11 +67,36 @@ def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offse
     return out
 
 
+def whole_order(full: Sequence[str], ok: AbstractSet[str], in_flight: Mapping[str, int], first: int,
+                turn: int = 0, spill: int = SPILL_IN_FLIGHT) -> list[str]:
+    """The stores to ask for one query, in order: of ``full`` (every store holding every slot,
+    sorted) those in ``ok``, starting from place ``first`` of ``full`` (fixed, so the same store
+    is asked while it stays up). When that store has ``spill`` or more queries in flight, the
+    least busy of them all goes first instead, ties broken in turn by ``turn`` (so that
+    concurrent queries spread evenly over every store, as the stores in turn did). The rest
+    follow in order, for hedges and replacements. Pure."""
+    if not full:
+        return []
+    k = first % len(full)
+    out = [m for m in [*full[k:], *full[:k]] if m in ok]
+    if len(out) < 2 or in_flight.get(out[0], 0) < spill:
+        return out
+    j = turn % len(out)
+    pick = min([*out[j:], *out[:j]], key=lambda m: in_flight.get(m, 0))  # the first of the least busy
+    return [pick, *(m for m in out if m != pick)]
+
+
+def _landed(in_flight: Counter[str], member: str, _: asyncio.Future[QueryAnswer]) -> None:
+    in_flight[member] -= 1
+
+
 class WholeQueryPath:
     """Not thread-safe (one event loop)."""
 
-    def __init__(self, view: ClusterView, latency: LatencyTracker, counters: Counter[str]) -> None:
+    def __init__(self, view: ClusterView, latency: LatencyTracker, counters: Counter[str], first: int = 0) -> None:
         self.view = view
+        self.first = first  # the place among the full holders (in member-id order) asked first (whole_order)
+        self.in_flight: Counter[str] = Counter()  # member -> this proxy's whole queries under way there
         self.latency = latency
         self.counters = counters
         self.enabled = view.settings.whole_queries
@@ -90,11 +129,7 @@ class WholeQueryPath:
         if self._unsupported:
             now = self.view.clock.monotonic()
             ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
-        out = [m for m in full if m in ok]
-        if len(out) > 1:
-            k = self.view.rotation() % len(out)
-            out = out[k:] + out[:k]
-        return out
+        return whole_order(full, ok, self.in_flight, self.first, self.view.rotation())
 
     async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame) -> QueryAnswer | None:
         body = encode_request(frame)
@@ -136,6 +171,10 @@ class WholeQueryPath:
                         self.counters["whole_query_hedges"] += 1
                     started: asyncio.Future[QueryAnswer] = asyncio.ensure_future(ask(member))
                     started.add_done_callback(consume)
+                    # counted from now, not from when the task first runs: queries parsed in the same
+                    # turn of the loop would all see the same counts and pick the same store
+                    self.in_flight[member] += 1
+                    started.add_done_callback(functools.partial(_landed, self.in_flight, member))
                     tasks[started] = member
                 delay = self.latency.delay(member) if waiting else None
                 done, _ = await asyncio.wait(set(tasks), timeout=delay, return_when=asyncio.FIRST_COMPLETED)

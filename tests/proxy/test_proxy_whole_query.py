@@ -5,6 +5,7 @@ loopback. The maps the proxy and the stores hold are set apart to make a stale m
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from proxy_cluster import SLOTS, fast_settings, workload, write_request
 
@@ -23,12 +26,15 @@ from metricsd.http.server import build_app, start_http, stop_http
 from metricsd.http.settings import HttpSettings
 from metricsd.http.wholehttp import may_select
 from metricsd.http.wholequery import QueryService
+from metricsd.promql.limits import QueryLimits
 from metricsd.proxy.backend import ProxyBackend
+from metricsd.proxy.wholequery import SPILL_IN_FLIGHT, whole_order
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.backend import BadRequest
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.servicer import MetricsServicer
+from metricsd.rpc.wholequery import LIMIT_NAMES, RunnerSettings
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
@@ -181,27 +187,31 @@ async def test_query_errors_come_back_with_the_same_status_and_message(harness: 
 
 
 async def test_a_store_whose_map_differs_refuses_and_the_proxy_answers_by_its_own_path(harness: Harness) -> None:
-    """The stores' map has moved on (store-1 now holds half the slots at RF 2); the proxy still
-    routes on the old one (every store holds every slot). store-1 refuses a whole query, the
-    proxy falls back, evaluates it itself, and refreshes its map."""
+    """The stores' map has moved on (store-0, the proxy's first choice, now holds half the slots
+    at RF 2); the proxy still routes on the old one (every store holds every slot). store-0
+    refuses each whole query, the proxy falls back, evaluates it itself, and refreshes its map."""
     want = await harness.get("/api/v1/query", query=QUERIES[1], time=AT, consistency="quorum")
     nodes = list(harness.nodes.values())
     old = harness.proxy_maps.current()
     assert old is not None
-    assignments = [(("store-0", "store-1") if s % 2 == 0 else ("store-0", "store-2")) for s in range(SLOTS)]
+    assignments = [(("store-1", "store-0") if s % 2 == 0 else ("store-1", "store-2")) for s in range(SLOTS)]
     new = ShardMap(old.version + 1, 2, tuple(assignments), old.members)
     for n in nodes:
         assert n.maps is not None
         n.maps.set(new)
-    for _ in range(6):  # the rotation comes to store-1 and store-2 in turn
+    for _ in range(6):
         status, body = await harness.get("/api/v1/query", query=QUERIES[1], time=AT)
         assert status == want[0] == 200 and same_answer(body, want[1]), (body, want)
-    assert harness.counter("whole_query_stale_map") >= 2
+    assert harness.counter("whole_query_stale_map") == 6
     assert harness.counter("map_refreshes") >= 1
-    assert nodes[0].service is not None and nodes[0].service.answered >= 1  # store-0 still holds everything
+    assert nodes[1].service is not None and nodes[1].service.answered == 0
+    harness.proxy.whole_queries.first = 1  # a proxy that starts from store-1, which holds everything
+    status, body = await harness.get("/api/v1/query", query=QUERIES[1], time=AT)
+    assert status == 200 and same_answer(body, want[1]), (body, want)
+    assert nodes[1].service.answered == 1 and harness.counter("whole_query_stale_map") == 6
 
 
-@pytest.mark.parametrize("harness", [{"old": ("store-1",)}], indirect=True)
+@pytest.mark.parametrize("harness", [{"old": ("store-0",)}], indirect=True)
 async def test_a_store_that_does_not_know_the_frame_is_read_the_old_way(harness: Harness) -> None:
     want = await harness.get("/api/v1/query", query=QUERIES[0], time=AT, consistency="quorum")
     for _ in range(6):
@@ -218,6 +228,79 @@ async def test_a_frame_out_of_format_is_refused_and_changes_nothing(harness: Har
         with pytest.raises(BadRequest, match="query frame"):
             await node.service.answer(body)
 
+
+
+async def test_one_proxy_asks_the_same_store_each_time_while_it_has_room(harness: Harness) -> None:
+    """Queries one after another all go to the proxy's first store (a store asked in turn with two
+    others spent ~1.8x the CPU a frame, perf/RESULTS.md); with it down, all to the next one."""
+    nodes = list(harness.nodes.values())
+    before = [n.service.answered for n in nodes if n.service is not None]
+    for i in range(5):
+        status, body = await harness.get("/api/v1/query", query=QUERIES[i % 4], time=AT)
+        assert status == 200 and body["data"]["result"], body
+    after = [n.service.answered for n in nodes if n.service is not None]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [5, 0, 0]
+    harness.proxy.view.health.failure("store-0", "test: marked down")
+    for i in range(4):
+        status, body = await harness.get("/api/v1/query", query=QUERIES[i], time=AT)
+        assert status == 200 and body["data"]["result"], body
+    last = [n.service.answered for n in nodes if n.service is not None]
+    assert [a - b for a, b in zip(last, after, strict=True)] == [0, 4, 0]
+
+
+async def test_concurrent_queries_started_in_one_turn_go_to_different_stores(harness: Harness) -> None:
+    """Three queries started together (a dashboard's panels): the first store takes one, the
+    others one each, as each query counts against its store from the moment it is picked."""
+    limits = QueryLimits()
+    settings = RunnerSettings(300_000, 50_000_000, True, 10.0, tuple((k, int(getattr(limits, k))) for k in LIMIT_NAMES))
+    nodes = list(harness.nodes.values())
+    before = [n.service.answered for n in nodes if n.service is not None]
+    at = int(float(AT) * 1000)
+    answers = await asyncio.gather(*(harness.proxy.whole_queries.run(
+        QUERIES[3], instant=True, start_ms=at, end_ms=at, step_ms=1, timeout_s=10.0, settings=settings)
+        for _ in range(3)))
+    assert all(a is not None and a.data for a in answers), answers
+    after = [n.service.answered for n in nodes if n.service is not None]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+    assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
+
+
+def test_whole_order_keeps_the_first_store_while_it_is_free_then_the_least_busy_in_turn() -> None:
+    full = ["s0", "s1", "s2"]
+    every = set(full)
+    assert whole_order(full, every, {}, 0) == ["s0", "s1", "s2"]
+    assert whole_order(full, every, {}, 4, turn=7) == ["s1", "s2", "s0"]  # a proxy's place: first % 3
+    assert whole_order(full, {"s0", "s2"}, {}, 1) == ["s2", "s0"]  # s1 down: the next in order, not a jump
+    assert whole_order(full, every, {"s0": SPILL_IN_FLIGHT - 1, "s1": 3}, 0, turn=1) == ["s0", "s1", "s2"]
+    busy = {"s0": SPILL_IN_FLIGHT}
+    assert whole_order(full, every, busy, 0, turn=0) == ["s1", "s0", "s2"]  # the others free: taken in turn
+    assert whole_order(full, every, busy, 0, turn=2) == ["s2", "s0", "s1"]
+    assert whole_order(full, every, {"s0": 9, "s1": 9}, 0, turn=0) == ["s2", "s0", "s1"]
+    assert whole_order(full, every, {"s0": 9, "s1": 7, "s2": 8}, 0, turn=2) == ["s1", "s0", "s2"]  # least busy
+    for turn, want in ((0, "s0"), (1, "s1"), (2, "s2"), (3, "s0")):  # all equally busy: each in turn
+        assert whole_order(full, every, {"s0": 5, "s1": 5, "s2": 5}, 0, turn=turn)[0] == want
+    assert whole_order(full, every, {"s0": 1, "s1": 2, "s2": 2}, 0, turn=1) == ["s0", "s1", "s2"]  # first least
+    assert whole_order(full, {"s1"}, {"s1": 99}, 0) == ["s1"]
+    assert whole_order(full, set(), {}, 0) == [] and whole_order([], every, {}, 0) == []
+
+
+@given(st.integers(1, 6), st.sets(st.integers(0, 5)), st.dictionaries(st.integers(0, 5), st.integers(0, 9)),
+       st.integers(0, 100), st.integers(0, 100), st.integers(1, 5))
+def test_whole_order_asks_each_qualifying_store_once(n: int, up: set[int], busy: dict[int, int], first: int,
+                                                      turn: int, spill: int) -> None:
+    full = [f"s{i}" for i in range(n)]
+    ok = {f"s{i}" for i in up}
+    in_flight = {f"s{i}": v for i, v in busy.items()}
+    out = whole_order(full, ok, in_flight, first, turn, spill)
+    start = [m for m in full[first % n:] + full[:first % n] if m in ok]  # the proxy's own order
+    assert sorted(out) == sorted(start)
+    if out:
+        load = [in_flight.get(m, 0) for m in out]
+        if in_flight.get(start[0], 0) < spill:
+            assert out == start
+        else:  # the least busy goes first, then the rest in the proxy's order
+            assert load[0] == min(load)
+            assert out[1:] == [m for m in start if m != out[0]]
 
 
 def same_answer(a: Any, b: Any) -> bool:
