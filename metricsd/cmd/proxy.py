@@ -75,6 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--whole-queries", action=argparse.BooleanOptionalAction, default=ProxySettings.whole_queries,
                    help="send a dashboard's PromQL query that reads series whole to one store that holds every slot "
                         "instead of evaluating it here (README: Read consistency; default %(default)s)")
+    p.add_argument("--whole-first", type=int, default=None, metavar="N",
+                   help="the place, among the stores holding every slot in member-id order, asked first for this "
+                        "proxy's whole queries while it is idle (default: at random, so that proxies spread)")
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
@@ -99,9 +102,12 @@ async def serve(args: argparse.Namespace) -> None:
 
     if args.write_calls_per_member < 0:
         raise SystemExit("metricsd proxy: --write-calls-per-member must be >= 0")
+    if args.whole_first is not None and args.whole_first < 0:
+        raise SystemExit("metricsd proxy: --whole-first must be >= 0")
     if not 0 <= args.write_linger <= 1000:
         raise SystemExit("metricsd proxy: --write-linger must be in [0, 1000] milliseconds")
     settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout, whole_queries=args.whole_queries,
+                             whole_first=args.whole_first,
                              coalesce=CoalesceSettings(calls_per_member=args.write_calls_per_member,
                                                        linger_s=args.write_linger / 1000))
     security = server_from_args(args)

@@ -31,7 +31,7 @@ from metricsd.proxy.reads import ReadPath
 from metricsd.proxy.routing import SeriesRouter
 from metricsd.proxy.settings import ProxySettings
 from metricsd.proxy.view import ClusterView
-from metricsd.proxy.wholequery import WholeQueryPath
+from metricsd.proxy.wholequery import WholeQueryPath, first_place
 from metricsd.proxy.writes import WritePath
 from metricsd.rpc.backend import MetricsBackend, Unavailable
 from metricsd.rpc.columns import WriteColumns
@@ -62,7 +62,8 @@ class ProxyBackend:
         self.reads = ReadPath(self.view, clock, self.counters)
         # a dashboard's PromQL query sent whole to one store; metricsd/http/server.py build_app
         # puts metricsd/http/wholehttp.py in front of the query routes of a backend that has this
-        self.whole_queries = WholeQueryPath(self.view, self.reads.latency, self.counters)
+        self.whole_queries = WholeQueryPath(self.view, self.reads.latency, self.counters,
+                                            first_place(settings.whole_first))
 
     async def start(self) -> None:
         """Nothing to wait for: connections open on first use and the map is read per request

@@ -94,6 +94,10 @@ class ProxySettings:
         every slot (proxy/wholequery.py); on by default (perf/RESULTS.md, "Issue 23 through the
         cluster: the hop's fixed cost": lower CPU and p50 on every question that reads data);
         off: the proxy evaluates every query itself.
+    whole_first: the place, among the stores holding every slot in member-id order, that this
+        proxy asks first for its whole queries while that store has none of them under way
+        (proxy/wholequery.py ``whole_order``); None: picked at random when the proxy starts, so that
+        the sequential queries of many proxies spread over the stores instead of all landing on one.
     """
 
     w: int = 2
@@ -111,6 +115,7 @@ class ProxySettings:
     coalesce: CoalesceSettings = field(default_factory=CoalesceSettings)
     hedge: HedgeSettings = field(default_factory=HedgeSettings)
     whole_queries: bool = True
+    whole_first: int | None = None
 
     def __post_init__(self) -> None:
         if self.w < 1 or self.r < 1:
@@ -119,6 +124,8 @@ class ProxySettings:
             raise ValueError("call_timeout_s must be positive, retries and retry_backoff_s non-negative")
         if self.series_cache < 1 or self.known_ids_per_member < 1:
             raise ValueError("series_cache and known_ids_per_member must be at least 1")
+        if self.whole_first is not None and self.whole_first < 0:
+            raise ValueError(f"whole_first must be at least 0, got {self.whole_first}")
 
     def quorum(self, rf: int) -> QuorumSettings:
         """W and R capped at the map's RF. Raises ValueError when R + W <= RF (reads would not

@@ -35,6 +35,7 @@ def fast_settings(**kw: object) -> ProxySettings:
         call_timeout_s=2.0, retries=0, retry_backoff_s=0.01,
         health=HealthSettings(down_initial_s=0.05, down_max_s=0.2),
         handoff=HandoffSettings(retry_initial_s=0.02, retry_max_s=0.1),
+        whole_first=0,  # whole queries start from the first store in member-id order: tests name it
     )
     base.update(kw)
     return ProxySettings(**base)  # type: ignore[arg-type]

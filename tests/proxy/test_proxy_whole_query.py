@@ -28,7 +28,7 @@ from metricsd.http.wholehttp import may_select
 from metricsd.http.wholequery import QueryService
 from metricsd.promql.limits import QueryLimits
 from metricsd.proxy.backend import ProxyBackend
-from metricsd.proxy.wholequery import SPILL_IN_FLIGHT, whole_order
+from metricsd.proxy.wholequery import SPILL_IN_FLIGHT, first_place, whole_order
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.backend import BadRequest
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
@@ -263,6 +263,17 @@ async def test_concurrent_queries_started_in_one_turn_go_to_different_stores(har
     after = [n.service.answered for n in nodes if n.service is not None]
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
     assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
+
+
+def test_each_proxy_starts_from_a_store_of_its_own_unless_configured() -> None:
+    # several proxies asking one query at a time: at random places they spread over the stores,
+    # where one fixed place would put every proxy's queries on the same store
+    assert first_place(2) == 2 and first_place(0) == 0
+    full = ["store-1", "store-2", "store-3"]
+    firsts = {whole_order(full, set(full), {}, first_place(None))[0] for _ in range(60)}
+    assert firsts == set(full)
+    with pytest.raises(ValueError, match="whole_first"):
+        fast_settings(whole_first=-1)
 
 
 def test_whole_order_keeps_the_first_store_while_it_is_free_then_the_least_busy_in_turn() -> None:
