@@ -234,8 +234,14 @@ async def test_a_pipelined_flood_that_is_not_read_holds_no_one_up(hot: Env) -> N
                b"X-Pad: " + b"p" * 2000 + b"\r\n\r\n")
         writer.write(one * n)
         port = writer.get_extra_info("sockname")[1]
-        await asyncio.sleep(0.1)
-        (flood,) = [c for c in conns if c.transport is not None and c.transport.get_extra_info("peername")[1] == port]
+        flood = None
+        for _ in range(400):  # the server's side of this connection, once it is accepted
+            mine = [c for c in conns if c.transport is not None and c.transport.get_extra_info("peername")[1] == port]
+            if mine:
+                (flood,) = mine
+                break
+            await asyncio.sleep(0.01)
+        assert flood is not None
         for _ in range(400):  # until its answers fill the socket (a loaded machine: seconds)
             assert len(flood.buf) <= MAX_PENDING + 256 * 1024, len(flood.buf)  # held: MAX_PENDING and one read
             assert flood.read_paused or len(flood.buf) <= MAX_PENDING
@@ -272,13 +278,16 @@ async def test_stop_closes_idle_hot_connections_and_lets_one_in_flight_finish() 
     slow_r, slow_w = await asyncio.open_connection("127.0.0.1", _port(hot))
     real = hot.backend.read_columns
 
+    reading = asyncio.Event()
+
     async def slow(*args: object, **kwargs: object) -> object:
+        reading.set()
         await asyncio.sleep(0.5)
         return await real(*args, **kwargs)  # type: ignore[arg-type]
 
     hot.backend.read_columns = slow  # type: ignore[method-assign,assignment]
     slow_w.write(_get("/api/v1/query_range?query=rate(up[5m])&start=500&end=600&step=10"))
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(reading.wait(), 10)  # the query is in flight before the stop
     await stop_http(hot.runner)  # type: ignore[arg-type]
     status, _, _ = await asyncio.wait_for(_response(slow_r), 10)
     assert status == 200
