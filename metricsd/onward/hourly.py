@@ -38,7 +38,6 @@ from metricsd.model import Labels
 from metricsd.onward.parquet import (
     FORMAT_VERSION,
     HourFiles,
-    RollupColumns,
     SampleColumns,
     hour_dir,
     to_parquet,
@@ -51,7 +50,7 @@ from metricsd.rpc.wire import labels_from_pb, matchers_from_pb
 from metricsd.selector import Matcher
 
 __all__ = ["PARQUET_SERIES_PER_READ", "HourSource", "HourlyParquet", "ReadColumns", "backend_columns",
-           "from_rollup_arrays", "from_series_columns", "hour_files", "store_columns"]
+           "from_series_columns", "hour_files", "store_columns", "with_hours"]
 
 log = logging.getLogger("metricsd.onward.parquet")
 
@@ -153,14 +152,10 @@ class HourSource(Protocol):
     async def read(self, start_ms: int, end_ms: int) -> tuple[SeriesColumns, RollupArrays]: ...
 
 
-def from_rollup_arrays(r: RollupArrays) -> RollupColumns:
-    """A columnar rollups answer (rpc/rollupbatch.py) as RollupColumns, series without hours left out."""
+def with_hours(r: RollupArrays) -> RollupArrays:
+    """A columnar rollups answer (rpc/rollupbatch.py) without the series that have no hours."""
     counts = r.counts
-    if len(counts) and not bool(counts.all()):
-        r = r.take(np.flatnonzero(counts))
-        counts = r.counts
-    return RollupColumns(r.labels.to_list(), counts.astype(np.int64), r.hours.astype(np.int64), r.min, r.max, r.sum,
-                         r.count, r.last)
+    return r.take(np.flatnonzero(counts)) if len(counts) and not bool(counts.all()) else r
 
 
 async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadColumns | None = None,
@@ -171,13 +166,13 @@ async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
     series a read either way."""
     if source is not None:
         cols, arrays = await source.read(hour_ms, hour_ms + HOUR_MS - 1)
-        samples, roll = from_series_columns(cols, {}), from_rollup_arrays(arrays)
+        samples, roll = from_series_columns(cols, {}), with_hours(arrays)
     else:
         samples = await _read_hour(backend, hour_ms, read_columns)
         # a store and a proxy both answer columnar rollups as a batch (rpc/rollupbatch.py);
         # rollups_from_response takes a per-series answer too (a backend without the flag)
         got = await backend.rollups(pb.ReadRequest(matchers=_ALL, start_ms=hour_ms, end_ms=hour_ms, columnar=True))
-        roll = from_rollup_arrays(rollups_from_response(got))
+        roll = with_hours(rollups_from_response(got))
     # The encoding (seconds for 40,000 series) runs in a thread: on the event loop it held back the
     # process's requests and its election lease's keep-alive, which lapsed under load, so another
     # proxy took the lead and wrote the same hour at the same time (2026-11-27 session 34,
@@ -186,7 +181,7 @@ async def hour_files(backend: MetricsBackend, hour_ms: int, read_columns: ReadCo
     rollups_file = await asyncio.to_thread(to_parquet, roll)
     return HourFiles(hour_ms, samples_file, rollups_file,
                      {"format": FORMAT_VERSION, "hour_start_ms": hour_ms, "samples": samples.samples,
-                      "series": len(samples.labels), "rollup_series": len(roll.labels),
+                      "series": len(samples.labels), "rollup_series": len(roll),
                       "written_ms": int(time.time() * 1000)})
 
 

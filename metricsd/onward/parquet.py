@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metricsd.model import METRIC_NAME, Labels
+from metricsd.rpc.rollupbatch import RollupArrays
 
 __all__ = [
     "FORMAT_VERSION",
@@ -33,7 +34,6 @@ __all__ = [
     "ROW_GROUP_ROWS",
     "SAMPLES_SCHEMA",
     "HourFiles",
-    "RollupColumns",
     "SampleColumns",
     "hour_dir",
     "rollups_table",
@@ -80,21 +80,6 @@ class SampleColumns:
     def concat(parts: Sequence[SampleColumns]) -> SampleColumns:
         return SampleColumns([lab for p in parts for lab in p.labels], _cat([p.counts for p in parts], np.int64),
                              _cat([p.timestamps for p in parts], np.int64), _cat([p.values for p in parts], np.float64))
-
-
-@dataclass(frozen=True)
-class RollupColumns:
-    """Hourly rollups of many series, as columns: series i has ``labels[i]`` and the next
-    ``counts[i]`` hours of every other field. ``last`` is NaN where not known (stored as null)."""
-
-    labels: list[Labels]
-    counts: np.ndarray  # int64
-    hours: np.ndarray  # int64 ms
-    min: np.ndarray
-    max: np.ndarray
-    sum: np.ndarray
-    count: np.ndarray
-    last: np.ndarray
 
 
 def _cat(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
@@ -147,10 +132,13 @@ def samples_table(cols: SampleColumns, series: Sequence[int]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=SAMPLES_SCHEMA)
 
 
-def rollups_table(cols: RollupColumns, series: Sequence[int]) -> pa.Table:
+def rollups_table(cols: RollupArrays, labels: Sequence[Labels], series: Sequence[int]) -> pa.Table:
+    """The rows of ``series`` (indices into ``cols``, whose labels as tuples are ``labels``), each
+    series' hours in time order. ``last`` is NaN where not known: stored as null."""
+    counts = cols.counts
     hours, mins, maxs, sums, count, last = _gather([cols.hours, cols.min, cols.max, cols.sum, cols.count, cols.last],
-                                                   cols.counts, series)
-    arrays = [*_label_columns([cols.labels[i] for i in series], cols.counts[list(series)]),
+                                                   counts, series)
+    arrays = [*_label_columns([labels[i] for i in series], counts[list(series)]),
               pa.array(hours.astype(np.int64), _TS),
               *(pa.array(a.astype(np.float64), pa.float64()) for a in (mins, maxs, sums, count)),
               pa.array(last.astype(np.float64), pa.float64(), mask=np.isnan(last))]
@@ -170,7 +158,7 @@ def _row_groups(counts: Sequence[int], rows: int) -> list[tuple[int, int]]:
     return out
 
 
-def to_parquet(cols: SampleColumns | RollupColumns) -> bytes:
+def to_parquet(cols: SampleColumns | RollupArrays) -> bytes:
     """The file's bytes, series in label order, one row group (about ROW_GROUP_ROWS rows of whole
     series) built and written at a time: the memory of one row group's table, reused from one to
     the next (building the whole hour's table at once spent more time in the kernel, faulting in
@@ -180,7 +168,8 @@ def to_parquet(cols: SampleColumns | RollupColumns) -> bytes:
     (perf/RESULTS.md)."""
     samples = isinstance(cols, SampleColumns)
     schema, time_column = (SAMPLES_SCHEMA, "timestamp") if samples else (ROLLUPS_SCHEMA, "hour_start")
-    order = _label_order(cols.labels)
+    labels = cols.labels if isinstance(cols, SampleColumns) else cols.labels.to_list()
+    order = _label_order(labels)
     counts = cols.counts[order].tolist() if order else []
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
     buf = io.BytesIO()
@@ -195,7 +184,8 @@ def to_parquet(cols: SampleColumns | RollupColumns) -> bytes:
                           write_statistics=[time_column, "metric"]) as writer:
         for a, b in _row_groups(counts, ROW_GROUP_ROWS):
             part = order[a:b]
-            table = samples_table(cols, part) if isinstance(cols, SampleColumns) else rollups_table(cols, part)
+            table = (samples_table(cols, part) if isinstance(cols, SampleColumns)
+                     else rollups_table(cols, labels, part))
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS + max(counts[a:b], default=0))
     return buf.getvalue()
 
