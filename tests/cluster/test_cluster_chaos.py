@@ -15,11 +15,12 @@ from metricsd.cmd.chaos import ChaosOptions, run_chaos
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_a_short_chaos_run_loses_nothing_and_replicas_converge(tmp_path: Path) -> None:
     # 90 s: every kind of fault is planned by 60 s, and a busy machine delays each (a restarted
-    # store must be level, and the proxies reconnected, before the next), so they all still run.
-    opts = ChaosOptions(duration_s=90, seed=1, pods=30)
+    # store must be level, and the proxies reconnected, before the next); at load 6-10 the planned
+    # proxy kill once slipped past 90 s, so the faults not yet started get up to 120 s more.
+    opts = ChaosOptions(duration_s=90, seed=1, pods=30, grace_s=120)
     report = run_chaos(opts, tmp_path)
     text = "\n".join(report.lines(opts))
     assert report.acknowledged > 1000, text
