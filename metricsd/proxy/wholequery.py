@@ -20,7 +20,9 @@ still takes the proxy's path: finding those slots needs the query's selectors.)
 
 Hedging as the one-replica reads do (hedge.py): when the store has not answered within its
 latency tracker's delay, the next qualifying store gets the same frame; the first answer wins and
-the other is cancelled. A store that fails is replaced at once.
+the other is cancelled. A store that fails is replaced at once, and so is one the proxy has no
+read port to now (NoReadPort: its Health is still being asked, or the port failed a moment ago),
+without counting it down.
 
 Fallback (the caller evaluates the query itself, as before): no store qualifies; the store does
 not know the frame (an older store: remembered for ``UNSUPPORTED_RETRY_S``); a store refuses a slot
@@ -44,7 +46,15 @@ from metricsd.proxy.latency import LatencyTracker
 from metricsd.proxy.members import SlotNotHeld
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, Unavailable
-from metricsd.rpc.wholequery import NotSupported, QueryAnswer, QueryFrame, RunnerSettings, decode_answer, encode_request
+from metricsd.rpc.wholequery import (
+    NoReadPort,
+    NotSupported,
+    QueryAnswer,
+    QueryFrame,
+    RunnerSettings,
+    decode_answer,
+    encode_request,
+)
 
 __all__ = ["SPILL_IN_FLIGHT", "UNSUPPORTED_RETRY_S", "WholeQueryPath", "first_place", "whole_holders", "whole_order"]
 
@@ -163,7 +173,7 @@ class WholeQueryPath:
             except asyncio.CancelledError:
                 self.latency.record(member, clock.monotonic() - t0)  # a hedge won: at least this long
                 raise
-            except (NotSupported, SlotNotHeld, BadRequest):
+            except (NotSupported, NoReadPort, SlotNotHeld, BadRequest):
                 raise
             except Unavailable as e:
                 self.view.health.failure(member, str(e))
@@ -206,6 +216,8 @@ class WholeQueryPath:
                     if isinstance(exc, BadRequest):  # a frame the store finds out of format: not the query's fault
                         log.warning("%s refused a whole query frame: %s", member, exc)
                         return None
+                    if isinstance(exc, NoReadPort):  # the next store, at once; this one again next query
+                        self.counters["whole_query_no_port"] += 1
                     log.debug("whole query: %s failed: %s", member, exc)
             self.counters["whole_query_failed"] += 1
             return None
