@@ -6,6 +6,7 @@ loopback. The maps the proxy and the stores hold are set apart to make a stale m
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import AsyncIterator
@@ -29,8 +30,9 @@ from metricsd.http.wholehttp import may_select
 from metricsd.http.wholequery import QueryService
 from metricsd.promql.limits import QueryLimits
 from metricsd.proxy.backend import ProxyBackend
+from metricsd.proxy.latency import HedgeSettings, LatencyTracker
 from metricsd.proxy.members import MemberClient
-from metricsd.proxy.wholequery import SPILL_IN_FLIGHT, first_place, whole_order
+from metricsd.proxy.wholequery import SPILL_IN_FLIGHT, first_place, hedge_delay, whole_order
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.backend import BadRequest
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
@@ -324,6 +326,56 @@ async def test_a_store_without_a_read_port_is_passed_over_for_the_next(harness: 
     member._probed_at = None  # its read port asked for again: the first store takes the next query
     status, body = await harness.get("/api/v1/query", query=QUERIES[0], time=AT)
     assert status == 200 and nodes[0].service is not None and nodes[0].service.answered == 1
+
+
+async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_turn(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three queries at once kept on store-0, which answers one at a time in 0.2 s each (a store
+    bound by its CPU), with a learnt delay of 0.35 s: the second and third wait 0.4 and 0.6 s for
+    their turn, past one query's delay, and were each asked of a second store too. Waiting for
+    the queries ahead of them is not slowness: no hedge. A stalled store is still passed by."""
+    import metricsd.proxy.wholequery as wq
+
+    monkeypatch.setattr(wq, "whole_order", functools.partial(whole_order, spill=10))  # all three on store-0
+    node = harness.nodes["store-0"]
+    assert node.service is not None
+    turn = asyncio.Lock()
+    answer = node.service.answer
+
+    async def one_at_a_time(body: bytes) -> bytes:
+        async with turn:
+            await asyncio.sleep(0.2)
+            return await answer(body)
+
+    assert all(a is not None and a.data for a in await _together(harness, 1))  # its connection and caches warm
+    node.servers[0].query = one_at_a_time
+    for _ in range(128):
+        harness.proxy.whole_queries.latency.record("store-0", 0.35)
+    hedges = harness.counter("whole_query_hedges")  # the first query may have been hedged (the initial delay)
+    answered = [n.service.answered for n in harness.nodes.values() if n.service is not None]
+    assert all(a is not None and a.data for a in await _together(harness, 3))
+    assert harness.counter("whole_query_hedges") == hedges
+    assert [n.service.answered for n in harness.nodes.values() if n.service is not None] == [answered[0] + 3,
+                                                                                         *answered[1:]]
+    turn_held = await turn.acquire()  # store-0 stalls: every query passes it within its bounded delay
+    assert turn_held
+    try:
+        assert all(a is not None and a.data for a in await _together(harness, 3))
+    finally:
+        turn.release()
+    assert harness.counter("whole_query_hedges") == hedges + 3
+
+
+def test_a_hedge_waits_one_delay_for_each_query_ahead_within_a_bound() -> None:
+    tracker = LatencyTracker(HedgeSettings(min_s=0.001, max_s=0.5))
+    assert hedge_delay(tracker, "s", 0) == tracker.delay("s") == 0.05  # the initial delay, unchanged when alone
+    for _ in range(64):
+        tracker.record("s", 0.004)
+    assert hedge_delay(tracker, "s", 0) == 0.004
+    assert [round(hedge_delay(tracker, "s", k), 6) for k in (1, 2, 7)] == [0.008, 0.012, 0.032]
+    for _ in range(128):
+        tracker.record("s", 0.3)
+    assert hedge_delay(tracker, "s", 7) == 0.3 + 0.5  # bounded: a stalled store is passed by in time
 
 
 def test_each_proxy_starts_from_a_store_of_its_own_unless_configured() -> None:
