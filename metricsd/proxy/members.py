@@ -22,7 +22,7 @@ from metricsd.rpc.client import StreamingBackend
 from metricsd.rpc.frames import Method
 from metricsd.rpc.readport import ReadPortClient
 from metricsd.rpc.server import GRPC_OPTIONS
-from metricsd.rpc.wholequery import NotSupported
+from metricsd.rpc.wholequery import NoReadPort
 from metricsd.security.settings import ClientSecurity
 
 __all__ = [
@@ -74,7 +74,7 @@ class MemberClient(StreamingBackend):
         self.use_read_port = use_read_port and bool(address)
         self._port_client: ReadPortClient | None = None
         self._probed_at: float | None = None
-        self._probing: asyncio.Lock | None = None
+        self._probe: asyncio.Task[ReadPortClient | None] | None = None  # asking the store's Health for the port
         self._retry_after = self.REPROBE_S
         self._unreachable = 0  # read ports in a row that could not be connected to
 
@@ -83,21 +83,28 @@ class MemberClient(StreamingBackend):
             return None
         if self._port_client is not None:
             return self._port_client
-        now = time.monotonic()
-        if self._probed_at is not None and now - self._probed_at < self._retry_after:
+        probe = self._probe
+        if probe is None or probe.done():
+            if self._probed_at is not None and time.monotonic() - self._probed_at < self._retry_after:
+                return None
+            probe = self._probe = asyncio.get_running_loop().create_task(self._ask_port())
+            probe.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved, even with no one left
+        # A task of its own, shielded: a read that arrives while another's probe is under way waits
+        # for its outcome, and a read cancelled meanwhile (a hedge won, a timeout) does not cancel
+        # the probe. Both ended it with no port, and every read for REPROBE_S went without one:
+        # concurrency 8's first burst sent two of three stores' whole queries away for a minute.
+        return await asyncio.shield(probe)
+
+    async def _ask_port(self) -> ReadPortClient | None:
+        self._probed_at = time.monotonic()
+        try:
+            port = (await super().health()).read_port
+        except Unavailable:
             return None
-        self._probing = self._probing or asyncio.Lock()
-        async with self._probing:
-            if self._port_client is None and (self._probed_at is None or now - self._probed_at >= self._retry_after):
-                self._probed_at = now
-                try:
-                    port = (await super().health()).read_port
-                except Unavailable:
-                    return None
-                if port:
-                    host = self.address.rpartition(":")[0].strip("[]")
-                    self._port_client = ReadPortClient(host, port, self.security,
-                                                       min(self.CONNECT_TIMEOUT_S, self.timeout_s / 4))
+        if port:
+            host = self.address.rpartition(":")[0].strip("[]")
+            self._port_client = ReadPortClient(host, port, self.security,
+                                               min(self.CONNECT_TIMEOUT_S, self.timeout_s / 4))
         return self._port_client
 
     async def _over_port(self, method: Method, request: Any, grpc_call: Callable[[Any], Awaitable[T]]) -> T:
@@ -135,13 +142,17 @@ class MemberClient(StreamingBackend):
 
     async def query(self, body: bytes) -> bytes:
         """A whole PromQL query (a QUERY frame's body, metricsd/rpc/wholequery.py) over the read
-        port; raises NotSupported when the store has no read port or does not know the frame."""
+        port; raises NoReadPort when the store has no read port (now), NotSupported when it does not know
+        the frame."""
         client = await self._read_port()
         if client is None:
-            raise NotSupported(f"{self.address}: no read port (yet) for a whole query")
+            raise NoReadPort(f"{self.address}: no read port (yet) for a whole query")
         return await client.call_raw(Method.QUERY, body)
 
     async def close(self) -> None:
+        if self._probe is not None and not self._probe.done():
+            self._probe.cancel()
+            await asyncio.gather(self._probe, return_exceptions=True)
         if self._port_client is not None:
             await self._port_client.close()
         await super().close()

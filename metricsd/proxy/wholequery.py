@@ -20,7 +20,10 @@ still takes the proxy's path: finding those slots needs the query's selectors.)
 
 Hedging as the one-replica reads do (hedge.py): when the store has not answered within its
 latency tracker's delay, the next qualifying store gets the same frame; the first answer wins and
-the other is cancelled. A store that fails is replaced at once.
+the other is cancelled. A store that fails is replaced at once, and so is one the proxy has no
+read port to now (NoReadPort: its Health is still being asked, or the port failed a moment ago),
+without counting it down. The delay is the store's for each of this proxy's queries already
+there and this one (``hedge_delay``): a query queued behind others is not a slow store.
 
 Fallback (the caller evaluates the query itself, as before): no store qualifies; the store does
 not know the frame (an older store: remembered for ``UNSUPPORTED_RETRY_S``); a store refuses a slot
@@ -44,9 +47,18 @@ from metricsd.proxy.latency import LatencyTracker
 from metricsd.proxy.members import SlotNotHeld
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, Unavailable
-from metricsd.rpc.wholequery import NotSupported, QueryAnswer, QueryFrame, RunnerSettings, decode_answer, encode_request
+from metricsd.rpc.wholequery import (
+    NoReadPort,
+    NotSupported,
+    QueryAnswer,
+    QueryFrame,
+    RunnerSettings,
+    decode_answer,
+    encode_request,
+)
 
-__all__ = ["SPILL_IN_FLIGHT", "UNSUPPORTED_RETRY_S", "WholeQueryPath", "first_place", "whole_holders", "whole_order"]
+__all__ = ["SPILL_IN_FLIGHT", "UNSUPPORTED_RETRY_S", "WholeQueryPath", "first_place", "hedge_delay", "whole_holders",
+           "whole_order"]
 
 log = logging.getLogger("metricsd.proxy.wholequery")
 
@@ -95,6 +107,19 @@ def first_place(configured: int | None, rng: random.Random | None = None) -> int
     if configured is not None:
         return configured
     return (rng or random.Random()).randrange(1 << 16)
+
+
+def hedge_delay(latency: LatencyTracker, member: str, ahead: int) -> float:
+    """How long a whole query sent to ``member`` waits before the next store is asked too: the
+    store's delay (its recent p99, latency.py) for each query of this proxy's there before it and
+    itself, since a store answers its queries one after another. The tracker's delay alone is
+    learnt from answers at whatever concurrency came before: after a spell at concurrency 1 it is
+    a lone query's p99, which every query queued behind two others passes, so at concurrency 8
+    each such query was asked twice, a second store's CPU spent where there was none to spare.
+    At most the tracker's ceiling (``max_s``) past one query's delay, so a stalled store is still
+    passed by within a bounded time. Pure."""
+    one = latency.delay(member)
+    return min(one * (1 + ahead), one + latency.settings.max_s)
 
 
 def _landed(in_flight: Counter[str], member: str, _: asyncio.Future[QueryAnswer]) -> None:
@@ -163,7 +188,7 @@ class WholeQueryPath:
             except asyncio.CancelledError:
                 self.latency.record(member, clock.monotonic() - t0)  # a hedge won: at least this long
                 raise
-            except (NotSupported, SlotNotHeld, BadRequest):
+            except (NotSupported, NoReadPort, SlotNotHeld, BadRequest):
                 raise
             except Unavailable as e:
                 self.view.health.failure(member, str(e))
@@ -182,13 +207,14 @@ class WholeQueryPath:
                         self.counters["whole_query_hedges"] += 1
                     started: asyncio.Future[QueryAnswer] = asyncio.ensure_future(ask(member))
                     started.add_done_callback(consume)
+                    delay = hedge_delay(self.latency, member, self.in_flight[member])
                     # counted from now, not from when the task first runs: queries parsed in the same
                     # turn of the loop would all see the same counts and pick the same store
                     self.in_flight[member] += 1
                     started.add_done_callback(functools.partial(_landed, self.in_flight, member))
                     tasks[started] = member
-                delay = self.latency.delay(member) if waiting else None
-                done, _ = await asyncio.wait(set(tasks), timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(set(tasks), timeout=delay if waiting else None,
+                                             return_when=asyncio.FIRST_COMPLETED)
                 for fut in done:
                     member = tasks.pop(fut)
                     exc = fut.exception()
@@ -206,6 +232,8 @@ class WholeQueryPath:
                     if isinstance(exc, BadRequest):  # a frame the store finds out of format: not the query's fault
                         log.warning("%s refused a whole query frame: %s", member, exc)
                         return None
+                    if isinstance(exc, NoReadPort):  # the next store, at once; this one again next query
+                        self.counters["whole_query_no_port"] += 1
                     log.debug("whole query: %s failed: %s", member, exc)
             self.counters["whole_query_failed"] += 1
             return None

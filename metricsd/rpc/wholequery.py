@@ -22,8 +22,8 @@ import orjson
 
 from metricsd.rpc.backend import Unavailable
 
-__all__ = ["ANSWER_DATA", "ANSWER_ERROR", "LIMIT_NAMES", "MAX_FRAME_SLOTS", "NotSupported", "QueryAnswer", "QueryFrame",
-           "RunnerSettings", "decode_answer", "decode_request", "encode_request", "error_answer"]
+__all__ = ["ANSWER_DATA", "ANSWER_ERROR", "LIMIT_NAMES", "MAX_FRAME_SLOTS", "NoReadPort", "NotSupported", "QueryAnswer",
+           "QueryFrame", "RunnerSettings", "decode_answer", "decode_request", "encode_request", "error_answer"]
 
 ANSWER_DATA = 0  # first byte of an answer: the Prometheus JSON ``data`` member follows
 ANSWER_ERROR = 1  # first byte of an answer: a JSON error object follows
@@ -31,6 +31,12 @@ ANSWER_ERROR = 1  # first byte of an answer: a JSON error object follows
 
 class NotSupported(Unavailable):
     """The store does not know the QUERY method (an older store: ERROR 12 UNIMPLEMENTED)."""
+
+
+class NoReadPort(Unavailable):
+    """The proxy has no read port to the store now (not yet learnt from its Health, or given up
+    for a while after it failed): that store is passed over for this query, not for a minute as
+    a store that does not know the frame is, and not counted as a failure of the store."""
 
 
 # The most slots a frame may name: a shard map's slot count is set once at `cluster init` (64 by

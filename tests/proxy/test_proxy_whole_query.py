@@ -6,7 +6,9 @@ loopback. The maps the proxy and the stores hold are set apart to make a stale m
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +30,9 @@ from metricsd.http.wholehttp import may_select
 from metricsd.http.wholequery import QueryService
 from metricsd.promql.limits import QueryLimits
 from metricsd.proxy.backend import ProxyBackend
-from metricsd.proxy.wholequery import SPILL_IN_FLIGHT, first_place, whole_order
+from metricsd.proxy.latency import HedgeSettings, LatencyTracker
+from metricsd.proxy.members import MemberClient
+from metricsd.proxy.wholequery import SPILL_IN_FLIGHT, first_place, hedge_delay, whole_order
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.backend import BadRequest
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
@@ -248,21 +252,130 @@ async def test_one_proxy_asks_the_same_store_each_time_while_it_has_room(harness
     assert [a - b for a, b in zip(last, after, strict=True)] == [0, 4, 0]
 
 
+async def _together(h: Harness, n: int) -> list[Any]:
+    """``n`` whole queries of one pod's rate started in the same turn of the loop (a dashboard's
+    panels, or concurrency n); their answers (None where the proxy would evaluate it itself)."""
+    limits = QueryLimits()
+    settings = RunnerSettings(300_000, 50_000_000, True, 10.0, tuple((k, int(getattr(limits, k))) for k in LIMIT_NAMES))
+    at = int(float(AT) * 1000)
+    return await asyncio.gather(*(h.proxy.whole_queries.run(
+        QUERIES[3], instant=True, start_ms=at, end_ms=at, step_ms=1, timeout_s=10.0, settings=settings)
+        for _ in range(n)))
+
+
 async def test_concurrent_queries_started_in_one_turn_go_to_different_stores(harness: Harness) -> None:
     """Three queries started together (a dashboard's panels): the first store takes one, the
     others one each, as each query counts against its store from the moment it is picked."""
-    limits = QueryLimits()
-    settings = RunnerSettings(300_000, 50_000_000, True, 10.0, tuple((k, int(getattr(limits, k))) for k in LIMIT_NAMES))
     nodes = list(harness.nodes.values())
     before = [n.service.answered for n in nodes if n.service is not None]
-    at = int(float(AT) * 1000)
-    answers = await asyncio.gather(*(harness.proxy.whole_queries.run(
-        QUERIES[3], instant=True, start_ms=at, end_ms=at, step_ms=1, timeout_s=10.0, settings=settings)
-        for _ in range(3)))
+    answers = await _together(harness, 3)
     assert all(a is not None and a.data for a in answers), answers
     after = [n.service.answered for n in nodes if n.service is not None]
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
     assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
+
+
+async def test_concurrent_queries_while_a_stores_read_port_is_learnt_all_go_whole(harness: Harness) -> None:
+    """Six queries at once to a proxy that has read nothing yet: each store's read port is still
+    being asked for (its Health) when its second query arrives. That query waits for the answer
+    and goes whole too; it was refused as if the store had no read port, and the store left alone
+    for UNSUPPORTED_RETRY_S (a minute in which concurrency 8 went to one store of three)."""
+    nodes = list(harness.nodes.values())
+    answers = await _together(harness, 6)
+    assert all(a is not None and a.data for a in answers), answers
+    assert harness.counter("whole_query_unsupported") == harness.counter("whole_query_no_port") == 0
+    assert harness.counter("whole_queries") == 6
+    answered = [n.service.answered for n in nodes if n.service is not None]
+    # two each; a hedge (the initial delay, on a loaded machine) asks a store once more
+    assert min(answered) >= 2 and sum(answered) == 6 + harness.counter("whole_query_hedges"), answered
+
+
+async def test_a_read_cancelled_while_the_read_port_is_asked_for_does_not_lose_the_port(harness: Harness) -> None:
+    """The first whole query to a store asks its Health for the read port; when that query is
+    cancelled meanwhile (a hedge won elsewhere, the client went away), the probe still ends and
+    the next query has the port: it had none for REPROBE_S, every query sent elsewhere."""
+    shard_map = harness.proxy_maps.current()
+    assert shard_map is not None
+    member = harness.proxy.view.pool.get(shard_map, "store-1")
+    assert isinstance(member, MemberClient)
+    first = asyncio.ensure_future(member._read_port())
+    await asyncio.sleep(0)  # the probe is under way
+    first.cancel()
+    assert await member._read_port() is not None
+    status, body = await harness.get("/api/v1/query", query=QUERIES[0], time=AT)
+    assert status == 200 and body["data"]["result"] and harness.counter("whole_query_no_port") == 0
+
+
+async def test_a_store_without_a_read_port_is_passed_over_for_the_next(harness: Harness) -> None:
+    """A store the proxy has no read port to (here: given up on after a failure) is skipped for
+    the next store at once, query by query, not counted as down nor left alone for a minute."""
+    shard_map = harness.proxy_maps.current()
+    assert shard_map is not None
+    member = harness.proxy.view.pool.get(shard_map, "store-0")
+    assert isinstance(member, MemberClient)
+    member._probed_at, member._port_client = time.monotonic(), None  # as after a failed read port
+    nodes = list(harness.nodes.values())
+    for i in range(3):
+        status, body = await harness.get("/api/v1/query", query=QUERIES[i], time=AT)
+        assert status == 200 and body["data"]["result"], body
+    assert harness.counter("whole_query_no_port") == 3 and harness.counter("whole_query_unsupported") == 0
+    answered = [n.service.answered for n in nodes if n.service is not None]
+    # store-1 took them (store-2 only a hedge's: the first delay is short, the machine may be loaded)
+    assert answered[0] == 0 and answered[1] == 3 and answered[2] == harness.counter("whole_query_hedges"), answered
+    assert harness.counter("whole_queries") == 3 and harness.proxy.view.health.is_healthy("store-0")
+    member._probed_at = None  # its read port asked for again: the first store takes the next query
+    status, body = await harness.get("/api/v1/query", query=QUERIES[0], time=AT)
+    assert status == 200 and nodes[0].service is not None and nodes[0].service.answered == 1
+
+
+async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_turn(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three queries at once kept on store-0, which answers one at a time in 0.2 s each (a store
+    bound by its CPU), with a learnt delay of 0.35 s: the second and third wait 0.4 and 0.6 s for
+    their turn, past one query's delay, and were each asked of a second store too. Waiting for
+    the queries ahead of them is not slowness: no hedge. A stalled store is still passed by."""
+    import metricsd.proxy.wholequery as wq
+
+    monkeypatch.setattr(wq, "whole_order", functools.partial(whole_order, spill=10))  # all three on store-0
+    node = harness.nodes["store-0"]
+    assert node.service is not None
+    turn = asyncio.Lock()
+    answer = node.service.answer
+
+    async def one_at_a_time(body: bytes) -> bytes:
+        async with turn:
+            await asyncio.sleep(0.2)
+            return await answer(body)
+
+    assert all(a is not None and a.data for a in await _together(harness, 1))  # its connection and caches warm
+    node.servers[0].query = one_at_a_time
+    for _ in range(128):
+        harness.proxy.whole_queries.latency.record("store-0", 0.35)
+    hedges = harness.counter("whole_query_hedges")  # the first query may have been hedged (the initial delay)
+    answered = [n.service.answered for n in harness.nodes.values() if n.service is not None]
+    assert all(a is not None and a.data for a in await _together(harness, 3))
+    assert harness.counter("whole_query_hedges") == hedges
+    assert [n.service.answered for n in harness.nodes.values() if n.service is not None] == [answered[0] + 3,
+                                                                                         *answered[1:]]
+    turn_held = await turn.acquire()  # store-0 stalls: every query passes it within its bounded delay
+    assert turn_held
+    try:
+        assert all(a is not None and a.data for a in await _together(harness, 3))
+    finally:
+        turn.release()
+    assert harness.counter("whole_query_hedges") == hedges + 3
+
+
+def test_a_hedge_waits_one_delay_for_each_query_ahead_within_a_bound() -> None:
+    tracker = LatencyTracker(HedgeSettings(min_s=0.001, max_s=0.5))
+    assert hedge_delay(tracker, "s", 0) == tracker.delay("s") == 0.05  # the initial delay, unchanged when alone
+    for _ in range(64):
+        tracker.record("s", 0.004)
+    assert hedge_delay(tracker, "s", 0) == 0.004
+    assert [round(hedge_delay(tracker, "s", k), 6) for k in (1, 2, 7)] == [0.008, 0.012, 0.032]
+    for _ in range(128):
+        tracker.record("s", 0.3)
+    assert hedge_delay(tracker, "s", 7) == 0.3 + 0.5  # bounded: a stalled store is passed by in time
 
 
 def test_each_proxy_starts_from_a_store_of_its_own_unless_configured() -> None:
