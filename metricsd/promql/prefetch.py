@@ -83,8 +83,8 @@ def selector_fetch(node: Any, ctx: EvalContext) -> Fetch | None:
         vs, width = node.vector_selector, td_ms(node.range)
     else:
         return None
-    times = ctx.selector_times(vs.at, vs.offset)
-    return Fetch(tuple(to_matchers(vs)), int(times.min()) - width + 1, int(times.max()))
+    times = ctx.selector_times(vs.at, vs.offset)  # never decreasing: the steps, moved, or one time
+    return Fetch(tuple(to_matchers(vs)), int(times[0]) - width + 1, int(times[-1]))
 
 
 class PrefetchedSource:
@@ -100,7 +100,12 @@ class PrefetchedSource:
         got = self._fetched.get(tuple(matchers))
         if got is None or start_ms < got[0].start_ms or end_ms > got[0].end_ms:
             raise PromQLError("execution", f"internal error: selector {list(matchers)} was not prefetched")
-        return got[1].window(start_ms, end_ms)
+        data = got[1]
+        if len(data) == 1:  # one series (the narrow path asks the read's own range): nothing to cut?
+            lo, hi = int(data.offsets[0]), int(data.offsets[1])
+            if hi > lo and int(data.timestamps[lo]) >= start_ms and int(data.timestamps[hi - 1]) <= end_ms:
+                return data
+        return data.window(start_ms, end_ms)
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         cols = self.select_columns(matchers, start_ms, end_ms)

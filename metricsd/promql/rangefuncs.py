@@ -59,8 +59,9 @@ def extrapolate(ts: np.ndarray, vals: np.ndarray, starts: np.ndarray, lo: np.nda
     fewer than two samples gives a meaningless value, for the caller to mask. Element by element,
     so one series' answer is bit for bit its row of many series' (narrow.py's one-series path)."""
     n = hi - lo
-    first, last = _take(vals, lo), _take(vals, hi - 1)
-    t_first, t_last = _take(ts, lo), _take(ts, hi - 1)
+    end = hi - 1
+    first, last = _take(vals, lo), _take(vals, end)
+    t_first, t_last = _take(ts, lo), _take(ts, end)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         result = last - first
         if is_counter:
@@ -71,17 +72,18 @@ def extrapolate(ts: np.ndarray, vals: np.ndarray, starts: np.ndarray, lo: np.nda
                 resets[starts] = 0.0
                 if resets.any():
                     cum = np.cumsum(resets)
-                    result = result + (_take(cum, hi - 1) - _take(cum, lo))
+                    result = result + (_take(cum, end) - _take(cum, lo))
         sampled = (t_last - t_first) / 1000.0
         avg = sampled / np.maximum(n - 1, 1)
         threshold = avg * 1.1
+        half = avg / 2
         d_start = (t_first - (ends - range_ms)) / 1000.0
         d_end = (ends - t_last) / 1000.0
-        d_start = np.where(d_start >= threshold, avg / 2, d_start)
+        d_start = np.where(d_start >= threshold, half, d_start)
         if is_counter:
             d_zero = np.where((result > 0) & (first >= 0), sampled * (first / result), d_start)
             d_start = np.where(d_zero < d_start, d_zero, d_start)
-        d_end = np.where(d_end >= threshold, avg / 2, d_end)
+        d_end = np.where(d_end >= threshold, half, d_end)
         factor = (sampled + d_start + d_end) / sampled
         if is_rate:
             factor = factor / (range_ms / 1000.0)

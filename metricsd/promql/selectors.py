@@ -263,7 +263,10 @@ def matrix_data(ctx: EvalContext, ms: Any) -> tuple[SeriesColumns, np.ndarray, i
     if not bool(fresh.all()):
         kept = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(fresh)])[data.offsets]  # offsets without stale
         data = SeriesColumns(data.labels, kept, data.timestamps[fresh], data.values[fresh], data.ids)
-    if bool((np.diff(data.offsets) == 0).any()):
+    if len(data) == 1:  # a panel of one pod: its emptiness without a diff
+        if int(data.offsets[1]) == int(data.offsets[0]):
+            data = data.take(np.zeros(0, dtype=np.int64))
+    elif bool((np.diff(data.offsets) == 0).any()):
         data = data.take(np.flatnonzero(np.diff(data.offsets) > 0))
     return data, ends, range_ms
 

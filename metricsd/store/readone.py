@@ -61,19 +61,19 @@ class DecodedChunks:
         the range decoded once while it is kept."""
         if not chunks.samples[row]:
             return chunks.read(row, start_ms, end_ms)
-        e = chunks.entries(row)
-        which = np.flatnonzero((e[:, 1] >= start_ms) & (e[:, 0] <= end_ms)).tolist()
-        if not which:
+        # a series has a few chunks (a day: 12 of 720 samples, and the open one): Python's loop over
+        # the index is cheaper than NumPy's calls on it
+        keys = [(row, lo, hi, n, h) for lo, hi, _, n, h in chunks.entries(row).tolist()
+                if hi >= start_ms and lo <= end_ms]
+        if not keys:
             return chunks.read(row, start_ms, end_ms)
-        parts_t, parts_v = [], []
-        for key in map(tuple, e[which][:, [0, 1, 3, 4]].tolist()):
-            t, v = self._chunk(chunks, (row, *key))
-            parts_t.append(t)
-            parts_v.append(v)
-        t = parts_t[0] if len(parts_t) == 1 else np.concatenate(parts_t)
-        v = parts_v[0] if len(parts_v) == 1 else np.concatenate(parts_v)
-        lo = int(np.searchsorted(t, start_ms, side="left"))
-        hi = int(np.searchsorted(t, end_ms, side="right"))
+        parts = [self._chunk(chunks, key) for key in keys]
+        if len(parts) == 1:
+            t, v = parts[0]
+        else:
+            t, v = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        lo = 0 if keys[0][1] >= start_ms else int(np.searchsorted(t, start_ms, side="left"))
+        hi = len(t) if keys[-1][2] <= end_ms else int(np.searchsorted(t, end_ms, side="right"))
         return t[lo:hi].copy(), v[lo:hi].copy()
 
     def _chunk(self, chunks: Chunks, key: _Key) -> tuple[np.ndarray, np.ndarray]:

@@ -128,3 +128,26 @@ async def test_through_a_store_at_chunk_edges_with_kept_decodes(fn: str) -> None
                 want = range_matrix(RANGE_FUNCTIONS[fn](matrix_arg(ctx, *matrix_data(ctx, ms))), ctx_steps)
                 assert _plain(got) == _plain(want), (expr, end, rounds)
     assert api.decoded.hits > 0
+
+
+@given(st.lists(st.integers(0, 100), min_size=0, max_size=12, unique=True), st.integers(-5, 105),
+       st.integers(-5, 105), st.integers(-5, 105), st.integers(0, 30))
+def test_a_prefetched_series_is_cut_as_window_cuts_it(times: list[int], f_lo: int, width: int, q_lo: int,
+                                                      q_width: int) -> None:
+    """PrefetchedSource hands one series back uncut only when its samples lie in the range asked
+    (a backend may answer more than it was asked): otherwise SeriesColumns.window's answer."""
+    from metricsd.columns import SeriesColumns
+    from metricsd.promql.prefetch import Fetch, PrefetchedSource
+
+    ts = np.array(sorted(times), dtype=np.int64) * 1000
+    data = SeriesColumns.from_arrays([LABELS], [ts], [ts / 7.0])
+    fetch = Fetch((), f_lo * 1000, (f_lo + abs(width)) * 1000)
+    source = PrefetchedSource({(): (fetch, data)})
+    lo = max(fetch.start_ms, q_lo * 1000)
+    hi = min(fetch.end_ms, lo + q_width * 1000)
+    if hi < lo:
+        return
+    got, want = source.select_columns([], lo, hi), data.window(lo, hi)
+    assert got.labels.to_list() == want.labels.to_list()
+    assert (got.offsets.tolist(), got.timestamps.tolist(), got.values.tolist()) == (
+        want.offsets.tolist(), want.timestamps.tolist(), want.values.tolist())
