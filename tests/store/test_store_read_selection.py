@@ -95,3 +95,25 @@ def test_the_narrow_plan_is_plan_fetches(query: str) -> None:
     ctx = EvalContext(MemorySource(), T0, T0 + 3_600_000, 30_000, steps, 300_000, 1000, negative_at)
     assert [selector_fetch(ast.args[0], ctx)] == plan_fetches(ast, ctx)
     assert selector_fetch(ast, ctx) is None
+
+
+async def test_a_query_frames_slot_filter_holds_on_the_narrow_path() -> None:
+    """A store answering a proxy's QUERY frame reads through SlotScoped (only the frame's slots);
+    the prefetch's in-process read_selection must not slip past it by SlotScoped.__getattr__."""
+    from metricsd.http import wholequery
+    from metricsd.promql.queries import QueryRunner
+    from metricsd.store.api import LocalBackend
+
+    api = StoreAPI(Store())
+    _write(api, ["p1"], T0)
+    scoped = wholequery.SlotScoped(LocalBackend(api))
+    runner = QueryRunner(scoped)
+    expr, start, end = 'rate(cpu{pod="p1"}[1m])', T0 + 60_000, T0 + 280_000
+    assert len((await runner.range(expr, start, end, 10_000))[0].series) == 1  # no filter: every slot
+    row = int(api.store.select(parse_selector('pod="p1"', "cpu"))[0])
+    slot = int(api.store.index.pod_hash[row] % np.uint64(4))
+    token = wholequery._SLOTS.set(pb.SlotFilter(slot_count=4, slots=[s for s in range(4) if s != slot]))
+    try:
+        assert (await runner.range(expr, start, end, 10_000))[0].series == []
+    finally:
+        wholequery._SLOTS.reset(token)
