@@ -67,7 +67,12 @@ class DecodedChunks:
                 if hi >= start_ms and lo <= end_ms]
         if not keys:
             return chunks.read(row, start_ms, end_ms)
-        parts = [self._chunk(chunks, key) for key in keys]
+        parts = []
+        for key in keys:
+            got = self._chunk(chunks, key)
+            if got is None:  # not the samples its entry counts: read as Chunks does, keep nothing
+                return chunks.read(row, start_ms, end_ms)
+            parts.append(got)
         if len(parts) == 1:
             t, v = parts[0]
         else:
@@ -76,7 +81,9 @@ class DecodedChunks:
         hi = len(t) if keys[-1][2] <= end_ms else int(np.searchsorted(t, end_ms, side="right"))
         return t[lo:hi].copy(), v[lo:hi].copy()
 
-    def _chunk(self, chunks: Chunks, key: _Key) -> tuple[np.ndarray, np.ndarray]:
+    def _chunk(self, chunks: Chunks, key: _Key) -> tuple[np.ndarray, np.ndarray] | None:
+        """The chunk's samples, decoded once while kept; None if reading its time range did not
+        give the samples its entry counts (chunks overlapping in time: not kept, not trusted)."""
         kept = self._kept.get(key)
         if kept is not None:
             self._kept.move_to_end(key)
@@ -85,6 +92,8 @@ class DecodedChunks:
         self.misses += 1
         row, min_ts, max_ts = key[0], key[1], key[2]
         t, v = chunks.read(row, min_ts, max_ts)  # chunks do not overlap in time: this one alone
+        if len(t) != key[3]:
+            return None
         size = t.nbytes + v.nbytes
         if size * 4 > self.max_bytes:
             return t, v

@@ -105,3 +105,24 @@ def test_the_bound_in_bytes_drops_the_least_recently_read() -> None:
     small = DecodedChunks(max_bytes=3 * 50 * 16)  # a chunk past a quarter of the bound is not kept
     got = read_one(store, 0, T0, T0 + 10**9, 0, small)
     assert small.bytes * 4 <= small.max_bytes and len(got.timestamps) == 400  # a short open chunk may be
+
+
+def test_a_chunk_whose_range_reads_other_samples_is_neither_kept_nor_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should a chunk's time range ever read more samples than its entry counts (chunks overlapping
+    in time), the read is Chunks.read's own and nothing is kept."""
+    store = Store(StoreSettings(chunk_samples=20, head_keep=4))
+    lab = make_labels("cpu", {"namespace": "ns", "pod": "p"})
+    sid = np.array([series_id(lab)], np.uint64)
+    store.write(sid, np.array([100]), T0 + np.arange(100) * 10_000, np.arange(100.0), {int(sid[0]): lab})
+    real = store.chunks.read
+
+    def extra(row: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        t, v = real(row, lo, hi)
+        return np.append(t, hi + 1), np.append(v, -1.0)  # one sample more than asked
+
+    monkeypatch.setattr(store.chunks, "read", extra)
+    kept = DecodedChunks()
+    got = read_one(store, 0, T0, T0 + 10**9, 0, kept)
+    assert len(kept) == 0
+    want_t, want_v = store.series_samples(0, T0, T0 + 10**9)  # through the patched Chunks.read, nothing kept
+    assert got.timestamps.tolist() == want_t.tolist() and got.values.tolist() == want_v.tolist()
