@@ -120,7 +120,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for url in urls.values():  # every system answers before any timing
                     await promql_get(http, url, q)
             if args.profile:
-                prof = HERE / "results" / "profiles"
+                prof = Path(args.profile_dir)
                 prof.mkdir(parents=True, exist_ok=True)
                 pids = {"store": servers["metricsd-promql"].pid}
                 if "metricsd-cluster-promql" in servers:
@@ -188,6 +188,8 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
                    help="py-spy each metricsd process while asking each question back to back")
+    p.add_argument("--profile-dir", default=str(HERE / "results" / "profiles"),
+                   help="where --profile writes py-spy's raw stacks (METRICSD_PYSPY_RATE: samples a second)")
     p.add_argument("--no-cluster", action="store_true")
     p.add_argument("--no-vm", action="store_true")
     p.add_argument("--metricsd", default=str(compare_peers.METRICSD), help="the metricsd executable to run")

@@ -147,12 +147,14 @@ async def _nothing() -> AsyncIterator[None]:
 async def profile_pids(pids: dict[str, int], path_of: Callable[[str], Path]) -> AsyncIterator[None]:
     """py-spy records each process while inside, raw folded stacks into ``path_of(name)``;
     ``METRICSD_PYSPY_ARGS`` adds py-spy options (``--gil``: only samples holding the GIL, so a
-    socket send the kernel preempts does not count as the process's time)."""
+    socket send the kernel preempts does not count as the process's time) and ``METRICSD_PYSPY_RATE``
+    the sampling rate (default 200 a second)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         yield
         return
-    procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
+    rate = os.environ.get("METRICSD_PYSPY_RATE", "200")
+    procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", rate, "--format", "raw",
                                "--nonblocking", *os.environ.get("METRICSD_PYSPY_ARGS", "").split(),
                                "-o", str(path_of(name))],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, pid in pids.items()]

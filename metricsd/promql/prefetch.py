@@ -25,7 +25,7 @@ from metricsd.rpc.columnar import read_columns
 from metricsd.rpc.wire import matchers_to_pb
 from metricsd.selector import Matcher
 
-__all__ = ["Fetch", "PrefetchedSource", "fetch_all", "fetch_one", "plan_fetches"]
+__all__ = ["Fetch", "PrefetchedSource", "fetch_all", "fetch_one", "plan_fetches", "selector_fetch"]
 
 _CHILDREN = ("expr", "lhs", "rhs", "param", "vector_selector")
 
@@ -61,22 +61,30 @@ def plan_fetches(ast: Any, ctx: EvalContext) -> list[Fetch]:
     """
     ranges: dict[tuple[Matcher, ...], Fetch] = {}
     for node in _walk(ast):
-        kind = type(node).__name__
-        if kind == "VectorSelector":
-            vs, width = node, ctx.lookback_ms
-        elif kind == "MatrixSelector":
-            vs, width = node.vector_selector, td_ms(node.range)
-        else:
+        got = selector_fetch(node, ctx)
+        if got is None:
             continue
-        times = ctx.selector_times(vs.at, vs.offset)
-        lo, hi = int(times.min()) - width + 1, int(times.max())
-        key = tuple(to_matchers(vs))
-        cur = ranges.get(key)
+        cur = ranges.get(got.matchers)
         if cur is None:
-            ranges[key] = Fetch(key, lo, hi)
+            ranges[got.matchers] = got
         else:
-            cur.start_ms, cur.end_ms = min(cur.start_ms, lo), max(cur.end_ms, hi)
+            cur.start_ms, cur.end_ms = min(cur.start_ms, got.start_ms), max(cur.end_ms, got.end_ms)
     return list(ranges.values())
+
+
+def selector_fetch(node: Any, ctx: EvalContext) -> Fetch | None:
+    """The read of one selector node (a vector selector over the lookback, a matrix selector over
+    its range) for ``ctx``'s steps; None for any other node. plan_fetches merges them per selector;
+    the narrow path (one matrix selector) asks it alone."""
+    kind = type(node).__name__
+    if kind == "VectorSelector":
+        vs, width = node, ctx.lookback_ms
+    elif kind == "MatrixSelector":
+        vs, width = node.vector_selector, td_ms(node.range)
+    else:
+        return None
+    times = ctx.selector_times(vs.at, vs.offset)  # never decreasing: the steps, moved, or one time
+    return Fetch(tuple(to_matchers(vs)), int(times[0]) - width + 1, int(times[-1]))
 
 
 class PrefetchedSource:
@@ -92,7 +100,12 @@ class PrefetchedSource:
         got = self._fetched.get(tuple(matchers))
         if got is None or start_ms < got[0].start_ms or end_ms > got[0].end_ms:
             raise PromQLError("execution", f"internal error: selector {list(matchers)} was not prefetched")
-        return got[1].window(start_ms, end_ms)
+        data = got[1]
+        if len(data) == 1:  # one series (the narrow path asks the read's own range): nothing to cut?
+            lo, hi = int(data.offsets[0]), int(data.offsets[1])
+            if hi > lo and int(data.timestamps[lo]) >= start_ms and int(data.timestamps[hi - 1]) <= end_ms:
+                return data
+        return data.window(start_ms, end_ms)
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         cols = self.select_columns(matchers, start_ms, end_ms)
@@ -115,8 +128,15 @@ def _request(f: Fetch, max_series: int, max_samples: int) -> pb.ReadRequest:
 
 async def fetch_one(backend: MetricsBackend, fetch: Fetch, max_series: int = 0, max_samples: int = 0
                     ) -> PrefetchedSource:
-    """fetch_all of one selector: the read awaited as it is, without a task to gather."""
-    cols = await read_columns(backend, _request(fetch, max_series, max_samples))
+    """fetch_all of one selector: the read awaited as it is, without a task to gather; a store in
+    this process (LocalBackend.read_selection) is handed the matchers without a ReadRequest."""
+    # the class's own method, not one a wrapper forwards by __getattr__ (a store's QUERY frames read
+    # through SlotScoped, which scopes read_columns to the frame's slots and would not scope this)
+    direct = getattr(backend, "read_selection", None) if hasattr(type(backend), "read_selection") else None
+    if callable(direct):
+        cols = await direct(fetch.matchers, fetch.start_ms, fetch.end_ms, max_series, max_samples)
+    else:
+        cols = await read_columns(backend, _request(fetch, max_series, max_samples))
     return PrefetchedSource({fetch.matchers: (fetch, cols)})
 
 

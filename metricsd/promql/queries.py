@@ -20,7 +20,7 @@ import numpy as np
 from metricsd.promql import Engine, Matrix, MemorySource, PromQLError, Result, Scalar, narrow, pushdown
 from metricsd.promql.engine import MAX_POINTS, parse, prettify
 from metricsd.promql.limits import Admission, QueryLimitError, QueryLimits, prescan, refused_by_store
-from metricsd.promql.prefetch import Fetch, PrefetchedSource, fetch_all, fetch_one, plan_fetches
+from metricsd.promql.prefetch import Fetch, PrefetchedSource, fetch_all, fetch_one, plan_fetches, selector_fetch
 from metricsd.promql.selectors import TOO_MANY_SAMPLES, EvalContext
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend
 
@@ -131,10 +131,12 @@ class QueryRunner:
         steps = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         ctx = EvalContext(MemorySource(), start_ms, end_ms, step_ms, steps, self.lookback_ms, self.max_samples,
                           negative_at, deadline=deadline)
-        fetches = plan_fetches(ast, ctx)
         call = None if instant else narrow.range_call(ast)
-        if call is not None and len(fetches) == 1:
-            return await self._narrow(call, fetches[0], ctx), "engine"
+        if call is not None:  # one matrix selector: its read is the plan
+            fetch = selector_fetch(call[1], ctx)
+            assert fetch is not None
+            return await self._narrow(call, fetch, ctx), "engine"
+        fetches = plan_fetches(ast, ctx)
         try:
             source = await fetch_all(self.backend, fetches, max_series, self.max_samples) if fetches \
                 else PrefetchedSource({})

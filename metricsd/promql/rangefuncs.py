@@ -17,7 +17,7 @@ from metricsd.promql.kahan import kahan_inc, kahan_mean, kahan_sum
 from metricsd.promql.selectors import RangeArg
 from metricsd.promql.values import VectorBlock
 
-__all__ = ["RANGE_FUNCTIONS", "eval_range_function", "quantile"]
+__all__ = ["EXTRAPOLATED", "RANGE_FUNCTIONS", "eval_range_function", "extrapolate", "quantile"]
 
 # Below this magnitude a plain NumPy sum is as exact as Kahan's for any realistic window.
 _FAST_SUM_LIMIT = 2.0**40
@@ -43,38 +43,51 @@ def _empty(arg: RangeArg) -> VectorBlock:
 
 def extrapolated_rate(arg: RangeArg, *, is_counter: bool, is_rate: bool) -> VectorBlock:
     fw = arg.flat()
-    ts, vals, lo, hi = fw.ts, fw.vals, fw.lo, fw.hi
-    if ts.size == 0:
+    if fw.ts.size == 0:
         return _empty(arg)
+    starts = fw.offsets[:-1]
+    result = extrapolate(fw.ts, fw.vals, starts[starts < fw.vals.size], fw.lo, fw.hi, arg.ends[None, :], arg.range_ms,
+                         is_counter=is_counter, is_rate=is_rate)
+    return _rows(arg, result, (fw.hi - fw.lo) >= 2)
+
+
+def extrapolate(ts: np.ndarray, vals: np.ndarray, starts: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                ends: np.ndarray, range_ms: int, *, is_counter: bool, is_rate: bool) -> np.ndarray:
+    """Prometheus' extrapolatedRate of every window: the samples ``ts``/``vals`` (series after
+    series, each beginning at one of ``starts``, non-empty), window ``[lo, hi)`` of them ending at
+    ``ends`` (lo, hi and ends broadcast: series x steps, or the steps of one series). A window of
+    fewer than two samples gives a meaningless value, for the caller to mask. Element by element,
+    so one series' answer is bit for bit its row of many series' (narrow.py's one-series path)."""
     n = hi - lo
-    ok = n >= 2
-    first, last = _take(vals, lo), _take(vals, hi - 1)
-    t_first, t_last = _take(ts, lo), _take(ts, hi - 1)
-    ends = arg.ends[None, :]
+    end = hi - 1
+    first, last = _take(vals, lo), _take(vals, end)
+    t_first, t_last = _take(ts, lo), _take(ts, end)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         result = last - first
         if is_counter:
-            resets = np.zeros(vals.size)
-            resets[1:] = np.where(vals[1:] < vals[:-1], vals[:-1], 0.0)
-            resets[fw.offsets[:-1][fw.offsets[:-1] < vals.size]] = 0.0  # no reset across series
-            if resets.any():
-                cum = np.cumsum(resets)
-                result = result + (_take(cum, hi - 1) - _take(cum, lo))
+            dropped = vals[1:] < vals[:-1]
+            if dropped.any():  # a reset adds the value before it (not across series)
+                resets = np.zeros(vals.size)
+                resets[1:] = np.where(dropped, vals[:-1], 0.0)
+                resets[starts] = 0.0
+                if resets.any():
+                    cum = np.cumsum(resets)
+                    result = result + (_take(cum, end) - _take(cum, lo))
         sampled = (t_last - t_first) / 1000.0
         avg = sampled / np.maximum(n - 1, 1)
         threshold = avg * 1.1
-        d_start = (t_first - (ends - arg.range_ms)) / 1000.0
+        half = avg / 2
+        d_start = (t_first - (ends - range_ms)) / 1000.0
         d_end = (ends - t_last) / 1000.0
-        d_start = np.where(d_start >= threshold, avg / 2, d_start)
+        d_start = np.where(d_start >= threshold, half, d_start)
         if is_counter:
             d_zero = np.where((result > 0) & (first >= 0), sampled * (first / result), d_start)
             d_start = np.where(d_zero < d_start, d_zero, d_start)
-        d_end = np.where(d_end >= threshold, avg / 2, d_end)
+        d_end = np.where(d_end >= threshold, half, d_end)
         factor = (sampled + d_start + d_end) / sampled
         if is_rate:
-            factor = factor / (arg.range_ms / 1000.0)
-        result = result * factor
-    return _rows(arg, result, ok)
+            factor = factor / (range_ms / 1000.0)
+        return result * factor
 
 
 def instant_rate(arg: RangeArg, *, is_rate: bool) -> VectorBlock:
@@ -213,6 +226,9 @@ def eval_range_function(name: str, arg: RangeArg, scalar_args: list[np.ndarray])
         return _windowed(arg, lambda _t, v, i: quantile(float(qs[i]), v.tolist()))
     raise KeyError(name)
 
+
+# rate, increase and delta: (is_counter, is_rate) of extrapolate
+EXTRAPOLATED = {"rate": (True, True), "increase": (True, False), "delta": (False, False)}
 
 RANGE_FUNCTIONS: dict[str, Callable[[RangeArg], VectorBlock]] = {
     "rate": lambda a: extrapolated_rate(a, is_counter=True, is_rate=True),

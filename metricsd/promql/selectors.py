@@ -25,7 +25,8 @@ from metricsd.promql.source import SeriesSource, stale_mask
 from metricsd.promql.values import PromQLError, VectorBlock
 from metricsd.selector import InvalidSelector, Matcher, MatchOp
 
-__all__ = ["EvalContext", "RangeArg", "eval_matrix_selector", "eval_vector_selector", "td_ms"]
+__all__ = ["EvalContext", "RangeArg", "eval_matrix_selector", "eval_vector_selector", "matrix_arg", "matrix_data",
+           "td_ms"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # The binding's enum is unhashable; map by its string form.
@@ -247,6 +248,13 @@ class FlatWindows:
 
 
 def eval_matrix_selector(ctx: EvalContext, ms: Any) -> RangeArg:
+    return matrix_arg(ctx, *matrix_data(ctx, ms))
+
+
+def matrix_data(ctx: EvalContext, ms: Any) -> tuple[SeriesColumns, np.ndarray, int]:
+    """A matrix selector's series, each with its non-stale samples (series left without are
+    dropped), the end of every step's window and the range: eval_matrix_selector's read, which
+    the narrow path (narrow.py) asks alone to answer one series without a RangeArg."""
     vs = ms.vector_selector
     range_ms = td_ms(ms.range)
     ends = ctx.selector_times(vs.at, vs.offset)
@@ -255,8 +263,16 @@ def eval_matrix_selector(ctx: EvalContext, ms: Any) -> RangeArg:
     if not bool(fresh.all()):
         kept = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(fresh)])[data.offsets]  # offsets without stale
         data = SeriesColumns(data.labels, kept, data.timestamps[fresh], data.values[fresh], data.ids)
-    if bool((np.diff(data.offsets) == 0).any()):
+    if len(data) == 1:  # a panel of one pod: its emptiness without a diff
+        if int(data.offsets[1]) == int(data.offsets[0]):
+            data = data.take(np.zeros(0, dtype=np.int64))
+    elif bool((np.diff(data.offsets) == 0).any()):
         data = data.take(np.flatnonzero(np.diff(data.offsets) > 0))
+    return data, ends, range_ms
+
+
+def matrix_arg(ctx: EvalContext, data: SeriesColumns, ends: np.ndarray, range_ms: int) -> RangeArg:
+    """matrix_data's answer as the range functions' argument, its samples charged to the query."""
     arg = RangeArg(data, ends, range_ms)
     fw = arg.flat()
     ctx.charge(int((fw.hi - fw.lo).sum()))

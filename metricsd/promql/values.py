@@ -175,10 +175,14 @@ def format_floats(values: np.ndarray) -> list[str]:
     out = (text[1:-1] + ",").replace(".0,", ",").split(",")[:-1]
     with np.errstate(invalid="ignore"):
         mag = np.abs(vals)
-        plain = (mag >= _PLAIN_LO) & (mag < _PLAIN_HI)  # NaN compares False
-    odd = np.flatnonzero(~plain).tolist()
+        if mag.min() >= _PLAIN_LO and mag.max() < _PLAIN_HI:  # all positional (NaN compares False): usual
+            plain = None
+            odd = []
+        else:
+            plain = (mag >= _PLAIN_LO) & (mag < _PLAIN_HI)
+            odd = np.flatnonzero(~plain).tolist()
     if "e" in text:  # an exponent where repr has none would be a writer's choice: take repr's
-        odd = [i for i, r in enumerate(out) if "e" in r or not plain[i]]
+        odd = [i for i, r in enumerate(out) if "e" in r or (plain is not None and not plain[i])]
     for i in odd:
         out[i] = format_float(float(vals[i]))
     return out

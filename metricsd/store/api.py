@@ -20,7 +20,7 @@ import numpy as np
 
 from metricsd import __version__
 from metricsd.clock import Clock, SystemClock
-from metricsd.columns import SeriesColumns
+from metricsd.columns import LabelColumns, SeriesColumns
 from metricsd.maths.spec import InvalidAggregate
 from metricsd.memory import release_free_memory
 from metricsd.model import InvalidSeries
@@ -44,7 +44,7 @@ from metricsd.store.admission import admit_columns, admits_all, answer
 from metricsd.store.engine import Store, WriteResult
 from metricsd.store.limits import SeriesLimitExceeded
 from metricsd.store.query import run_aggregate
-from metricsd.store.readone import read_one
+from metricsd.store.readone import DecodedChunks, read_one
 from metricsd.store.scan import SampleLimitReached, read_rows
 
 __all__ = ["LocalBackend", "StoreAPI", "StoreServicer", "gc_loop", "series_limit_message"]
@@ -53,6 +53,7 @@ __all__ = ["LocalBackend", "StoreAPI", "StoreServicer", "gc_loop", "series_limit
 log = logging.getLogger("metricsd.store")
 
 _BAD_INPUT = (InvalidSeries, InvalidSelector, InvalidAggregate)
+LABELS_KEPT = 1024  # one-row selections whose label columns StoreAPI keeps
 
 
 def series_limit_message(matchers: list[Matcher], found: int, limit: int) -> str:
@@ -82,6 +83,8 @@ class StoreAPI:
         self.member = member
         self.clock = clock or SystemClock()
         self.status = pb.HealthResponse.SERVING
+        self.decoded = DecodedChunks()  # the one-row read's kept chunk decodes (store/readone.py)
+        self._labels_kept: dict[int, tuple[np.ndarray, LabelColumns]] = {}  # id(rows) -> the one row's labels
 
     def write(self, request: pb.WriteRequest) -> pb.WriteResponse:
         """Raises BadRequest (malformed, or past a per-request or label limit) or LimitExceeded (past a
@@ -204,15 +207,46 @@ class StoreAPI:
         Raises BadRequest, or LimitExceeded past the request's max_series or max_samples, before
         reading any sample or as soon as the samples found pass the limit."""
         matchers, rows = self._selected(request.matchers, request.slots, request.max_series)
+        return self._read_rows(matchers, rows, request.start_ms, request.end_ms, request.max_samples)
+
+    def read_selection(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, max_series: int = 0,
+                       max_samples: int = 0) -> SeriesColumns:
+        """read_columns of matchers already made (the PromQL engine's, in this process): the same
+        answer and errors without a ReadRequest built and its matchers parsed back."""
+        try:
+            rows = self.store.select(matchers)
+        except _BAD_INPUT as e:
+            raise BadRequest(str(e)) from e
+        if max_series and len(rows) > max_series:
+            raise LimitExceeded(series_limit_message(list(matchers), len(rows), max_series))
+        return self._read_rows(list(matchers), rows, start_ms, end_ms, max_samples)
+
+    def _read_rows(self, matchers: list[Matcher], rows: np.ndarray, start_ms: int, end_ms: int, max_samples: int
+                   ) -> SeriesColumns:
         try:
             if len(rows) == 1:  # one series (a panel of one pod): read_rows' batch machinery costs more
-                got = read_one(self.store, int(rows[0]), request.start_ms, request.end_ms, request.max_samples)
+                got = read_one(self.store, int(rows[0]), start_ms, end_ms, max_samples, self.decoded)
             else:
-                got = read_rows(self.store, rows, request.start_ms, request.end_ms, request.max_samples)
+                got = read_rows(self.store, rows, start_ms, end_ms, max_samples)
         except SampleLimitReached as e:
             raise LimitExceeded(samples_limit_message(matchers, e.limit)) from e
         index = self.store.index
-        return SeriesColumns(index.label_columns(rows), got.offsets, got.timestamps, got.values, index.id_column[rows])
+        return SeriesColumns(self._label_columns(rows), got.offsets, got.timestamps, got.values, index.id_column[rows])
+
+    def _label_columns(self, rows: np.ndarray) -> LabelColumns:
+        """The index's label_columns of ``rows``; of one row, kept with the index's own selection
+        array (read-only: the index keeps it until a series is added or removed, so the row's
+        labels cannot change while it is kept). A panel of one pod asks it every refresh."""
+        if len(rows) != 1 or rows.flags.writeable:
+            return self.store.index.label_columns(rows)
+        kept = self._labels_kept.get(id(rows))
+        if kept is not None and kept[0] is rows:
+            return kept[1]
+        labels = self.store.index.label_columns(rows)
+        if len(self._labels_kept) >= LABELS_KEPT:
+            self._labels_kept.clear()
+        self._labels_kept[id(rows)] = (rows, labels)  # the entry holds rows: no other array gets its id
+        return labels
 
     def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         cols = self.read_columns(request)
@@ -333,6 +367,11 @@ class LocalBackend:
     async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:
         """read() without a message: what the PromQL prefetch asks of a store in its process."""
         return self.api.read_columns(request)
+
+    async def read_selection(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, max_series: int = 0,
+                             max_samples: int = 0) -> SeriesColumns:
+        """read_columns of parsed matchers: the PromQL prefetch's one read, no message either way."""
+        return self.api.read_selection(matchers, start_ms, end_ms, max_series, max_samples)
 
     async def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
         """list_series() without a message (the HTTP API's series, labels and values lookups)."""

@@ -13,7 +13,7 @@ counted as ``too_old``, and a timestamp the series already holds is counted as `
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +31,9 @@ from metricsd.store.rollup import PACK_BUDGET, RollupPoints, Rollups
 from metricsd.store.seal import store_segments
 from metricsd.store.settings import StoreSettings
 
-__all__ = ["SeriesSamples", "Store", "ValidWrite", "WriteResult"]
+__all__ = ["ChunkRead", "SeriesSamples", "Store", "ValidWrite", "WriteResult"]
+
+ChunkRead = Callable[[int, int, int], tuple[np.ndarray, np.ndarray]]  # (row, start_ms, end_ms) -> Chunks.read's
 
 @dataclass
 class WriteResult:
@@ -358,14 +360,16 @@ class Store:
             return self.index.selected(matchers, slots.slot_count, slots.slots)
         return self.index.selected(matchers)
 
-    def series_samples(self, row: int, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
+    def series_samples(self, row: int, start_ms: int, end_ms: int, chunk_read: ChunkRead | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """Samples of one series in [start_ms, end_ms] (fresh arrays), from the head alone when it
-        covers them."""
+        covers them. ``chunk_read``: how the sealed ones are read, Chunks.read's answer (the
+        one-row read's kept decodes, store/readone.py)."""
         ht, hv = self.head.samples(row)
         if not self.chunks.samples[row] or (len(ht) and int(ht[0]) <= start_ms):
             keep = (ht >= start_ms) & (ht <= end_ms)
             return ht[keep], hv[keep]
-        ct, cv = self.chunks.read(row, start_ms, end_ms)
+        ct, cv = (chunk_read or self.chunks.read)(row, start_ms, end_ms)
         u = int(self.head.unsealed[row])
         ut, uv = ht[len(ht) - u :], hv[len(hv) - u :]
         keep = (ut >= start_ms) & (ut <= end_ms)

@@ -276,7 +276,7 @@ async def test_stop_closes_idle_hot_connections_and_lets_one_in_flight_finish() 
     idle_w.write(_get("/api/v1/query?query=1"))
     assert (await _response(idle_r))[0] == 200
     slow_r, slow_w = await asyncio.open_connection("127.0.0.1", _port(hot))
-    real = hot.backend.read_columns
+    real = hot.backend.read_selection
 
     reading = asyncio.Event()
 
@@ -285,7 +285,7 @@ async def test_stop_closes_idle_hot_connections_and_lets_one_in_flight_finish() 
         await asyncio.sleep(0.5)
         return await real(*args, **kwargs)  # type: ignore[arg-type]
 
-    hot.backend.read_columns = slow  # type: ignore[method-assign,assignment]
+    hot.backend.read_selection = slow  # type: ignore[method-assign,assignment]
     slow_w.write(_get("/api/v1/query_range?query=rate(up[5m])&start=500&end=600&step=10"))
     await asyncio.wait_for(reading.wait(), 10)  # the query is in flight before the stop
     await stop_http(hot.runner)  # type: ignore[arg-type]

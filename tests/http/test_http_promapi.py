@@ -131,6 +131,7 @@ async def test_unavailable_backend_is_503(env: Env) -> None:
 
     env.backend.read = down  # type: ignore[method-assign,assignment]
     env.backend.read_columns = None  # type: ignore[attr-defined]  # no in-process shortcut: reads go through read()
+    env.backend.read_selection = None  # type: ignore[attr-defined]
     env.backend.aggregate = down  # type: ignore[method-assign,assignment]
     for query in ("sum(requests)", "requests"):
         status, body = await _get(env, "/api/v1/query", query=query)

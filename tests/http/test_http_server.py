@@ -58,6 +58,7 @@ async def test_a_request_past_the_timeout_is_503() -> None:
 
     env.backend.read = stuck  # type: ignore[method-assign]
     env.backend.read_columns = None  # type: ignore[attr-defined]  # no in-process shortcut: reads go through read()
+    env.backend.read_selection = None  # type: ignore[attr-defined]
     try:
         async with env.session.get(env.url + "/api/v1/query", params={"query": "up"}) as r:
             assert r.status == 503
@@ -82,6 +83,7 @@ async def test_shutdown_lets_requests_in_flight_finish() -> None:
 
     env.backend.read = slow  # type: ignore[method-assign]
     env.backend.read_columns = None  # type: ignore[attr-defined]  # no in-process shortcut: reads go through read()
+    env.backend.read_selection = None  # type: ignore[attr-defined]
     port = int(env.url.rsplit(":", 1)[1])
     in_flight = asyncio.create_task(env.session.get(env.url + "/api/v1/query", params={"query": "up"}))
     await entered.wait()
