@@ -4,7 +4,8 @@ by one Prometheus, side by side (a documented command, not a test).
     .venv/bin/python perf/bench_rw_prometheus.py                        # 10 targets x 1,000 pods, 2 s scrapes
     .venv/bin/python perf/bench_rw_prometheus.py --targets 5 --pods 500 --seconds 60
     .venv/bin/python perf/bench_rw_prometheus.py --max-samples-per-send 2000 --shards 4
-    .venv/bin/python perf/bench_rw_prometheus.py --profile              # plus py-spy of the store
+    .venv/bin/python perf/bench_rw_prometheus.py --profile              # plus py-spy of the stores and the proxy
+    .venv/bin/python perf/bench_rw_prometheus.py --cluster              # a third queue: a cluster's proxy
 
 perf/bench_remote_write.py builds its remote-write bodies itself, each series in the same request
 slot every time: the best case of the receiver's layout memo (metricsd/http/remote_write_layout.py).
@@ -18,7 +19,8 @@ remote write, no local queries), as a user would run it:
 - Prometheus scrapes them every ``--interval`` and remote-writes every sample to two queues: a
   ``metricsd up --no-simulate --no-consumers`` (one process, in memory) and VictoriaMetrics 1.79,
   with the queue settings given (Prometheus' defaults unless ``--max-samples-per-send``,
-  ``--shards``).
+  ``--shards``); with ``--cluster`` a third queue to ``metricsd cluster up --plaintext`` (RF 3, a
+  proxy and 3 stores, etcd, a config server: every process counted).
 
 After ``--warmup`` seconds (the series are new, then learnt), a window of ``--seconds``: the CPU
 seconds of each receiver's process over the window, less its idle rate measured before Prometheus
@@ -53,10 +55,11 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from compare import server_cpu, wait_cluster_ready
 from compare_peers import Processes, Server, ensure_installed, package_version
-from procstat import cpu_seconds
 
 from metricsd.cluster.etcd_server import free_port
+from metricsd.rpc.client import MetricsClient
 
 HERE = Path(__file__).resolve().parent
 METRICS = (("container_cpu_usage_seconds_total", "counter"), ("container_memory_working_set_bytes", "gauge"),
@@ -161,15 +164,21 @@ def start_prometheus(tmp: Path, config: str) -> tuple[subprocess.Popen[bytes], s
     return proc, f"http://127.0.0.1:{port}"
 
 
-PROFILE = HERE / "results" / "profiles" / "profile_rwprom_store.txt"
+PROFILES = HERE / "results" / "profiles"
 
 
-def start_profile(pid: int) -> subprocess.Popen[bytes]:
-    """py-spy of the store over the window (folded stacks to PROFILE; it slows what it samples)."""
+def start_profiles(servers: dict[str, Server]) -> list[subprocess.Popen[bytes]]:
+    """py-spy of the store, and of the cluster's proxy and first store, over the window (folded
+    stacks to PROFILES/profile_rwprom_*.txt; it slows what it samples)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    PROFILE.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--nonblocking",
-                             "-o", str(PROFILE)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    PROFILES.mkdir(parents=True, exist_ok=True)
+    pids = {"store": servers["store"].pid}
+    if "cluster" in servers:
+        roles = servers["cluster"].pids()
+        pids |= {"cluster_proxy": roles["proxy"][0], "cluster_store": roles["store"][0]}
+    return [subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--nonblocking",
+                              "-o", str(PROFILES / f"profile_rwprom_{name}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, pid in pids.items()]
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -189,25 +198,36 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         with Processes() as procs:
             servers: dict[str, Server] = {"victoriametrics": procs.start_victoria_metrics(),
                                           "store": procs.start_metricsd()}
-            pids = {n: s.pid for n, s in servers.items()}
-            cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
+            if args.cluster:
+                servers["cluster"] = procs.start_metricsd_cluster()
+                async with MetricsClient(servers["cluster"].grpc_address, timeout_s=60) as probe:
+                    await wait_cluster_ready(probe, "cluster")
+
+            def cpu_now() -> dict[str, float]:
+                return {n: server_cpu(s)["all"] for n, s in servers.items()}
+
+            def roles_now() -> dict[str, float]:  # the cluster's CPU by role (proxy, store, control)
+                return server_cpu(servers["cluster"]) if "cluster" in servers else {}
+
+            cpu0 = cpu_now()
             await asyncio.sleep(args.idle)
-            idle = {n: (cpu_seconds(p) - cpu0[n]) / args.idle for n, p in pids.items()}
+            idle = {n: (c - cpu0[n]) / args.idle for n, c in cpu_now().items()}
             prom, prom_url = start_prometheus(tmp, prometheus_config(
                 ports, args.interval, {n: s.url for n, s in servers.items()}, queue))
             print(f"Prometheus agent at {prom_url}; warming up {args.warmup:g} s ...", flush=True)
             await asyncio.sleep(args.warmup)
             if prom.poll() is not None:
                 raise RuntimeError(f"prometheus exited: {(tmp / 'prometheus.log').read_text()[-2000:]}")
-            counts = {"store": metricsd_counts, "victoriametrics": vm_counts}
+            counts = {"store": metricsd_counts, "cluster": metricsd_counts, "victoriametrics": vm_counts}
             c0 = {n: await asyncio.to_thread(counts[n], s.url) for n, s in servers.items()}
-            spy = start_profile(pids["store"]) if args.profile else None
+            spies = start_profiles(servers) if args.profile else []
             t0 = time.monotonic()
-            cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
+            cpu0, roles0 = cpu_now(), roles_now()
             await asyncio.sleep(args.seconds)
-            cpu1 = {n: cpu_seconds(p) for n, p in pids.items()}
-            if spy is not None:
+            cpu1, roles1 = cpu_now(), roles_now()
+            for spy in spies:
                 spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            for spy in spies:
                 spy.wait(timeout=60)
             wall = time.monotonic() - t0
             c1 = {n: await asyncio.to_thread(counts[n], s.url) for n, s in servers.items()}
@@ -226,7 +246,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                           "samples_per_s": d["samples"] / wall,
                           "cpu_s_per_million": cpu / samples * 1e6, "busy_cpu_s_per_million": busy / samples * 1e6,
                           "samples_per_request": d["samples"] / max(1.0, d["requests"])}
-                if n == "store":
+                if n == "cluster":
+                    out[n]["by_role"] = {r: (v - roles0.get(r, 0.0)) / samples * 1e6 for r, v in roles1.items()
+                                         if r != "all"}
+                if n != "victoriametrics":
                     out[n]["layouts"] = c1[n]["layouts"]
                     looked = d["hits"] + d["misses"]
                     out[n]["hit_rate"] = d["hits"] / looked if looked else 0.0
@@ -248,21 +271,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(res: dict[str, Any]) -> str:
     w = res["window"]
-    vm, st = w["victoriametrics"], w["store"]
+    vm = w["victoriametrics"]
     lines = [f"Command: `{res['command']}` ({res['date']}, {res['cores']} cores; load before / after "
              f"{res['load_before']} / {res['load_after']}). Workload: {res['workload']}; queue: {res['queue_config']}.",
-             "", "| receiver | samples/s | samples a request | CPU s per million (raw) | less idle | "
-             "CPU / VictoriaMetrics (less idle) | pending at the end |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             "", "| receiver | samples/s | samples a request | CPU s per million (raw) | of which (raw) | less idle | "
+             "CPU / VictoriaMetrics (less idle) | pending at the end |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for n, r in w.items():
+        roles = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r.get("by_role", {}).items()))
         ratio = "-" if n == "victoriametrics" else (
             f"{r['cpu_s_per_million'] / vm['cpu_s_per_million']:.2f} "
             f"({r['busy_cpu_s_per_million'] / max(1e-9, vm['busy_cpu_s_per_million']):.2f})")
         lines.append(f"| {n} | {r['samples_per_s']:,.0f} | {r['samples_per_request']:,.0f} | "
-                     f"{r['cpu_s_per_million']:.2f} | {r['busy_cpu_s_per_million']:.2f} | {ratio} | "
+                     f"{r['cpu_s_per_million']:.2f} | {roles or '-'} | {r['busy_cpu_s_per_million']:.2f} | {ratio} | "
                      f"{res['pending'].get(n, 0):,.0f} |")
-    lines += ["", f"Layout memo in the window: {st['hits']:,.0f} hits, {st['misses']:,.0f} misses of "
-                  f"{st['requests']:,.0f} write requests (hit rate {st['hit_rate']:.1%}); "
-                  f"{st['layouts']:.0f} layouts kept."]
+    for n in ("store", "cluster"):
+        if (st := w.get(n)) is not None:
+            lines += ["", f"Layout memo of the {n}'s receiver in the window: {st['hits']:,.0f} hits, "
+                          f"{st['misses']:,.0f} misses of {st['requests']:,.0f} write requests (hit rate "
+                          f"{st['hit_rate']:.1%}); {st['layouts']:.0f} layouts kept."]
     return "\n".join(lines)
 
 
@@ -276,7 +303,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=90.0, help="the measured window")
     ap.add_argument("--max-samples-per-send", type=int, default=0, help="queue_config (0: Prometheus' default, 500)")
     ap.add_argument("--shards", type=int, default=0, help="min_shards = max_shards (0: Prometheus' own scaling)")
-    ap.add_argument("--profile", action="store_true", help="py-spy the store over the window (not a timing run)")
+    ap.add_argument("--cluster", action="store_true", help="a third queue: a local cluster (RF 3)")
+    ap.add_argument("--profile", action="store_true", help="py-spy the stores and the proxy (not a timing run)")
     ap.add_argument("--json", type=Path, default=HERE / "results" / "bench_rw_prometheus.json")
     args = ap.parse_args()
     if shutil.which("prometheus") is None:
