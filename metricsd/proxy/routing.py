@@ -29,6 +29,7 @@ __all__ = ["Batch", "KnownIds", "SeriesRouter"]
 
 BATCH_CACHE_BYTES = 32 * 2**20  # SeriesRouter's batches: ~2,000 batches of 1,000 series
 BATCHES_PER_MEMBER = 65_536  # KnownIds' complete batches per member (hashes, ~5 MiB)
+MAX_BIT = 1 << 62  # KnownIds' member bits: past it (members replaced 62 times) all is forgotten once
 
 
 class SeriesRouter:
@@ -196,7 +197,18 @@ class KnownIds:
         get = self._masks.get
         return [i for i in as_list if not get(i, 0) & bit]
 
+    def _reset(self) -> None:
+        """Forget everything: every member is sent labels once again (and gets a bit at its next add)."""
+        self._masks.clear()
+        self._bit.clear()
+        self._count.clear()
+        self._complete.clear()
+        self._last = None
+        self._next_bit = 1
+
     def _fresh_bit(self, member: str) -> int:
+        if self._next_bit > MAX_BIT:  # bits of members gone would make every mask a long int
+            self._reset()
         bit = self._bit[member] = self._next_bit
         self._next_bit <<= 1
         self._count[member] = 0
@@ -217,9 +229,7 @@ class KnownIds:
         if self._count[member] > self.limit:
             self._fresh_bit(member)
         if len(masks) > max(self.limit, 2 * max(self._count.values(), default=0)):
-            masks.clear()  # ids of series long gone: every member is sent labels once again
-            for name in list(self._bit):
-                self._fresh_bit(name)
+            self._reset()  # ids of series long gone: every member is sent labels once again
 
     def discard(self, member: str, ids: Iterable[int]) -> None:
         self._last = None

@@ -363,3 +363,19 @@ def test_series_router_routes_learnt_ids_cached_and_forgets_them_past_its_capaci
     assert router.resolve([ids[3]], {})[1] == [ids[3]] and router.labels_of([ids[3]], {}) == b""
     assert router.labels_of([ids[4]], {}) == labels_entry(ids[4], labels[4])
     assert router.resolve([ids[19]], {})[0].tolist() == [want[ids[19]]]
+
+
+def test_known_ids_member_bits_stay_bounded_as_members_come_and_go() -> None:
+    """Each member forgotten leaves its bit unused; past MAX_BIT everything is forgotten once (labels
+    sent again), so masks stay machine-sized, and answers stay right throughout."""
+    from metricsd.proxy.routing import MAX_BIT
+
+    known = KnownIds(limit=100)
+    for k in range(200):
+        known.add(f"m{k}", [1, 2])
+        known.add("steady", [3])
+        assert known.missing(f"m{k}", [1, 2, 3]) == [3]
+        assert known.missing("steady", [3, 4]) == [4]
+        known.forget([f"m{k}"])
+        assert known.missing(f"m{k}", [1]) == [1]
+    assert known._next_bit <= 2 * MAX_BIT and max(known._masks.values()) <= 2 * MAX_BIT
