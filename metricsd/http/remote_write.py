@@ -321,6 +321,7 @@ class RemoteWriteReceiver:
         self.settings = settings
         self.metrics = metrics
         self.cache = SeriesCache(series_cache)
+        metrics.watch_layouts(self.cache)
         self.label_resends = 0  # writes resent with labels after the backend reported unknown ids
         self.senders = SenderRefusals("remote write")  # samples not stored, per sender
         self._columnar: tuple[MetricsBackend, bool] | None = None

@@ -117,13 +117,19 @@ class LayoutMemo:
     def __init__(self, max_layouts: int = DEFAULT_LAYOUTS, max_bytes: int = DEFAULT_LAYOUT_BYTES) -> None:
         self.max_layouts = max_layouts
         self.max_bytes = max_bytes
-        self.hits = 0
+        self.hits = 0  # requests recognised as a recorded layout
+        self.misses = 0  # requests of a warm cache looked up and not recognised (no layout, or one that differs)
         self._bytes = 0
         self._layouts: dict[tuple[int, bytes], _Layout] = {}
         self._seen: dict[tuple[int, bytes], None] = {}  # keys noted once, not yet recorded
 
     def __len__(self) -> int:
         return len(self._layouts)
+
+    @property
+    def size_bytes(self) -> int:
+        """About the bytes the recorded layouts hold (what ``max_bytes`` bounds)."""
+        return self._bytes
 
     def clear(self) -> None:
         self._layouts.clear()
@@ -133,6 +139,14 @@ class LayoutMemo:
     def match(self, raw: bytes, limits: RequestLimits | None = None) -> Scanned | None:
         """The scan of ``raw`` when it repeats a recorded layout (see the module docstring), else
         None. Raises TooLarge for more series than ``limits`` allow, as the scan does."""
+        found = self._match(raw, limits)
+        if found is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return found
+
+    def _match(self, raw: bytes, limits: RequestLimits | None) -> Scanned | None:
         if not self._layouts:
             return None
         key = _key(raw)
@@ -150,7 +164,6 @@ class LayoutMemo:
         uniform = uniform_samples(cur, lay.label_end, lay.ends)
         if uniform is None:
             return None
-        self.hits += 1
         return Scanned(_Keys(lay), *uniform, found=lay.found, found_array=lay.found_array)
 
     def record(self, raw: bytes, starts: np.ndarray, label_end: np.ndarray, ends: np.ndarray, found: list[int]) -> None:

@@ -2,14 +2,21 @@
 
 One :class:`SelfMetrics` per registry (prometheus-client refuses a name registered twice), made
 by whoever starts the process and passed to the components that update it: the HTTP API counts
-ingest, rejections and query latency; the proxy sets the quorum-failure, hinted-hand-off and WAL
+ingest, rejections and query latency; the remote-write receiver's layout memo is read at each
+scrape (``watch_layouts``); the proxy sets the quorum-failure, hinted-hand-off and WAL
 hooks. Store-wide gauges (series, samples, bytes per sample) are refreshed from
 ``backend.stats()`` at each scrape, so they describe the data wherever it lives.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterator
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from metricsd.proto import metricsd_pb2 as pb
 
@@ -19,10 +26,52 @@ __all__ = ["LATENCY_BUCKETS", "SelfMetrics"]
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+class _Memo(Protocol):
+    @property
+    def hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+
+    def __len__(self) -> int: ...
+    @property
+    def size_bytes(self) -> int: ...
+
+
+class _HasLayouts(Protocol):
+    @property
+    def layouts(self) -> _Memo: ...
+
+
+class _LayoutCollector(Collector):
+    """The remote-write layout memos' counts (http/remote_write_layout.py), read at scrape time
+    from the receivers' series caches: a counter a request would cost the hot path a Python call."""
+
+    def __init__(self) -> None:
+        self.caches: weakref.WeakSet[_HasLayouts] = weakref.WeakSet()
+
+    def collect(self) -> Iterator[Metric]:
+        memos = [c.layouts for c in list(self.caches)]
+        hits = CounterMetricFamily(
+            "metricsd_remote_write_layout_hits",
+            "Remote-write requests recognised as a sender's repeated request (one comparison, no series lookup).")
+        misses = CounterMetricFamily(
+            "metricsd_remote_write_layout_misses",
+            "Remote-write requests of known series not recognised as a repeated request (decoded series by series).")
+        layouts = GaugeMetricFamily("metricsd_remote_write_layouts", "Repeated-request layouts kept.")
+        size = GaugeMetricFamily("metricsd_remote_write_layout_bytes", "Bytes the kept layouts hold, about.")
+        hits.add_metric([], sum(m.hits for m in memos))
+        misses.add_metric([], sum(m.misses for m in memos))
+        layouts.add_metric([], sum(len(m) for m in memos))
+        size.add_metric([], sum(m.size_bytes for m in memos))
+        yield from (hits, misses, layouts, size)
+
+
 class SelfMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         r = registry
+        self._layouts = _LayoutCollector()
+        r.register(self._layouts)
         self.samples_ingested = Counter(
             "metricsd_samples_ingested", "Samples stored through the HTTP write paths.", ["path"], registry=r)
         self.samples_rejected = Counter(
@@ -72,6 +121,10 @@ class SelfMetrics:
             registry=r)
         self.wal_lag = Gauge("metricsd_wal_lag_seconds", "Age of the oldest write not yet synced to the WAL.",
                              registry=r)
+
+    def watch_layouts(self, cache: _HasLayouts) -> None:
+        """Export ``cache.layouts``' hits, misses, layouts and bytes at each scrape (held weakly)."""
+        self._layouts.caches.add(cache)
 
     def observe_stats(self, st: pb.StatsResponse) -> None:
         self.series.set(st.series)

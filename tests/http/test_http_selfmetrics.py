@@ -61,3 +61,37 @@ async def test_hooks_for_other_components_are_served(env: Env) -> None:
     assert m[("metricsd_quorum_failures_total", (("op", "write"),))] == 2
     assert m[("metricsd_hinted_handoff_queue_samples", ())] == 150
     assert m[("metricsd_wal_lag_seconds", ())] == 0.25
+
+
+def _pods_body(tick: int, pods: int = 30, first: int = 0) -> bytes:
+    req = prom.WriteRequest()
+    for i in range(first, first + pods):
+        ts = req.timeseries.add()
+        for k, v in sorted(pod_labels("mem", f"p{i}")):
+            ts.labels.add(name=k, value=v)
+        ts.samples.add(timestamp=1000 * (tick + 1), value=float(tick * 100 + i))
+    return bytes(cramjam.snappy.compress_raw(req.SerializeToString()))
+
+
+async def test_remote_write_layout_memo_is_exported(env: Env) -> None:
+    """The layout memo's hits, misses, layouts and bytes (http/remote_write_layout.py) in /metrics:
+    a sender repeating one request's series hits from its fourth request on; another set misses."""
+    headers = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf"}
+    m = await _scrape(env)
+    assert m[("metricsd_remote_write_layout_hits_total", ())] == 0
+    assert m[("metricsd_remote_write_layouts", ())] == 0
+    # tick 0 learns the series (cold cache: not looked up); 1 and 2 miss (1 notes the layout, 2 records it); 3-5 hit
+    for tick in range(6):
+        async with env.session.post(env.url + "/api/v1/write", data=_pods_body(tick), headers=headers) as r:
+            assert r.status == 204
+    m = await _scrape(env)
+    assert m[("metricsd_remote_write_layout_hits_total", ())] == 3
+    assert m[("metricsd_remote_write_layout_misses_total", ())] == 2
+    assert m[("metricsd_remote_write_layouts", ())] == 1
+    assert 30 * 20 < m[("metricsd_remote_write_layout_bytes", ())] < 1 << 20
+    async with env.session.post(env.url + "/api/v1/write", data=_pods_body(6, 10, 100), headers=headers) as r:
+        assert r.status == 204  # other series: looked up, not recognised
+    m = await _scrape(env)
+    assert m[("metricsd_remote_write_layout_hits_total", ())] == 3
+    assert m[("metricsd_remote_write_layout_misses_total", ())] == 3
+    assert m[("metricsd_samples_ingested_total", (("path", "remote_write"),))] == 6 * 30 + 10

@@ -276,3 +276,106 @@ def test_kept_read_plans_are_the_plans_of_each_rotation_until_health_changes() -
         got = kept.plans(kept_view, shard_map, slots)
         assert got == plan_reads(fresh_view, shard_map, slots)
         assert all("b" not in p.targets for p in got)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["missing", "missing", "add", "discard", "forget"]),
+                          st.sampled_from(["a", "b", "c"]), st.integers(0, 3),
+                          st.lists(st.integers(0, 12), max_size=8)), max_size=40))
+def test_known_ids_answer_as_a_set_per_member(ops: list[tuple[str, str, int, list[int]]]) -> None:
+    """KnownIds' one mask dict for all members answers as one set per member would, whatever the
+    order of adds, discards and forgets, with the ids asked as the same array (a batch's members)
+    or as new ones; a member past the limit forgets all it knew."""
+    limit = 20
+    known = KnownIds(limit=limit)
+    model: dict[str, set[int]] = {}
+    arrays = [np.array(sorted(set(x)), dtype=np.uint64) for x in ([1, 2, 3], [2, 5, 8, 11], [0, 12], [])]
+    for op, member, which, ids in ops:
+        if op == "missing":
+            asked = arrays[which] if which < len(arrays) else np.array(ids, dtype=np.uint64)
+            expect = [int(i) for i in asked.tolist() if int(i) not in model.get(member, set())]
+            assert known.missing(member, asked) == expect
+            assert known.missing(member, asked, asked.tobytes() + member.encode()) == expect
+        elif op == "add":
+            m = model.setdefault(member, set())
+            m.update(ids)
+            known.add(member, ids)
+            if len(m) > limit:
+                m.clear()
+        elif op == "discard":
+            model.get(member, set()).difference_update(ids)
+            known.discard(member, ids)
+        else:
+            model.pop(member, None)
+            known.forget([member])
+
+
+def test_known_ids_of_many_series_are_forgotten_past_the_limit() -> None:
+    known = KnownIds(limit=100)
+    known.add("a", range(60))
+    known.add("b", range(60))
+    assert known.missing("a", np.arange(60, dtype=np.uint64)) == []
+    known.add("a", range(60, 101))  # 101 ids: past the limit, "a" forgets them all
+    assert known.missing("a", [1, 100]) == [1, 100]
+    assert known.missing("b", [1, 100]) == [100]
+
+
+def test_known_ids_asked_again_with_the_same_array_see_a_discard() -> None:
+    """The ids of one batch are asked for each member as one array: the masks looked up for it are
+    reused only while nothing changed."""
+    known = KnownIds(limit=100)
+    batch = np.array([1, 2, 3], dtype=np.uint64)
+    known.add("a", [1, 2, 3])
+    known.add("b", [1, 2])
+    assert known.missing("a", batch) == [] and known.missing("b", batch) == [3]
+    known.discard("a", [2])
+    assert known.missing("a", batch) == [2]
+    known.add("b", [3])
+    assert known.missing("b", batch) == []
+    known.forget(["b"])
+    assert known.missing("b", batch) == [1, 2, 3]
+
+
+def test_series_router_routes_learnt_ids_cached_and_forgets_them_past_its_capacity() -> None:
+    """resolve() from the cache alone (a batch of known ids, also in an order never seen), from a
+    batch's own labels mixed with cached ids, unknown ids named; labels_of from both; past the
+    capacity the oldest eighth is forgotten, hash and labels together."""
+    from metricsd.maths.slots import pod_hash
+    from metricsd.model import pod_key
+    from metricsd.rpc.columns import labels_entry
+
+    router = SeriesRouter(capacity=16)
+    labels = [make_labels("m", {"namespace": "ns", "pod": f"p{i}"}) for i in range(20)]
+    ids = [series_id(lab) for lab in labels]
+    want = {sid: pod_hash(pod_key(lab)) for sid, lab in zip(ids, labels, strict=True)}
+    router.learn({sid: labels[i] for i, sid in enumerate(ids[:8])})
+    order = np.array(ids[7::-1], dtype=np.uint64)
+    hashes, unknown = router.resolve(order, {}, order.tobytes())
+    assert unknown == [] and hashes.tolist() == [want[i] for i in ids[7::-1]]
+    local = router.learn({ids[9]: labels[9]})
+    hashes, unknown = router.resolve([ids[0], ids[9]], local)
+    assert unknown == [] and hashes.tolist() == [want[ids[0]], want[ids[9]]]
+    assert router.resolve([ids[0], ids[12]], {})[1] == [ids[12]]
+    assert router.labels_of([ids[0], ids[12], ids[9]], local) == (labels_entry(ids[0], labels[0])
+                                                                  + labels_entry(ids[9], labels[9]))
+    router.learn({sid: labels[i] for i, sid in enumerate(ids) if i >= 10})  # full twice: 2 oldest go each time
+    assert len(router) == 15 and router.evicted == 4
+    assert router.resolve([ids[3]], {})[1] == [ids[3]] and router.labels_of([ids[3]], {}) == b""
+    assert router.labels_of([ids[4]], {}) == labels_entry(ids[4], labels[4])
+    assert router.resolve([ids[19]], {})[0].tolist() == [want[ids[19]]]
+
+
+def test_known_ids_member_bits_stay_bounded_as_members_come_and_go() -> None:
+    """Each member forgotten leaves its bit unused; past MAX_BIT everything is forgotten once (labels
+    sent again), so masks stay machine-sized, and answers stay right throughout."""
+    from metricsd.proxy.routing import MAX_BIT
+
+    known = KnownIds(limit=100)
+    for k in range(200):
+        known.add(f"m{k}", [1, 2])
+        known.add("steady", [3])
+        assert known.missing(f"m{k}", [1, 2, 3]) == [3]
+        assert known.missing("steady", [3, 4]) == [4]
+        known.forget([f"m{k}"])
+        assert known.missing(f"m{k}", [1]) == [1]
+    assert known._next_bit <= 2 * MAX_BIT and max(known._masks.values()) <= 2 * MAX_BIT
