@@ -3,6 +3,7 @@ documented command, not a test).
 
     .venv/bin/python perf/bench_snapshot_peak.py --series 40000 --ticks 720     # 2 h at 10 s
     .venv/bin/python perf/bench_snapshot_peak.py --series 40000 --tracemalloc   # where it goes
+    .venv/bin/python perf/bench_snapshot_peak.py --load FILE   # the time to load a file kept with --keep
 
 Builds a Store in process from the seeded side-by-side workload (perf/compare_workload.py, as
 bench_memory.py does), trims the heap, then resets the kernel's high-water mark
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,12 +77,14 @@ def reset_peak() -> None:
 
 def load(path: str) -> None:
     """In the child: time read_snapshot + restore, print JSON."""
+    c0 = time.process_time()
     t0 = time.perf_counter()
     img = read_snapshot(Path(path))
     t1 = time.perf_counter()
     restore(img, StoreSettings())
     t2 = time.perf_counter()
-    print(json.dumps({"read_s": t1 - t0, "restore_s": t2 - t1, "load_peak_mib": peak_rss_bytes_self() / MIB}))
+    print(json.dumps({"read_s": t1 - t0, "restore_s": t2 - t1, "load_cpu_s": time.process_time() - c0,
+                      "load_peak_mib": peak_rss_bytes_self() / MIB}))
 
 
 def peak_rss_bytes_self() -> int:
@@ -94,7 +98,8 @@ def main() -> int:
     p.add_argument("--series", type=int, default=40_000)
     p.add_argument("--ticks", type=int, default=720, help="samples a series (720: 2 h at 10 s)")
     p.add_argument("--tracemalloc", action="store_true")
-    p.add_argument("--load", help=argparse.SUPPRESS)
+    p.add_argument("--keep", type=Path, help="copy the snapshot file here")
+    p.add_argument("--load", help="only time loading this snapshot file (read_snapshot + restore)")
     a = p.parse_args()
     if a.load:
         load(a.load)
@@ -132,6 +137,8 @@ def main() -> int:
             for st in snap_c.statistics("lineno")[:8]:
                 print("  ", st)
         del img
+        if a.keep:
+            shutil.copyfile(path, a.keep)
         child = subprocess.run([sys.executable, __file__, "--load", str(path)], capture_output=True, text=True,
                                check=True)
         out.update(json.loads(child.stdout))
