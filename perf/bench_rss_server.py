@@ -3,6 +3,7 @@ side-by-side run (a documented command, not a test).
 
     .venv/bin/python perf/bench_rss_server.py --scale 5 --vm --data-dir   # 200,000 series, ~20 min
     .venv/bin/python perf/bench_rss_server.py --scale 0.5                 # 20,000 series, ~2 min
+    .venv/bin/python perf/bench_rss_server.py --scale 1 --data-dir --snapshot-every 60   # snapshots in the ingest
 
 perf/compare.py measures RSS beside Prometheus and VictoriaMetrics, then times every question on
 all of them (about an hour at ``--scale 5`` on a 2-core machine, most of it Prometheus' ingest
@@ -55,9 +56,9 @@ def mappings_kib(pid: int) -> list[tuple[str, int]]:
 async def run(a: argparse.Namespace) -> dict[str, Any]:
     wl = Workload(workload_config(a))
     out: dict[str, Any] = {"scale": a.scale, "series": len(wl.series), "samples": wl.samples,
-                           "data_dir": a.data_dir}
+                           "data_dir": a.data_dir, "snapshot_every_s": a.snapshot_every}
     with Processes() as procs:
-        servers = {"metricsd": procs.start_metricsd(data_dir=a.data_dir)}
+        servers = {"metricsd": procs.start_metricsd(data_dir=a.data_dir, snapshot_every_s=a.snapshot_every)}
         if a.vm:
             servers["victoriametrics"] = procs.start_victoria_metrics()
         await asyncio.sleep(3)
@@ -101,6 +102,9 @@ def main() -> int:
     p.add_argument("--live-ticks", type=int, default=60)
     p.add_argument("--vm", action="store_true", help="VictoriaMetrics beside it, fed by remote write")
     p.add_argument("--data-dir", action="store_true", help="the store keeps a WAL and snapshots")
+    p.add_argument("--snapshot-every", type=float, default=None, metavar="SECONDS",
+                   help="with --data-dir, the store's snapshot interval (default its own, 10 minutes: at --scale "
+                        "1 the ingest is over before the first; the peak is then the ingest's)")
     p.add_argument("--settle", type=int, default=90, help="seconds of RSS readings after the ingest")
     p.add_argument("--json", type=Path, default=HERE / "results" / "bench_rss_server.json")
     a = p.parse_args()

@@ -188,8 +188,10 @@ class Processes:
                 "-search.latencyOffset=0s", "-search.disableCache", "-retentionPeriod=2d", "-loggerLevel=WARN"]
         return self._start("victoria-metrics", argv, f"http://127.0.0.1:{port}", "/health", d)
 
-    def start_metricsd(self, name: str = "metricsd", data_dir: bool = False) -> Server:
-        """``metricsd up``; with ``data_dir`` it keeps a WAL and snapshots in the server's directory."""
+    def start_metricsd(self, name: str = "metricsd", data_dir: bool = False,
+                       snapshot_every_s: float | None = None) -> Server:
+        """``metricsd up``; with ``data_dir`` it keeps a WAL and snapshots in the server's directory
+        (every ``snapshot_every_s``, default the store's 10 minutes)."""
         d = self._tmp / name
         d.mkdir()
         grpc_port, http_port = free_port(), free_port()
@@ -200,6 +202,8 @@ class Processes:
                 "--max-series", "0", "--max-new-series-per-minute", "0"]
         if data_dir:
             argv += ["--data-dir", str(d / "data")]
+        if snapshot_every_s is not None:
+            argv += ["--snapshot-every", str(snapshot_every_s)]
         return self._start(name, argv, f"http://127.0.0.1:{http_port}", "/api/v1/status/buildinfo",
                            d / "data" if data_dir else d, grpc_address=f"127.0.0.1:{grpc_port}")
 

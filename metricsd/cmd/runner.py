@@ -10,13 +10,15 @@ import contextlib
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
 from metricsd.cluster.shardmap import KeyLayout
 from metricsd.cmd import eventloop
 from metricsd.durations import parse_duration_ms
 from metricsd.rpc.admission import DEFAULT_MAX_FUTURE_MS
+
+if TYPE_CHECKING:
+    from metricsd.cluster.etcd_kv import EtcdKV
 
 __all__ = [
     "add_etcd_arguments",
@@ -81,6 +83,8 @@ def layout_from_args(args: argparse.Namespace) -> KeyLayout:
 
 
 def etcd_from_args(args: argparse.Namespace) -> EtcdKV:
+    from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings  # aetcd (~3 MiB): only commands that use etcd
+
     return EtcdKV(EtcdSettings(endpoint=args.etcd, request_timeout_s=args.etcd_timeout,
                                watch_backoff_max_s=1.0))
 

@@ -25,7 +25,7 @@ from metricsd.cmd.queryflags import add_query_arguments, add_remote_write_argume
 from metricsd.cmd.runner import port, run_main, stop_event
 from metricsd.cmd.security import add_security_arguments, client_from_args, require_secure_or_loopback, server_from_args
 from metricsd.cmd.store import add_limit_arguments, store_settings
-from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT
+from metricsd.defaults import GRPC_PORT, HOST, HTTP_PORT, SNAPSHOT_INTERVAL_S
 from metricsd.http.server import serve_http, stop_http
 from metricsd.http.settings import HttpSettings
 from metricsd.replica.servicer import StoreNodeServicer
@@ -37,7 +37,7 @@ from metricsd.security.settings import ClientSecurity, ServerSecurity
 from metricsd.security.tls import ClientTLS
 from metricsd.security.tokens import Role
 from metricsd.store.api import LocalBackend, StoreAPI, gc_loop
-from metricsd.store.durable import Durability, open_store, run_durability
+from metricsd.store.durable import Durability, DurabilitySettings, open_store, run_durability
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
 
@@ -65,6 +65,7 @@ class UpOptions:
     consumers: bool = True
     publish_decisions: bool = True  # the consumers write their decisions back as series
     wal_fsync: str = "interval"
+    snapshot_every_s: float = SNAPSHOT_INTERVAL_S
     examples_dir: Path = field(default_factory=lambda: EXAMPLES_DIR)
     store_settings: StoreSettings | None = None  # None: StoreSettings() (no series limit)
     security: ServerSecurity = field(default_factory=ServerSecurity)  # of both listeners
@@ -121,7 +122,8 @@ async def run_up(opts: UpOptions, ready: asyncio.Event | None = None) -> None:
     durability: Durability | None = None
     if opts.data_dir is not None:
         # Recover what the last run acknowledged (snapshot + WAL replay), then log every write.
-        store, durability = open_store(opts.data_dir, settings=opts.store_settings, fsync=opts.wal_fsync, clock=clock)
+        store, durability = open_store(opts.data_dir, settings=opts.store_settings, fsync=opts.wal_fsync, clock=clock,
+                                       durability=DurabilitySettings(snapshot_interval_s=opts.snapshot_every_s))
         api: StoreAPI = durability.api(member="up")
         log.info("store recovered from %s: %d series, %d samples", opts.data_dir, store.stats()["series"],
                  store.stats()["samples"])
@@ -254,6 +256,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="when the WAL is fsynced: a process crash loses nothing acknowledged under any policy; "
                          "a machine crash may lose up to the interval (1 s) with 'interval', everything unsynced "
                          "with 'never'")
+    up.add_argument("--snapshot-every", type=float, default=SNAPSHOT_INTERVAL_S, metavar="SECONDS",
+                    help="with --data-dir: seconds between snapshots (default %(default)s)")
     add_limit_arguments(up)
     up.add_argument("--no-simulate", action="store_true", help="do not run the simulated agent")
     up.add_argument("--pods", type=int, default=200, help="simulated pods")
@@ -290,5 +294,6 @@ def run(args: argparse.Namespace) -> int:
                      simulate=not args.no_simulate, pods=args.pods, workloads=args.workloads, nodes=args.nodes,
                      seed=args.seed, consumers=not args.no_consumers,
                      publish_decisions=not args.no_publish_decisions, examples_dir=args.examples_dir,
-                     wal_fsync=args.wal_fsync, store_settings=store_settings(args), onward_args=args)
+                     wal_fsync=args.wal_fsync, snapshot_every_s=args.snapshot_every,
+                     store_settings=store_settings(args), onward_args=args)
     return run_main("metricsd up", run_up(opts), errors=(OSError,))

@@ -72,6 +72,15 @@ class ChunkSplit:
     values: np.ndarray
 
 
+
+def split_closed(data: bytes, n: int) -> tuple[memoryview, np.ndarray]:
+    """A series' closed chunks' bytes and their index (n x STRIDE int64), views of ``data`` (a
+    row's ``Chunks.data``; n its ``n_closed``). Snapshots split the bytes they hold with it."""
+    if not n:
+        return memoryview(b""), _NO_ENTRIES
+    at = len(data) - 8 * STRIDE * n
+    return memoryview(data)[:at], np.frombuffer(data, dtype="<i8", count=STRIDE * n, offset=at).reshape(n, STRIDE)
+
 class Chunks:
     """Per series (row): closed chunks, an open chunk and the codec chain that continues it."""
 
@@ -178,12 +187,7 @@ class Chunks:
 
     def closed(self, row: int) -> tuple[memoryview, np.ndarray]:
         """(the closed chunks' bytes, their index: chunks x STRIDE int64), views of the row's data."""
-        data = self.data[row]
-        n = int(self.n_closed[row])
-        if not n:
-            return memoryview(b""), _NO_ENTRIES
-        at = len(data) - 8 * STRIDE * n
-        return memoryview(data)[:at], np.frombuffer(data, dtype="<i8", count=STRIDE * n, offset=at).reshape(n, STRIDE)
+        return split_closed(self.data[row], int(self.n_closed[row]))
 
     def _set_closed(self, row: int, payload: bytes | memoryview, index: np.ndarray) -> None:
         self.data[row] = b"".join((payload, np.ascontiguousarray(index, dtype="<i8").tobytes())) if len(index) else b""

@@ -40,7 +40,8 @@ from metricsd.store.api import StoreAPI, gc_loop
 from metricsd.store.engine import Store, ValidWrite, WriteResult
 from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, losses, replay_wal
 from metricsd.store.settings import StoreSettings
-from metricsd.store.snapshot import capture, list_snapshots, write_snapshot
+from metricsd.store.snapshot import list_snapshots, write_snapshot
+from metricsd.store.snapshot_write import capture_lean
 from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
 from metricsd.store.wal.log import DEFAULT_SEGMENT_BYTES
 
@@ -158,7 +159,7 @@ class Durability:
         self._snapshotting = True
         try:
             t0 = self.clock.monotonic()
-            img = capture(self.store, self.wal.roll())
+            img = capture_lean(self.store, self.wal.roll())
             took = self.clock.monotonic() - t0
             path, size = await asyncio.to_thread(write_snapshot, self.snapshot_dir, img)
         except OSError as e:
@@ -173,7 +174,7 @@ class Durability:
     def snapshot_now(self) -> Path:
         """Write a snapshot on this thread (shutdown, tests). Raises OSError."""
         t0 = self.clock.monotonic()
-        img = capture(self.store, self.wal.roll())
+        img = capture_lean(self.store, self.wal.roll())
         took = self.clock.monotonic() - t0
         path, size = write_snapshot(self.snapshot_dir, img)
         self._after_snapshot(path, size, len(img.ids), self.clock.monotonic() - t0, took)

@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import cramjam
 import numpy as np
 
 from metricsd.codec.zstdsized import decompress_exact
@@ -34,6 +34,9 @@ from metricsd.store.head import OFFSET_MAX
 from metricsd.store.seal import store_segments
 from metricsd.store.settings import StoreSettings
 from metricsd.store.wal.log import WalPosition, fsync_dir
+
+if TYPE_CHECKING:
+    from metricsd.store.snapshot_write import LeanImage
 
 __all__ = ["ImageMeta", "SnapshotError", "StoreImage", "capture", "list_snapshots", "read_snapshot", "restore",
            "write_snapshot"]
@@ -204,25 +207,6 @@ def decode_labels(lengths: np.ndarray, blob: bytes, per: np.ndarray, pairs: np.n
     return out
 
 
-def _sections(img: StoreImage) -> list[tuple[bytes, bytes | np.ndarray]]:
-    meta = dict(vars(img.meta), wal_segment=img.position.segment, wal_offset=img.position.offset,
-                series=len(img.ids))
-    lstl, lstb, lprn, lprs = _encode_labels(img.labels)
-    return [
-        (b"META", json.dumps(meta, sort_keys=True).encode()),
-        (b"SIDS", img.ids), (b"LSTL", lstl), (b"LSTB", lstb), (b"LPRN", lprn), (b"LPRS", lprs),
-        (b"HFIL", img.head_filled), (b"HUNS", img.head_unsealed), (b"HLTS", img.head_last_ts),
-        (b"HTSS", img.head_ts), (b"HVAL", img.head_vals),
-        (b"CNUM", img.chunk_counts), (b"CIDX", img.chunk_index), (b"CDAT", img.chunk_data), (b"CMAX", img.chunk_max),
-        (b"OCNT", img.open_count), (b"OMIN", img.open_min), (b"OHSH", img.open_hash), (b"OLEN", img.open_len),
-        (b"ODAT", img.open_data),
-        (b"KT2 ", img.chain_t2), (b"KV1 ", img.chain_v1), (b"KV2 ", img.chain_v2), (b"KSFT", img.chain_shift),
-        (b"KFAM", img.chain_family),
-        (b"RHOU", img.roll_hour), (b"ROPN", img.roll_open), (b"RBHR", img.block_hours), (b"RBSZ", img.block_sizes),
-        (b"RROW", img.closed_rows), (b"RVAL", img.closed_vals), (b"RCNT", img.closed_count),
-    ]
-
-
 def snapshot_path(directory: Path, position: WalPosition) -> Path:
     return directory / f"{position.segment:08d}{SUFFIX}"
 
@@ -233,56 +217,25 @@ def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def _section_header(tag: bytes, dtype: int, payload: memoryview, count: int | None = None,
-                    codec: int = CODEC_RAW) -> bytes:
-    """Tag, type, codec and length are covered by the CRC with the payload, so no flipped bit goes unseen."""
-    n = payload.nbytes if count is None else count
-    head = _SECTION.pack(tag, dtype, codec, n, 0)[:-4]
-    return head + struct.pack("<I", zlib.crc32(payload, zlib.crc32(head)))
-
-
-def _stored(raw: memoryview) -> tuple[int, memoryview]:
-    """(codec, bytes to store): zstd when it saves a tenth or more (FORMAT.md "Section")."""
-    if raw.nbytes < 64:
-        return CODEC_RAW, raw
-    packed = bytes(cramjam.zstd.compress(raw, level=ZSTD_LEVEL))
-    if _RAW_LEN.size + len(packed) > 0.9 * raw.nbytes:
-        return CODEC_RAW, raw
-    return CODEC_ZSTD, memoryview(_RAW_LEN.pack(raw.nbytes) + packed)
-
-
-def write_snapshot(directory: Path, img: StoreImage) -> tuple[Path, int]:
+def write_snapshot(directory: Path, img: StoreImage | LeanImage) -> tuple[Path, int]:
     """Write atomically (temp file, fsync, rename, fsync the directory); returns (path, bytes).
-    Safe to run on another thread: the image shares nothing with the store. Raises OSError (a full
-    disk) with the temp file removed, so a failed snapshot does not keep the space it took."""
+    Safe to run on another thread: the image shares nothing with the store that the store changes
+    (a LeanImage holds chunk bytes, which the store replaces and never changes). Raises OSError (a
+    full disk) with the temp file removed, so a failed snapshot does not keep the space it took.
+    Written section by section in pieces (metricsd/store/snapshot_write.py)."""
+    from metricsd.store.snapshot_write import LeanImage, image_sections, lean_sections, write_sections
+
     directory.mkdir(parents=True, exist_ok=True)
     path = snapshot_path(directory, img.position)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        size = _write_file(tmp, _sections(img))
+        size = write_sections(tmp, lean_sections(img) if isinstance(img, LeanImage) else image_sections(img))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
     fsync_dir(directory)
     return path, size
-
-
-def _write_file(tmp: Path, secs: list[tuple[bytes, bytes | np.ndarray]]) -> int:
-    with open(tmp, "wb") as f:
-        f.write(_FILE_HEADER.pack(MAGIC, VERSION, 0))
-        for tag, data in secs:
-            # FORMAT.md "Snapshot section"
-            dt = _DTYPES[_SCHEMA[tag]]  # every array in the type its tag says, whatever it was held as
-            raw = np.ascontiguousarray(data, dtype=dt).reshape(-1).data.cast("B") if isinstance(data, np.ndarray) \
-                else memoryview(data)
-            codec, stored = _stored(raw)
-            f.write(_section_header(tag, _SCHEMA[tag], stored, codec=codec))
-            f.write(stored)
-        f.write(_section_header(_END, 0, memoryview(b""), len(secs)))
-        f.flush()
-        os.fsync(f.fileno())
-        return f.tell()
 
 
 def read_sections(buf: bytes, schema: dict[bytes, int]) -> dict[bytes, memoryview]:

@@ -82,8 +82,11 @@ def test_up_answers_a_query_within_10_seconds_and_stops_on_sigint(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_up_with_a_data_dir_keeps_acknowledged_samples_across_kill_9(tmp_path: Path,
-                                                                    free_ports: Callable[[], int]) -> None:
+@pytest.mark.parametrize("snapshot_every", [None, 0.2], ids=["default snapshots", "a snapshot every 0.2 s"])
+def test_up_with_a_data_dir_keeps_acknowledged_samples_across_kill_9(tmp_path: Path, free_ports: Callable[[], int],
+                                                                    snapshot_every: float | None) -> None:
+    """With snapshots every 0.2 s (``--snapshot-every``), the kill finds one written and likely
+    another under way: what was acknowledged is there either way."""
     import grpc
 
     from metricsd.model import make_labels, series_id
@@ -94,6 +97,8 @@ def test_up_with_a_data_dir_keeps_acknowledged_samples_across_kill_9(tmp_path: P
     port = free_ports()
     cmd = [str(BIN), "up", "--no-simulate", "--no-consumers", "--grpc-port", str(port), "--http-port",
            str(free_ports()), "--data-dir", str(tmp_path / "data"), "--wal-fsync", "never"]
+    if snapshot_every is not None:
+        cmd += ["--snapshot-every", str(snapshot_every)]
     labels = make_labels("m", {"namespace": "n", "pod": "p"})
     sid = series_id(labels)
 
@@ -111,8 +116,14 @@ def test_up_with_a_data_dir_keeps_acknowledged_samples_across_kill_9(tmp_path: P
         req.series.add(id=sid).labels.extend(labels_to_pb(labels))
         acked += stub.Write(req, timeout=10).samples_written
     channel.close()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    try:
+        deadline = time.monotonic() + 20
+        while snapshot_every is not None and not list((tmp_path / "data" / "snapshots").glob("*.snap")):
+            assert time.monotonic() < deadline, "no snapshot written with --snapshot-every"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
     proc, stub, channel = start()
     try:
         got = stub.Read(pb.ReadRequest(matchers=[pb.Matcher(name="pod", value="p")], start_ms=0, end_ms=10**9),
