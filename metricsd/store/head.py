@@ -123,8 +123,10 @@ class Head:
         filled = self.filled[rows].astype(np.int64)
         cnt = np.minimum(filled, width)
         cols = self.slots(rows, filled - cnt, width)
-        r = rows[:, None]
-        return self.ts[r, cols].astype(np.int64) + self.base[rows][:, None], self.values(rows, cols), cnt
+        at = cols + (rows * self.capacity)[:, None]  # flat positions: one index for both gathers
+        t = _flat(self.ts)[at].astype(np.int64)
+        t += self.base[rows][:, None]
+        return t, self.values(rows, cols, at), cnt
 
     def oldest_ts(self, rows: np.ndarray) -> np.ndarray:
         """The oldest timestamp in each row's ring (meaningless for an empty ring)."""
@@ -274,12 +276,14 @@ class Head:
 
     # --- values ----------------------------------------------------------------------------
 
-    def values(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    def values(self, rows: np.ndarray, cols: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
         """The float64 values in slots ``cols`` (k x width) of ``rows`` (k): a gather of int32
-        offsets decoded (metricsd/store/ringvalues.py), with the wide rows' taken from ``wide``."""
+        offsets decoded (metricsd/store/ringvalues.py), with the wide rows' taken from ``wide``.
+        ``at``: the slots' flat positions in the ring arrays, when the caller has them."""
         rows = np.asarray(rows, dtype=np.int64)
         unit = self.unit[rows]
-        out = decode(self.mant[rows[:, None], cols], unit[:, None], self.ref[rows][:, None])
+        mant = self.mant[rows[:, None], cols] if at is None else _flat(self.mant)[at]
+        out = decode(mant, unit[:, None], self.ref[rows][:, None])
         if self._n_wide > len(self._free_wide):
             w = np.flatnonzero(np.isnan(unit))
             if len(w):
@@ -311,12 +315,15 @@ class Head:
         """Write value i to slot ``slot[i]`` of ``sample_rows[i]`` (flat position ``at[i]`` of the
         ring arrays; after ``pos`` and ``filled`` moved on). A row whose new value does not fit
         its scale and ref is encoded again whole."""
-        ok, mant = encode(v, self.unit[sample_rows], self.ref[sample_rows])
-        if bool(ok.all()):  # the usual case (never with a wide row: its unit is NaN)
+        unit = self.unit[sample_rows]
+        ok, mant = encode(v, unit, self.ref[sample_rows])
+        if self._n_wide > len(self._free_wide):  # a wide row's unit is NaN: a NaN value would pass
+            ok &= ~np.isnan(unit)
+        if bool(ok.all()):  # the usual case
             _flat(self.mant)[at] = mant
             return
         self.mant[sample_rows[ok], slot[ok]] = mant[ok]
-        wide = np.isnan(self.unit[sample_rows])
+        wide = np.isnan(unit)
         if bool(wide.any()):
             self.wide[self.wide_of[sample_rows[wide]], slot[wide]] = v[wide]
         bad = np.flatnonzero(~ok & ~wide)

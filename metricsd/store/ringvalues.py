@@ -21,7 +21,6 @@ __all__ = ["MAX_SCALE", "POW10", "choose", "decode", "encode"]
 
 MAX_SCALE = 12  # decimals tried for a row (the codec's decimal chunks allow as many)
 POW10 = 10.0 ** np.arange(MAX_SCALE + 1)
-_I32_MAX = float(np.iinfo(np.int32).max)
 _REF_MAX = 2.0**52  # |ref| below this keeps ref + mant an exact float64
 
 
@@ -36,24 +35,21 @@ def decode(mant: np.ndarray, unit: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 
 def encode(v: np.ndarray, unit: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ok, offsets): where ``ok``, the offset (an integer in int32's range, as a float64) whose
-    :func:`decode` with ``unit`` and ``ref`` (never -0.0) is ``v`` bit for bit; elsewhere ``v`` needs another
-    encoding (the offset is then anything, NaN included). A NaN ``unit`` (a wide row) is never ok.
+    """(ok, int32 offsets): where ``ok``, the offset whose :func:`decode` with ``unit`` and ``ref``
+    is ``v`` bit for bit; elsewhere ``v`` needs another encoding (the offset is then anything).
 
-    The check is decode's own arithmetic: where the offset fits it is an integer below 2^31 (the
-    int32 keeps it exactly, but for the sign of a zero: -0.0 + ref is ref, and 0 + ref too, as ref
-    is never -0.0), and ``(offset + ref) / unit`` is compared with ``v`` bit for bit (so a -0.0
-    value is never ok)."""
+    The check is decode itself on the int32 that would be stored, so it holds whatever the
+    rounding or the cast did: an offset out of int32's range, a NaN or an infinity casts to
+    something that does not decode to ``v``; a -0.0 comes back as 0.0 and is not ok. ``unit``
+    must be a power of ten: with a NaN one, a NaN ``v`` can decode to its own bits."""
     v = np.asarray(v, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         m = v * unit
         np.rint(m, out=m)
-        d = m - ref
-        ok = np.abs(d) <= _I32_MAX  # False for NaN and infinities
-        np.add(d, ref, out=m)  # as decode adds: a -0.0 offset is 0 there, and d + ref is the same with ref never -0.0
-        m /= unit
-    ok &= m.view(np.uint64) == v.view(np.uint64)
-    return ok, d
+        m -= ref
+        mant = m.astype(np.int32)
+    ok = decode(mant, unit, ref).view(np.uint64) == v.view(np.uint64)
+    return ok, mant
 
 
 def choose(v: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -83,6 +79,6 @@ def choose(v: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
         hit = todo[good]
         unit[hit] = p
         ref[hit] = centre[good]
-        mant[hit] = np.where(mask[hit], d[good], 0.0)
+        mant[hit] = np.where(mask[hit], d[good], 0)
         todo = todo[~good]
     return unit, ref, mant
