@@ -112,3 +112,13 @@ def test_a_row_is_narrow_again_once_its_ring_is_emptied() -> None:
     head.write(rows, np.array([2]), zero, np.array([15, 16]), np.array([0.25, 7.0]))
     assert head.unit[0] == 100.0 and head.wide_rows == 0
     assert head.samples(0)[1].tolist() == [0.25, 7.0]
+
+
+def test_a_nan_written_to_a_wide_row_stays_in_its_wide_values() -> None:
+    # a wide row's unit is NaN, and a quiet NaN divided by it decodes to its own bits: the write
+    # must still put it with the row's float64 values
+    head = Head(4, 2)
+    rows, one, zero = np.array([0]), np.array([1]), np.array([0])
+    for t, v in ((10, STALE), (11, np.nan), (12, 2.5)):
+        head.write(rows, one, zero, np.array([t]), np.array([v]))
+    assert _bits(head.samples(0)[1]) == _bits(np.array([STALE, np.nan, 2.5]))
