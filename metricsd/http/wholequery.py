@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from metricsd.columns import SeriesColumns
@@ -31,6 +31,8 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
 from metricsd.rpc.columnar import list_columns, read_columns
 from metricsd.rpc.wholequery import ANSWER_DATA, QueryFrame, RunnerSettings, decode_request, error_answer
+from metricsd.rpc.wire import matchers_to_pb, slot_filter_from_pb
+from metricsd.selector import Matcher
 
 __all__ = ["QueryService", "SlotScoped"]
 
@@ -65,6 +67,20 @@ class SlotScoped:
 
     async def read_columns(self, request: pb.ReadRequest) -> SeriesColumns:  # the engine's reads: no protobuf
         return await read_columns(self.inner, self._scoped(request))
+
+    async def read_selection(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, max_series: int = 0,
+                             max_samples: int = 0) -> SeriesColumns:
+        """The PromQL prefetch's read of a store in this process (LocalBackend.read_selection), no
+        ReadRequest either way, scoped to the frame's slots like every other read here."""
+        direct = getattr(self.inner, "read_selection", None)
+        if direct is None:  # a backend without it: the ReadRequest it would have been
+            request = pb.ReadRequest(matchers=matchers_to_pb(matchers), start_ms=start_ms, end_ms=end_ms,
+                                     max_series=max_series, max_samples=max_samples)
+            return await self.read_columns(request)
+        f = _SLOTS.get()
+        got: SeriesColumns = await direct(matchers, start_ms, end_ms, max_series, max_samples,
+                                          None if f is None else slot_filter_from_pb(f))
+        return got
 
     async def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
         return await list_columns(self.inner, self._scoped(request))

@@ -130,8 +130,8 @@ async def fetch_one(backend: MetricsBackend, fetch: Fetch, max_series: int = 0, 
                     ) -> PrefetchedSource:
     """fetch_all of one selector: the read awaited as it is, without a task to gather; a store in
     this process (LocalBackend.read_selection) is handed the matchers without a ReadRequest."""
-    # the class's own method, not one a wrapper forwards by __getattr__ (a store's QUERY frames read
-    # through SlotScoped, which scopes read_columns to the frame's slots and would not scope this)
+    # the class's own method, not one a wrapper forwards by __getattr__ unchanged (a store's QUERY
+    # frames read through SlotScoped, whose own read_selection keeps to the frame's slots)
     direct = getattr(backend, "read_selection", None) if hasattr(type(backend), "read_selection") else None
     if callable(direct):
         cols = await direct(fetch.matchers, fetch.start_ms, fetch.end_ms, max_series, max_samples)

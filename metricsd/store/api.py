@@ -21,6 +21,7 @@ import numpy as np
 from metricsd import __version__
 from metricsd.clock import Clock, SystemClock
 from metricsd.columns import LabelColumns, SeriesColumns
+from metricsd.maths.slots import SlotFilter
 from metricsd.maths.spec import InvalidAggregate
 from metricsd.memory import release_free_memory
 from metricsd.model import InvalidSeries
@@ -210,11 +211,12 @@ class StoreAPI:
         return self._read_rows(matchers, rows, request.start_ms, request.end_ms, request.max_samples)
 
     def read_selection(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, max_series: int = 0,
-                       max_samples: int = 0) -> SeriesColumns:
+                       max_samples: int = 0, slots: SlotFilter | None = None) -> SeriesColumns:
         """read_columns of matchers already made (the PromQL engine's, in this process): the same
-        answer and errors without a ReadRequest built and its matchers parsed back."""
+        answer and errors without a ReadRequest built and its matchers parsed back. ``slots``: only
+        those slots' series (a proxy's QUERY frame, metricsd/http/wholequery.py SlotScoped)."""
         try:
-            rows = self.store.select(matchers)
+            rows = self.store.select(matchers, slots)
         except _BAD_INPUT as e:
             raise BadRequest(str(e)) from e
         if max_series and len(rows) > max_series:
@@ -369,9 +371,9 @@ class LocalBackend:
         return self.api.read_columns(request)
 
     async def read_selection(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int, max_series: int = 0,
-                             max_samples: int = 0) -> SeriesColumns:
+                             max_samples: int = 0, slots: SlotFilter | None = None) -> SeriesColumns:
         """read_columns of parsed matchers: the PromQL prefetch's one read, no message either way."""
-        return self.api.read_selection(matchers, start_ms, end_ms, max_series, max_samples)
+        return self.api.read_selection(matchers, start_ms, end_ms, max_series, max_samples, slots)
 
     async def list_columns(self, request: pb.ListSeriesRequest) -> SeriesColumns:
         """list_series() without a message (the HTTP API's series, labels and values lookups)."""

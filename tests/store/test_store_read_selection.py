@@ -117,3 +117,30 @@ async def test_a_query_frames_slot_filter_holds_on_the_narrow_path() -> None:
         assert (await runner.range(expr, start, end, 10_000))[0].series == []
     finally:
         wholequery._SLOTS.reset(token)
+
+
+async def test_a_frames_read_selection_over_a_backend_without_one_reads_the_same_slots() -> None:
+    """SlotScoped.read_selection over a backend that has no read_selection (only read): the same
+    answer through the ReadRequest it stands for, scoped to the frame's slots all the same."""
+    from metricsd.http import wholequery
+    from metricsd.store.api import LocalBackend
+
+    api = StoreAPI(Store())
+    _write(api, ["p1", "p2", "p3", "p4"], T0)
+    local = LocalBackend(api)
+
+    class ReadOnly:  # a backend of the Read call only, as a remote store's client is
+        async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+            return await local.read(request)
+
+    matchers = parse_selector('namespace="ns"', "cpu")
+    rows = api.store.select(matchers)
+    slot = int(api.store.index.pod_hash[int(rows[0])] % np.uint64(4))
+    token = wholequery._SLOTS.set(pb.SlotFilter(slot_count=4, slots=[slot]))
+    try:
+        got = await wholequery.SlotScoped(ReadOnly()).read_selection(matchers, 0, 2**62)  # type: ignore[arg-type]
+        want = await wholequery.SlotScoped(local).read_selection(matchers, 0, 2**62)
+    finally:
+        wholequery._SLOTS.reset(token)
+    assert 0 < len(want) < 4
+    _same(got, want)
