@@ -11,9 +11,6 @@
    member holding every slot, RF 3 of 3) and StoreAPI, after 180 ticks of 40,000 series; process
    CPU seconds per million samples. gRPC itself is not in it: this is the store's share.
 
-3. The head's ring alone (``--ring``): ``Head.write`` of 2,000 series x 1 sample into 40,000 rows
-   and ``Head.newest`` of 2,000 rows x 8 (the HPA question's gather), median of 200 calls each.
-
 Process CPU, not wall time, so a loaded machine skews it less; still run A and B alternately.
 """
 
@@ -96,42 +93,11 @@ async def store_live(ticks: int, n: int = 40_000, per: int = 2_000, parts: int =
     return (time.process_time() - c) / (ticks * n) * 1e6
 
 
-def ring(calls: int = 200, rows: int = 40_000, k: int = 2_000) -> tuple[float, float]:
-    """(us a Head.write of k series x 1 sample, us a Head.newest of k rows x 8), medians."""
-    from metricsd.store.head import Head
-
-    head = Head(32, rows)
-    rng = np.random.default_rng(0)
-    every = np.arange(rows)
-    t0 = 1_700_000_000_000
-    for i in range(40):
-        head.write(every, np.ones(rows, np.int64), every.copy(), np.full(rows, t0 + 10_000 * i, np.int64),
-                   np.round(rng.random(rows) * 100, 1))
-    sel = np.sort(rng.choice(rows, k, replace=False))
-    ones, starts = np.ones(k, np.int64), np.arange(k)
-    writes, reads = [], []
-    for i in range(calls):
-        ts = np.full(k, t0 + 10_000 * (40 + i), np.int64)
-        vals = np.round(rng.random(k) * 100, 1)
-        c = time.process_time()
-        head.write(sel, ones, starts, ts, vals)
-        writes.append(time.process_time() - c)
-        c = time.process_time()
-        head.newest(sel, 8)
-        reads.append(time.process_time() - c)
-    return statistics.median(writes) * 1e6, statistics.median(reads) * 1e6
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=100, help="encode_blocks calls a shape")
     ap.add_argument("--ticks", type=int, default=60, help="live ticks written to the store")
-    ap.add_argument("--ring", action="store_true", help="only the head's ring: Head.write and Head.newest")
     args = ap.parse_args()
-    if args.ring:
-        w, r = ring()
-        print(f"Head.write 2,000 x 1: {w:.1f} us; Head.newest 2,000 x 8: {r:.1f} us (medians, process CPU)")
-        return
     for jitter in (0.0, 0.05):
         ms, bps = encode(args.calls, jitter)
         print(f"encode_blocks 2,000 x 32, {jitter:.0%} jittered timestamps: {ms:.2f} ms a call (median), "

@@ -10,10 +10,7 @@ chunks hold, except for its ``unsealed`` newest samples, which are in no block y
                                 s5  s6  s7  s8  s1  s2  s3  s4      pos[r] = 4: s1 is the oldest
                                              ^ newest    filled[r] = 8, unsealed[r] = 2 (s7, s8)
 
-Timestamps are int32 milliseconds after a per-row ``base`` (int64), and values int32 offsets of a
-per-row decimal scale where that is exact (metricsd/store/ringvalues.py; float64 in the few "wide"
-rows where it is not): 8 bytes a sample, not 16 (12 before the values were narrowed: at 200,000
-series the rings held ~75 MiB).
+Timestamps are int32 milliseconds after a per-row ``base`` (int64): 12 bytes a sample, not 16.
 A row spans at most OFFSET_MAX ms (24.8 days); the engine moves the base forward as the ring
 turns (``rebase``) and takes a sample that would land past it on its slow path.
 metricsd/store/FORMAT.md, "The head in memory", draws the layout.
@@ -22,8 +19,6 @@ metricsd/store/FORMAT.md, "The head in memory", draws the layout.
 from __future__ import annotations
 
 import numpy as np
-
-from metricsd.store.ringvalues import choose, decode, encode
 
 __all__ = ["NO_TS", "OFFSET_MAX", "Head", "zero_grown"]
 
@@ -42,13 +37,6 @@ def zero_grown(arr: np.ndarray, rows: int) -> np.ndarray:
     return out
 
 
-def _flat(a: np.ndarray) -> np.ndarray:
-    """A 1-D view of a ring array (always C-contiguous: made by np.zeros or zero_grown)."""
-    if not a.flags.c_contiguous:
-        raise AssertionError("ring arrays are contiguous")
-    return a.reshape(-1)
-
-
 class Head:
     """Columnar ring buffers. Not safe for concurrent use; the store serialises access."""
 
@@ -57,15 +45,7 @@ class Head:
             raise ValueError("the head keeps 1..255 samples a series")
         self.capacity = capacity
         self.ts = np.zeros((rows, capacity), dtype=np.int32)  # ms after base[row]
-        # values (metricsd/store/ringvalues.py): (mant + ref[row]) / unit[row] (unit 10**scale, ref
-        # an integer), or, in a wide row (unit NaN), wide[wide_of[row]]
-        self.mant = np.zeros((rows, capacity), dtype=np.int32)
-        self.unit = np.ones(rows, dtype=np.float64)
-        self.ref = np.zeros(rows, dtype=np.float64)
-        self.wide_of = np.full(rows, -1, dtype=np.int32)
-        self.wide = np.zeros((0, capacity), dtype=np.float64)
-        self._free_wide: list[int] = []
-        self._n_wide = 0  # rows of ``wide`` handed out (free ones included)
+        self.vals = np.zeros((rows, capacity), dtype=np.float64)
         self.base = np.zeros(rows, dtype=np.int64)  # meaningful while filled[row] > 0
         self.pos = np.zeros(rows, dtype=np.int16)  # the slot the next sample goes to (capacity <= 255)
         self.filled = np.zeros(rows, dtype=np.int16)  # samples in the ring (<= capacity)
@@ -79,19 +59,16 @@ class Head:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.ts, self.mant, self.unit, self.ref, self.wide_of, self.wide, self.base,
-                                      self.pos, self.filled, self.unsealed, self.last_ts, self.expiry_floor))
+        return sum(a.nbytes for a in (self.ts, self.vals, self.base, self.pos, self.filled, self.unsealed,
+                                      self.last_ts, self.expiry_floor))
 
     def ensure_rows(self, n: int) -> None:
         have = len(self.filled)
         if n <= have:
             return
         extra = max(n, have + max(1024, have // 4)) - have  # grow by a quarter: doubling wastes up to half
-        self.ts, self.mant, self.ref, self.base, self.pos, self.filled, self.unsealed = (
-            zero_grown(a, have + extra) for a in (self.ts, self.mant, self.ref, self.base, self.pos, self.filled,
-                                                  self.unsealed))
-        self.unit = np.concatenate([self.unit, np.ones(extra)])
-        self.wide_of = np.concatenate([self.wide_of, np.full(extra, -1, np.int32)])
+        self.ts, self.vals, self.base, self.pos, self.filled, self.unsealed = (
+            zero_grown(a, have + extra) for a in (self.ts, self.vals, self.base, self.pos, self.filled, self.unsealed))
         self.last_ts = np.concatenate([self.last_ts, np.full(extra, NO_TS, np.int64)])
         self.expiry_floor = np.concatenate([self.expiry_floor, np.full(extra, NO_TS, np.int64)])
 
@@ -105,7 +82,6 @@ class Head:
         self.filled[row] = 0
         self.unsealed[row] = 0
         self.pos[row] = 0
-        self._narrow(np.array([row]))
 
     # --- positions -------------------------------------------------------------------------
 
@@ -123,10 +99,8 @@ class Head:
         filled = self.filled[rows].astype(np.int64)
         cnt = np.minimum(filled, width)
         cols = self.slots(rows, filled - cnt, width)
-        at = cols + (rows * self.capacity)[:, None]  # flat positions: one index for both gathers
-        t = _flat(self.ts)[at].astype(np.int64)
-        t += self.base[rows][:, None]
-        return t, self.values(rows, cols, at), cnt
+        r = rows[:, None]
+        return self.ts[r, cols].astype(np.int64) + self.base[rows][:, None], self.vals[r, cols], cnt
 
     def oldest_ts(self, rows: np.ndarray) -> np.ndarray:
         """The oldest timestamp in each row's ring (meaningless for an empty ring)."""
@@ -138,7 +112,7 @@ class Head:
         """The ring's samples of ``row`` in time order (copies)."""
         n = int(self.filled[row])
         cols = self.slots(np.array([row]), np.zeros(1, np.int64), n)[0]
-        return self.ts[row, cols].astype(np.int64) + self.base[row], self.values(np.array([row]), cols[None, :])[0]
+        return self.ts[row, cols].astype(np.int64) + self.base[row], self.vals[row, cols]
 
     def unsealed_samples(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """The samples of ``row`` that are in no block yet, oldest first (copies)."""
@@ -194,24 +168,20 @@ class Head:
         empty = (self.filled[rows] == 0) | (counts >= cap)
         if bool(empty.any()):
             self.base[rows[empty]] = ts[first[empty]]
-        pos = self.pos[rows].astype(np.int64)
         if bool((counts == 1).all()):  # one sample a series (the agents' shape)
-            sample_rows, slot = rows, pos
-            at = rows * cap + slot  # flat positions: a 1-D scatter costs less than a 2-D one
-            _flat(self.ts)[at] = ts[starts] - self.base[rows]
-            v = vals[starts]
+            slot = self.pos[rows]
+            self.ts[rows, slot] = ts[starts] - self.base[rows]
+            self.vals[rows, slot] = vals[starts]
         else:
             sample_rows = np.repeat(rows, kept)
             offset = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
             src = np.repeat(first, kept) + offset
-            slot = (np.repeat(pos + counts - kept, kept) + offset) % cap
-            at = sample_rows * cap + slot
-            _flat(self.ts)[at] = ts[src] - self.base[sample_rows]
-            v = vals[src]
-        self.pos[rows] = (pos + counts) % cap
+            slot = (np.repeat(self.pos[rows].astype(np.int64) + counts - kept, kept) + offset) % cap
+            self.ts[sample_rows, slot] = ts[src] - self.base[sample_rows]
+            self.vals[sample_rows, slot] = vals[src]
+        self.pos[rows] = (self.pos[rows].astype(np.int64) + counts) % cap
         self.filled[rows] = np.minimum(self.filled[rows].astype(np.int64) + counts, cap)
         self.last_ts[rows] = ts[starts + counts - 1]
-        self._put_values(sample_rows, slot, v, at)
 
     def fit(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """Before ``write``: move each row's base forward so that every sample its ring keeps
@@ -266,106 +236,17 @@ class Head:
         if keep:
             self.base[row] = int(ts[0])
             self.ts[row, :keep] = np.asarray(ts, dtype=np.int64) - int(ts[0])
+            self.vals[row, :keep] = vals
             self.last_ts[row] = max(int(self.last_ts[row]), int(ts[-1]))
         self.filled[row] = keep
         self.pos[row] = keep % self.capacity
         self.unsealed[row] = unsealed
-        full = np.zeros((1, self.capacity))
-        full[0, :keep] = vals
-        self.set_values(np.array([row]), full)
-
-    # --- values ----------------------------------------------------------------------------
-
-    def values(self, rows: np.ndarray, cols: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
-        """The float64 values in slots ``cols`` (k x width) of ``rows`` (k): a gather of int32
-        offsets decoded (metricsd/store/ringvalues.py), with the wide rows' taken from ``wide``.
-        ``at``: the slots' flat positions in the ring arrays, when the caller has them."""
-        rows = np.asarray(rows, dtype=np.int64)
-        unit = self.unit[rows]
-        mant = self.mant[rows[:, None], cols] if at is None else _flat(self.mant)[at]
-        out = decode(mant, unit[:, None], self.ref[rows][:, None])
-        if self._n_wide > len(self._free_wide):
-            w = np.flatnonzero(np.isnan(unit))
-            if len(w):
-                out[w] = self.wide[self.wide_of[rows[w]][:, None], cols[w]]
-        return out
-
-    def set_values(self, rows: np.ndarray, vals: np.ndarray) -> None:
-        """Store k x capacity ``vals`` as the values of distinct ``rows``, slot for slot (only the
-        slots the rows' rings fill are kept: set ``pos`` and ``filled`` first). Each row is
-        encoded again from scratch: narrow at the smallest exact scale, else wide."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if len(rows) == 0:
-            return
-        unit, ref, mant = choose(vals, self._filled_mask(rows))
-        wide = np.isnan(unit)
-        narrow = rows[~wide]
-        self._narrow(narrow)
-        self.mant[narrow] = mant[~wide]
-        self.ref[narrow] = ref[~wide]
-        self.unit[narrow] = unit[~wide]
-        for i in np.flatnonzero(wide).tolist():  # rare: rows that are not decimals
-            row = int(rows[i])
-            if self.wide_of[row] < 0:
-                self.wide_of[row] = self._take_wide()
-            self.unit[row] = np.nan
-            self.wide[self.wide_of[row]] = vals[i]
-
-    def _put_values(self, sample_rows: np.ndarray, slot: np.ndarray, v: np.ndarray, at: np.ndarray) -> None:
-        """Write value i to slot ``slot[i]`` of ``sample_rows[i]`` (flat position ``at[i]`` of the
-        ring arrays; after ``pos`` and ``filled`` moved on). A row whose new value does not fit
-        its scale and ref is encoded again whole."""
-        unit = self.unit[sample_rows]
-        ok, mant = encode(v, unit, self.ref[sample_rows])
-        if self._n_wide > len(self._free_wide):  # a wide row's unit is NaN: a NaN value would pass
-            ok &= ~np.isnan(unit)
-        if bool(ok.all()):  # the usual case
-            _flat(self.mant)[at] = mant
-            return
-        self.mant[sample_rows[ok], slot[ok]] = mant[ok]
-        wide = np.isnan(unit)
-        if bool(wide.any()):
-            self.wide[self.wide_of[sample_rows[wide]], slot[wide]] = v[wide]
-        bad = np.flatnonzero(~ok & ~wide)
-        if len(bad):
-            again = np.unique(sample_rows[bad])
-            cur = self.values(again, np.broadcast_to(np.arange(self.capacity), (len(again), self.capacity)))
-            cur[np.searchsorted(again, sample_rows[bad]), slot[bad]] = v[bad]
-            self.set_values(again, cur)
-
-    def _filled_mask(self, rows: np.ndarray) -> np.ndarray:
-        """k x capacity: which slots of each row's ring hold samples."""
-        cap = self.capacity
-        oldest = self.pos[rows].astype(np.int64) - self.filled[rows]
-        return (np.arange(cap)[None, :] - oldest[:, None]) % cap < self.filled[rows][:, None]
-
-    def _take_wide(self) -> int:
-        if self._free_wide:
-            return self._free_wide.pop()
-        if self._n_wide == len(self.wide):
-            self.wide = zero_grown(self.wide, self._n_wide + max(64, self._n_wide // 4))
-        self._n_wide += 1
-        return self._n_wide - 1
-
-    def _narrow(self, rows: np.ndarray) -> None:
-        """Make ``rows`` narrow again (unit 1, ref 0, holding zeros), freeing their wide rows."""
-        for row in rows[self.wide_of[rows] >= 0].tolist():
-            self._free_wide.append(int(self.wide_of[row]))
-            self.wide_of[row] = -1
-        self.unit[rows] = 1.0
-        self.ref[rows] = 0.0
-
-    @property
-    def wide_rows(self) -> int:
-        """Rows whose ring values are float64 (not decimals within reach of one another)."""
-        return self._n_wide - len(self._free_wide)
 
     def _check(self, rows: int) -> None:
         for r in range(rows):
             f, u = int(self.filled[r]), int(self.unsealed[r])
             assert 0 <= u <= f <= self.capacity, f"row {r}: unsealed {u}, filled {f}"
             assert 0 <= int(self.pos[r]) < self.capacity
-            assert bool(np.isnan(self.unit[r])) == (int(self.wide_of[r]) >= 0), f"row {r}: wide_of disagrees"
             t, _ = self.samples(r)
             if f > 1:
                 assert bool(np.all(np.diff(t) > 0)), f"row {r} timestamps not increasing"

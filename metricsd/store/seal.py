@@ -70,22 +70,12 @@ def _seal_blocks(head: Head, chunks: Chunks, rows: np.ndarray, counts: np.ndarra
             sel = in_wave[lo : lo + SEAL_ROWS]
             r = rows[sel]
             e = wave * block + col
-            u = unsealed[sel][:, None]
-            in_ring = e < u
-            src = starts[sel][:, None] + e - u  # where element e is in the segment, its sample
-            if not bool(in_ring.any()):  # all from the segments (the backfill shape after its first block)
-                t, v = ts[src], vals[src]
-            else:  # the rings' part gathered whole, the segments' few elements put in after
-                rr = r[:, None]
-                slot = (ring_first[sel][:, None] + e) % head.capacity
-                t = head.ts[rr, slot].astype(np.int64)
-                t += head.base[rr]
-                v = head.values(r, slot)
-                seg = np.flatnonzero(~in_ring.ravel())
-                if len(seg):
-                    at = src.ravel()[seg]
-                    t.ravel()[seg] = ts[at]
-                    v.ravel()[seg] = vals[at]
+            in_ring = e < unsealed[sel][:, None]
+            slot = (ring_first[sel][:, None] + e) % head.capacity
+            src = np.where(in_ring, 0, starts[sel][:, None] + e - unsealed[sel][:, None])
+            rr = r[:, None]
+            t = np.where(in_ring, head.ts[rr, slot].astype(np.int64) + head.base[rr], ts[src])
+            v = np.where(in_ring, head.vals[rr, slot], vals[src])
             _append_blocks(chunks, r, t, v)
 
 

@@ -449,11 +449,7 @@ def _restore_head(store: Store, img: StoreImage) -> None:
         h.base[:n] = first
         mask = np.arange(h.capacity)[None, :] < filled[:, None]
         h.ts[:n][mask] = img.head_ts - np.repeat(first, filled)
-        for lo in range(0, n, 8192):  # the values encoded a slice of rows at a time (ringvalues.py)
-            hi = min(n, lo + 8192)
-            vals = np.zeros((hi - lo, h.capacity))
-            vals[mask[lo:hi]] = img.head_vals[starts[lo] : ends[hi - 1]]
-            h.set_values(np.arange(lo, hi), vals)
+        h.vals[:n][mask] = img.head_vals
         return
     log.warning("snapshot head (%d samples a block, chunks of %d) does not fit the settings' (%d, %d): "
                 "closing its open chunks and sealing the rings again", img.meta.head_keep, img.meta.chunk_samples,
