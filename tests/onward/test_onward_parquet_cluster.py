@@ -60,6 +60,7 @@ async def test_a_proxy_writes_the_hour_from_columnar_reads_of_its_stores() -> No
         # Two writes: the hour's samples, and one after it (not in the file).
         await proxy.write(write_request(series, [hour + k * 60_000 + 17 for k in range(60)], labels=True))
         await proxy.write(write_request(series, [hour + HOUR_MS + 5], labels=False))
+        await _held_everywhere(cluster, 61 * len(series))  # W = 2: the third may still be writing
         asked = _Asked(proxy)
         files = await hour_files(asked, hour)  # type: ignore[arg-type]
         assert asked.reads and all(r.columnar for r in asked.reads)
@@ -91,19 +92,29 @@ async def _own_hour(store: Store, hour: int) -> HourFiles:
     return await hour_files(LocalBackend(StoreAPI(store, "s", SystemClock())), hour, store_columns(store))
 
 
-async def _an_hour(proxy: MetricsBackend) -> tuple[int, list[Labels]]:
-    """(the hour two hours ago, the series written): a sample a minute of 60 series in it."""
+async def _an_hour(cluster: LocalCluster, proxy: MetricsBackend) -> tuple[int, list[Labels]]:
+    """(the hour two hours ago, the series written): a sample a minute of 60 series in it, held by
+    all three replicas. The proxy acknowledges at W = 2, so the third replica's write may still be
+    in flight when it returns; the tests below start from every replica holding it."""
     hour = (int(time.time() * 1000) // HOUR_MS - 2) * HOUR_MS
     series = workload(30)
     await proxy.write(write_request(series, [hour + k * 60_000 + 17 for k in range(60)], labels=True))
+    await _held_everywhere(cluster, 60 * len(series))
     return hour, series
+
+
+async def _held_everywhere(cluster: LocalCluster, samples: int) -> None:
+    deadline = time.monotonic() + 30
+    while any(int(n.store.stats()["samples"]) < samples for n in cluster.nodes.values()):
+        assert time.monotonic() < deadline, {m: n.store.stats()["samples"] for m, n in cluster.nodes.items()}
+        await asyncio.sleep(0.02)
 
 
 async def test_the_hour_read_takes_each_slot_from_one_replica_that_the_others_digests_vouch_for() -> None:
     cluster = await _digesting_cluster()
     try:
         proxy = cluster.proxy()
-        hour, series = await _an_hour(proxy)
+        hour, series = await _an_hour(cluster, proxy)
         await proxy.write(write_request(series, [hour + HOUR_MS + 5], labels=False))
         files = await hour_files(proxy, hour, source=HourRead(proxy.reads))
         slots_with_data = len({slot_of_labels(s, SLOTS) for s in series})
@@ -122,7 +133,7 @@ async def test_a_replica_missing_samples_of_the_hour_is_read_by_quorum_and_every
     cluster = await _digesting_cluster()
     try:
         proxy = cluster.proxy()
-        hour, series = await _an_hour(proxy)
+        hour, series = await _an_hour(cluster, proxy)
         # acknowledged by W = 2 of the 3 replicas: store-0 missed them (down for the write, say)
         late = write_request(series, [hour + k * 60_000 + 30_017 for k in range(0, 60, 7)], labels=False)
         for member in ("store-1", "store-2"):
