@@ -244,6 +244,7 @@ async def test_the_proxy_served_over_grpc_takes_a_client_through_the_handshake(c
             resp = await client.write(write_request(series, TIMES, labels=False), labels_of)
             assert resp.samples_written == len(series) * len(TIMES)
             got = await client.aggregate(agg_request(TIMES[-1], across=pb.ACROSS_SUM))
+            await proxy.writes.wait_idle()  # W = 2: store-0 may be the replica still writing
             direct = await LocalBackend(StoreAPI(cluster3.nodes["store-0"].store)).aggregate(
                 agg_request(TIMES[-1], across=pb.ACROSS_SUM))
             assert np.allclose(np.array(got.values), np.array(direct.values))
