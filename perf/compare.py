@@ -37,13 +37,10 @@ import datetime
 import json
 import os
 import platform
-import shutil
-import signal
-import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -237,25 +234,13 @@ def _short(answer: dict[str, dict[int, float]]) -> str:
     return str(items[:3]) + (f" ... ({len(items)} points)" if len(items) > 3 else "")
 
 
-@asynccontextmanager
-async def profiled(targets: dict[str, Server], folder: Path | None, phase: str) -> AsyncIterator[None]:
+def profiled(targets: dict[str, Server], folder: Path | None, phase: str) -> AbstractAsyncContextManager[None]:
     """py-spy records each target server while inside, into ``folder/profile_<phase>_<name>.txt``
-    (folded stacks), when a folder is given and py-spy is installed."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if folder is None or not Path(spy).exists():
-        yield
-        return
-    procs = [subprocess.Popen([spy, "record", "--pid", str(s.pid), "--rate", "200", "--format", "raw",
-                               "--nonblocking", "-o", str(folder / f"profile_{phase}_{name}.txt")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, s in targets.items()]
-    try:
-        await asyncio.sleep(1.0)
-        yield
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            p.wait(timeout=60)
+    (folded stacks), when a folder is given and py-spy is installed (compare_http.profile_pids)."""
+    if folder is None:
+        return nullcontext()
+    pids = {name: s.pid for name, s in targets.items()}
+    return profile_pids(pids, lambda name: folder / f"profile_{phase}_{name}.txt")
 
 
 async def http_phase(res: dict[str, Any], ms: list[dict[str, Any]], wl: Workload, servers: dict[str, Server],
