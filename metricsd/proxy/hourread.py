@@ -35,7 +35,7 @@ from metricsd.cluster.shardmap import ShardMap
 from metricsd.columns import SeriesColumns
 from metricsd.maths.slotdigest import differing
 from metricsd.proto import metricsd_pb2 as pb
-from metricsd.proxy.fanout import read_fanout, slot_filter
+from metricsd.proxy.fanout import QuorumFailure, read_fanout, slot_filter
 from metricsd.proxy.quorum import ReplicaPlan, spread_data
 from metricsd.proxy.reads import ReadPath
 from metricsd.rpc.backend import MetricsBackend, Unavailable
@@ -90,8 +90,21 @@ class HourRead:
                    rollups_end_ms: int | None = None) -> tuple[SeriesColumns, RollupArrays]:
         """(samples in [start_ms, end_ms], rollups of the hours starting in [rollups_start_ms,
         rollups_end_ms], by default start_ms alone). Raises Unavailable (QuorumFailure) when a
-        slot that must be read by quorum cannot be."""
-        shard_map = self.view.current_map()
+        slot that must be read by quorum cannot be. A store saying it no longer holds a slot (the
+        proxy's map is stale: slots moved since) makes the proxy refresh its map and read the hour
+        again once, as any Read does (reads.ReadPath), rather than fail until the writer's next try."""
+        try:
+            return await self._read(self.view.current_map(), start_ms, end_ms, rollups_start_ms, rollups_end_ms)
+        except QuorumFailure as e:
+            if not e.stale:
+                raise
+            self.counters["stale_map_retries"] += 1
+            log.info("hour read: a store no longer holds slots %s; map refreshed, reading the hour again", e.slots)
+            shard_map = await self.view.refresh()
+        return await self._read(shard_map, start_ms, end_ms, rollups_start_ms, rollups_end_ms)
+
+    async def _read(self, shard_map: ShardMap, start_ms: int, end_ms: int, rollups_start_ms: int | None,
+                    rollups_end_ms: int | None) -> tuple[SeriesColumns, RollupArrays]:
         slots = list(range(shard_map.num_slots))
         plans = self.path.plans.plans(self.view, shard_map, slots)
         owners = spread_data(plans)

@@ -16,7 +16,18 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
 
-from proxy_cluster import SLOTS, LocalCluster, StoreNode, make_map, start_cluster, workload, write_request
+from proxy_cluster import (
+    SLOTS,
+    LocalCluster,
+    RefreshingSource,
+    StoreNode,
+    fast_settings,
+    make_map,
+    moved_maps,
+    start_cluster,
+    workload,
+    write_request,
+)
 
 from metricsd.clock import SystemClock
 from metricsd.cluster.mapsource import StaticMapSource
@@ -26,6 +37,7 @@ from metricsd.onward.hourly import HOUR_MS, hour_files, store_columns
 from metricsd.onward.parquet import HourFiles
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.hourread import HourRead
+from metricsd.proxy.members import SlotNotHeld, grpc_connect
 from metricsd.replica.servicer import StoreNodeServicer
 from metricsd.rpc.backend import MetricsBackend
 from metricsd.rpc.server import start_grpc_server
@@ -76,10 +88,10 @@ async def test_a_proxy_writes_the_hour_from_columnar_reads_of_its_stores() -> No
         await cluster.close()
 
 
-async def _digesting_cluster() -> LocalCluster:
-    """start_cluster's three stores (RF 3), each served as a cluster's store is: the Metrics API
-    and the store-to-store RPCs (Digest) on one real gRPC server (replica/servicer.py)."""
-    nodes = {f"store-{i}": StoreNode(f"store-{i}", Store()) for i in range(3)}
+async def _digesting_cluster(members: int = 3) -> LocalCluster:
+    """start_cluster's stores (RF 3), each served as a cluster's store is: the Metrics API and the
+    store-to-store RPCs (Digest) on one real gRPC server (replica/servicer.py)."""
+    nodes = {f"store-{i}": StoreNode(f"store-{i}", Store()) for i in range(members)}
     for n in nodes.values():
         api = StoreAPI(n.store, n.member, SystemClock())
         n.server, n.port = await start_grpc_server(StoreNodeServicer(LocalBackend(api), api), "127.0.0.1", 0)
@@ -104,8 +116,9 @@ async def _an_hour(cluster: LocalCluster, proxy: MetricsBackend) -> tuple[int, l
 
 
 async def _held_everywhere(cluster: LocalCluster, samples: int) -> None:
+    """Until the stores hold RF 3 copies of ``samples`` between them (with three stores: each all)."""
     deadline = time.monotonic() + 30
-    while any(int(n.store.stats()["samples"]) < samples for n in cluster.nodes.values()):
+    while sum(int(n.store.stats()["samples"]) for n in cluster.nodes.values()) < 3 * samples:
         assert time.monotonic() < deadline, {m: n.store.stats()["samples"] for m, n in cluster.nodes.items()}
         await asyncio.sleep(0.02)
 
@@ -154,5 +167,59 @@ async def test_a_replica_missing_samples_of_the_hour_is_read_by_quorum_and_every
         again = await hour_files(proxy, hour, source=HourRead(proxy.reads))
         assert proxy.counters["hour_read_digest_slots"] == 2 * SLOTS - proxy.counters["hour_read_quorum_slots"]
         assert pq.read_table(io.BytesIO(again.samples)).equals(got)
+    finally:
+        await cluster.close()
+
+
+class _NoLongerHolds:
+    """A real store's gRPC client that answers for one slot as a store the slot has moved away
+    from (SlotNotHeld: FAILED_PRECONDITION over gRPC): its Digest, Read and Rollups of that slot."""
+
+    def __init__(self, backend: MetricsBackend, slot: int) -> None:
+        self.backend = backend
+        self.slot = slot
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.backend, name)
+
+    def _refuse(self, request: pb.ReadRequest | pb.DigestRequest) -> None:
+        if self.slot in request.slots.slots:
+            raise SlotNotHeld(f"slot {self.slot} is not held here")
+
+    async def digest(self, request: pb.DigestRequest) -> pb.DigestResponse:
+        self._refuse(request)
+        got: pb.DigestResponse = await self.backend.digest(request)  # type: ignore[attr-defined]
+        return got
+
+    async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
+        self._refuse(request)
+        return await self.backend.read(request)
+
+    async def rollups(self, request: pb.ReadRequest) -> pb.RollupsResponse:
+        self._refuse(request)
+        return await self.backend.rollups(request)
+
+
+async def test_a_stale_map_refreshes_once_and_the_hour_is_read_whole() -> None:
+    """Four stores, RF 3: in the proxy's stale map one slot is still on a member it moved away from.
+    Every replica of that slot must answer (R = 3: no spare to make up for it), so the first read of
+    the hour fails on it; the proxy refreshes its map and reads the hour again, every sample in it."""
+    cluster = await _digesting_cluster(4)
+    try:
+        hour, series = await _an_hour(cluster, cluster.proxy())
+        slot = slot_of_labels(series[0], SLOTS)
+        stale, fresh, old_owner, _ = moved_maps(cluster, slot)
+        base, old_address = grpc_connect(2.0), fresh.address(old_owner)
+
+        def connect(address: str) -> MetricsBackend:
+            b = base(address)
+            return _NoLongerHolds(b, slot) if address == old_address else b  # type: ignore[return-value]
+
+        source = RefreshingSource(stale, fresh)
+        proxy = cluster.proxy(fast_settings(w=1, r=3), connect=connect, source=source)
+        files = await hour_files(proxy, hour, source=HourRead(proxy.reads))
+        assert source.refreshes == 1 and proxy.counters["stale_map_retries"] == 1
+        assert files.manifest["samples"] == 60 * len(series) and files.manifest["series"] == len(series)
+        assert pq.read_table(io.BytesIO(files.samples)).num_rows == 60 * len(series)
     finally:
         await cluster.close()

@@ -163,3 +163,34 @@ def agg_request(at_ms: int, end_ms: int | None = None, step_ms: int = 10_000, wi
 
 def all_values(resp: pb.AggregateResponse) -> np.ndarray:
     return np.array(resp.values, dtype=np.float64)
+
+
+# --- a stale map ------------------------------------------------------------------------------
+
+
+class RefreshingSource(StaticMapSource):
+    """A stale map until refresh() is called, then the current one."""
+
+    def __init__(self, stale: ShardMap, fresh: ShardMap) -> None:
+        super().__init__(stale)
+        self.fresh = fresh
+        self.refreshes = 0
+
+    async def refresh(self) -> ShardMap | None:
+        self.refreshes += 1
+        self.set(self.fresh)
+        return self.fresh
+
+
+def moved_maps(cluster: LocalCluster, slot: int) -> tuple[ShardMap, ShardMap, str, str]:
+    """(stale, fresh, old owner, new owner): in the stale map ``slot`` is on a member that no longer
+    holds it; the fresh one is the cluster's map."""
+    fresh = cluster.shard_map
+    replicas = fresh.replicas(slot)
+    old_owner = next(m for m in fresh.members if m not in replicas)
+    new_owner = replicas[0]
+    stale_slots = list(fresh.slots)
+    stale_slots[slot] = tuple(old_owner if m == new_owner else m for m in replicas)
+    stale = ShardMap(version=fresh.version - 1 if fresh.version else 0, rf=fresh.rf, slots=tuple(stale_slots),
+                     members=fresh.members)
+    return stale, fresh, old_owner, new_owner

@@ -11,16 +11,17 @@ import pytest
 from proxy_cluster import (
     SLOTS,
     LocalCluster,
+    RefreshingSource,
     agg_request,
     fast_settings,
     make_map,
+    moved_maps,
     raw,
     selector,
     workload,
     write_request,
 )
 
-from metricsd.cluster.mapsource import StaticMapSource
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.maths.slots import slot_of_labels
 from metricsd.model import Labels, series_id
@@ -171,40 +172,12 @@ class SlotRefusing:
         return await self.backend.write(request)
 
 
-class RefreshingSource(StaticMapSource):
-    """A stale map until refresh() is called, then the current one."""
-
-    def __init__(self, stale: ShardMap, fresh: ShardMap) -> None:
-        super().__init__(stale)
-        self.fresh = fresh
-        self.refreshes = 0
-
-    async def refresh(self) -> ShardMap | None:
-        self.refreshes += 1
-        self.set(self.fresh)
-        return self.fresh
-
-
-def _moved_maps(cluster: LocalCluster, slot: int) -> tuple[ShardMap, ShardMap, str, str]:
-    """(stale, fresh, old owner, new owner): in the stale map ``slot`` is on a member that no longer
-    holds it; the fresh one is the cluster's map."""
-    fresh = cluster.shard_map
-    replicas = fresh.replicas(slot)
-    old_owner = next(m for m in fresh.members if m not in replicas)
-    new_owner = replicas[0]
-    stale_slots = list(fresh.slots)
-    stale_slots[slot] = tuple(old_owner if m == new_owner else m for m in replicas)
-    stale = ShardMap(version=fresh.version - 1 if fresh.version else 0, rf=fresh.rf, slots=tuple(stale_slots),
-                     members=fresh.members)
-    return stale, fresh, old_owner, new_owner
-
-
 async def test_failed_precondition_on_a_read_refreshes_the_map_and_retries_once(cluster4: LocalCluster) -> None:
     series = workload(40)
     writer = cluster4.proxy()
     await writer.write(write_request(series, tick(0), labels=True))
     slot = slot_of_labels(series[0], SLOTS)
-    stale, fresh, old_owner, _ = _moved_maps(cluster4, slot)
+    stale, fresh, old_owner, _ = moved_maps(cluster4, slot)
     base = grpc_connect(2.0)
     old_addr = fresh.address(old_owner)
 
@@ -222,7 +195,7 @@ async def test_failed_precondition_on_a_read_refreshes_the_map_and_retries_once(
 async def test_failed_precondition_on_a_write_resends_to_the_new_owner(cluster4: LocalCluster) -> None:
     series = workload(40)
     slot = slot_of_labels(series[0], SLOTS)
-    stale, fresh, old_owner, new_owner = _moved_maps(cluster4, slot)
+    stale, fresh, old_owner, new_owner = moved_maps(cluster4, slot)
     in_slot = [s for s in series if slot_of_labels(s, SLOTS) == slot]
     base = grpc_connect(2.0)
     old_addr = fresh.address(old_owner)
