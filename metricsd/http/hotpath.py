@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl
 
 from aiohttp import web
@@ -258,8 +258,9 @@ class HotProtocol(asyncio.Protocol):
         self.idle: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses (METRICSD_EVENT_LOOP=uvloop): no
+        # isinstance check, which refused every connection there
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
         self.server.connections.add(self)

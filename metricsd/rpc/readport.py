@@ -18,12 +18,9 @@ keep being served.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
-import ssl
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, cast
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -36,7 +33,7 @@ from metricsd.rpc.servicer import _status_of
 from metricsd.rpc.status import error_of
 from metricsd.rpc.wholequery import NotSupported
 from metricsd.rpc.wire import batch_bytes, length_delimited
-from metricsd.security.auth import Identity, PermissionDenied, Unauthenticated
+from metricsd.security.auth import Authenticator, Identity, PermissionDenied, Unauthenticated
 from metricsd.security.policy import grpc_role
 from metricsd.security.settings import ClientSecurity, ServerSecurity
 
@@ -45,19 +42,14 @@ __all__ = ["AdvertisedReadPort", "ReadPortClient", "ReadPortServer"]
 log = logging.getLogger("metricsd.rpc.readport")
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, Kind, int, bytes]:
-    length, request_id, kind, code = decode_header(await reader.readexactly(HEADER.size))
-    return request_id, kind, code, await reader.readexactly(length)
-
-
 class _Corked:
     """Frames written to one connection within one turn of the event loop go out as one write
     (one send on the socket) at the end of that turn: at concurrency, several reads asked or
     answered in the same turn cost one system call and one wake-up of the peer, not one each. A
     lone frame waits no longer than the rest of the turn."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self, transport: asyncio.WriteTransport) -> None:
+        self.transport = transport
         self._parts: list[bytes] = []
 
     def write(self, frame: bytes) -> None:
@@ -69,8 +61,22 @@ class _Corked:
         if not self._parts:
             return
         parts, self._parts = self._parts, []
-        if not self.writer.is_closing():
-            self.writer.write(parts[0] if len(parts) == 1 else b"".join(parts))
+        if not self.transport.is_closing():
+            self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+
+
+def _frames(buf: bytearray) -> Iterator[tuple[int, Kind, int, bytes]]:
+    """The whole frames at the start of ``buf`` (request id, kind, method or code, body), each
+    taken off it as it is yielded; a frame not yet whole stays. Raises FrameError for a header
+    out of format (the caller closes the connection)."""
+    while len(buf) >= HEADER.size:
+        length, request_id, kind, code = decode_header(bytes(buf[:HEADER.size]))
+        end = HEADER.size + length
+        if len(buf) < end:
+            return
+        body = bytes(buf[HEADER.size:end])
+        del buf[:end]
+        yield request_id, kind, code, body
 
 
 class ReadPortServer:
@@ -84,7 +90,7 @@ class ReadPortServer:
         self.max_in_flight = max_in_flight
         self.hello_timeout_s = hello_timeout_s
         self._server: asyncio.Server | None = None
-        self._conns: set[asyncio.Task[None]] = set()
+        self._conns: set[_ServerConnection] = set()
         direct = getattr(backend, "read_columns", None)  # a store's (OwnershipBackend: its checks first)
         self._read_columns: Callable[[pb.ReadRequest], Awaitable[SeriesColumns]] | None = (
             direct if callable(direct) else None)
@@ -93,79 +99,21 @@ class ReadPortServer:
         """Listen on host:port (0: any free port); returns the bound port. Raises OSError."""
         tls = self.security.tls if self.security is not None else None
         ctx = tls.ssl_context() if tls is not None else None
-        self._server = await asyncio.start_server(self._serve, host, port, ssl=ctx)
+        self._server = await asyncio.get_running_loop().create_server(lambda: _ServerConnection(self), host, port,
+                                                                      ssl=ctx)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._conns):
-            task.cancel()
-        await asyncio.gather(*self._conns, return_exceptions=True)
+        tasks = [t for conn in list(self._conns) for t in conn.abort()]
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        peer = str(writer.get_extra_info("peername"))
-        tasks: set[asyncio.Task[None]] = set()
-        corked: _Corked | None = None
+    async def _answer(self, conn: _ServerConnection, request_id: int, method: int, body: bytes) -> None:
         try:
-            ok, identity = await self._hello(reader, writer, peer)
-            if not ok:
-                return
-            slots = asyncio.Semaphore(self.max_in_flight)
-            corked = _Corked(writer)
-            while True:
-                request_id, kind, method, body = await _read_frame(reader)
-                if kind is not Kind.REQUEST:
-                    raise FrameError(f"a {kind.name} frame after the hello")
-                await slots.acquire()
-                t = asyncio.create_task(self._answer(corked, request_id, method, body, identity))
-                tasks.add(t)
-                t.add_done_callback(functools.partial(_finished, tasks, slots))
-        except FrameError as e:
-            log.warning("read port: closing the connection from %s: %s", peer, e)
-            if corked is not None:
-                corked.flush()
-            writer.write(encode(Kind.ERROR, 0, grpc.StatusCode.INVALID_ARGUMENT.value[0], str(e).encode()))
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, TimeoutError):
-            pass  # the client went away, or never said hello
-        finally:
-            for t in tasks:
-                t.cancel()
-            if corked is not None:
-                corked.flush()
-            writer.close()
-            self._conns.discard(task)
-
-    async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
-                     ) -> tuple[bool, Identity | None]:
-        """(True, the identity the hello's token stands for: None without an authenticator), or
-        (False, None) after answering a refusal."""
-        request_id, kind, _, body = await asyncio.wait_for(_read_frame(reader), self.hello_timeout_s)
-        if kind is not Kind.HELLO:
-            raise FrameError(f"the first frame is {kind.name}, not HELLO")
-        auth = self.security.auth if self.security is not None else None
-        identity = None
-        if auth is not None:
-            token = body.decode(errors="replace").strip()
-            try:
-                identity = await auth.identify(f"Bearer {token}" if token else None)
-            except Unauthenticated as e:
-                log.warning("read port: denied a connection from %s: unauthenticated: %s", peer, e)
-                writer.write(encode(Kind.ERROR, request_id, grpc.StatusCode.UNAUTHENTICATED.value[0], str(e).encode()))
-                await writer.drain()
-                return False, None
-        writer.write(encode(Kind.RESPONSE, request_id, 0, b""))
-        return True, identity
-
-    async def _answer(self, corked: _Corked, request_id: int, method: int, body: bytes,
-                      identity: Identity | None) -> None:
-        try:
-            frame = encode(Kind.RESPONSE, request_id, method, await self._call(method, body, identity))
+            frame = encode(Kind.RESPONSE, request_id, method, await self._call(method, body, conn.identity))
         except _Refused as e:
             frame = encode(Kind.ERROR, request_id, e.code.value[0], e.message.encode())
         except FrameError as e:  # an answer over the size limit
@@ -174,9 +122,9 @@ class ReadPortServer:
             log.exception("read port: method %d failed", method)
             frame = encode(Kind.ERROR, request_id, grpc.StatusCode.INTERNAL.value[0],
                            f"internal error: {type(e).__name__}".encode())
-        corked.write(frame)
-        with contextlib.suppress(ConnectionError):
-            await corked.writer.drain()  # the transport's buffer past its high-water mark: wait (TCP pushes back)
+        conn.corked.write(frame)
+        if conn.writable is not None:  # the transport's buffer past its high-water mark: wait (TCP pushes back)
+            await conn.writable
 
     async def _call(self, method: int, body: bytes, identity: Identity | None) -> bytes:
         if method == Method.QUERY and self.query is not None:
@@ -215,9 +163,142 @@ class ReadPortServer:
                 raise _Refused(grpc.StatusCode.PERMISSION_DENIED, str(e)) from None
 
 
-def _finished(tasks: set[asyncio.Task[None]], slots: asyncio.Semaphore, task: asyncio.Task[None]) -> None:
-    tasks.discard(task)
-    slots.release()
+class _ServerConnection(asyncio.Protocol):
+    """One client's connection to a read port, as an asyncio Protocol: frames are taken off the
+    bytes as they arrive and each request's task started there, without a reader task woken per
+    frame and a second loop turn to start the request (StreamReader's way: ~2 loop turns and a
+    future a frame; perf/RESULTS.md, issue 23 session 38). The first frame must be HELLO within
+    ``hello_timeout_s``; past ``max_in_flight`` requests under way, reading pauses until one is
+    answered (TCP pushes back); a client that does not read its answers pauses the requests
+    (``writable``) once the transport's buffer is past its high-water mark."""
+
+    def __init__(self, server: ReadPortServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.corked: _Corked
+        self.buf = bytearray()
+        self.peer = "?"
+        self.identity: Identity | None = None
+        self.greeted = False  # the HELLO came (its token may still be being checked)
+        self.ready = False  # the hello was answered: requests are taken
+        self.hello: asyncio.Task[None] | None = None  # the token being checked
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.reading_paused = False
+        self.writable: asyncio.Future[None] | None = None  # while writing is paused: done when it resumes
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.corked = _Corked(self.transport)
+        self.peer = str(transport.get_extra_info("peername"))
+        self.server._conns.add(self)
+        self.timer = asyncio.get_running_loop().call_later(self.server.hello_timeout_s, self._no_hello)
+
+    def _no_hello(self) -> None:
+        if not self.greeted and self.transport is not None:
+            self.transport.close()  # a client that never said hello
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._take()
+
+    def _take(self) -> None:
+        """Serve the whole frames received, while requests may be started."""
+        if self.transport is None or self.reading_paused or (self.greeted and not self.ready):
+            return  # closed, at max_in_flight, or the token still being checked
+        try:
+            for request_id, kind, method, body in _frames(self.buf):
+                if not self.ready:
+                    if kind is not Kind.HELLO:
+                        raise FrameError(f"the first frame is {kind.name}, not HELLO")
+                    self.greeted = True
+                    self._hello(request_id, body)
+                    if not self.ready:
+                        return  # the token is being checked: the rest waits for it
+                    continue
+                if kind is not Kind.REQUEST:
+                    raise FrameError(f"a {kind.name} frame after the hello")
+                t = asyncio.get_running_loop().create_task(self.server._answer(self, request_id, method, body))
+                self.tasks.add(t)
+                t.add_done_callback(self._finished)
+                if len(self.tasks) >= self.server.max_in_flight:
+                    self._pause()
+                    return
+        except FrameError as e:
+            log.warning("read port: closing the connection from %s: %s", self.peer, e)
+            self.corked.flush()
+            if self.transport is not None:
+                self.transport.write(encode(Kind.ERROR, 0, grpc.StatusCode.INVALID_ARGUMENT.value[0], str(e).encode()))
+                self.transport.close()
+            self.transport = None  # nothing more is taken
+            self.buf.clear()
+
+    def _hello(self, request_id: int, body: bytes) -> None:
+        auth = self.server.security.auth if self.server.security is not None else None
+        if auth is None:
+            self._welcome(request_id, None)
+            return
+        token = body.decode(errors="replace").strip()
+        self.hello = asyncio.get_running_loop().create_task(self._identify(auth, request_id, token))
+
+    async def _identify(self, auth: Authenticator, request_id: int, token: str) -> None:
+        try:
+            identity = await auth.identify(f"Bearer {token}" if token else None)
+        except Unauthenticated as e:
+            log.warning("read port: denied a connection from %s: unauthenticated: %s", self.peer, e)
+            if self.transport is not None:
+                self.transport.write(encode(Kind.ERROR, request_id, grpc.StatusCode.UNAUTHENTICATED.value[0],
+                                            str(e).encode()))
+                self.transport.close()
+            return
+        self._welcome(request_id, identity)
+        self._take()
+
+    def _welcome(self, request_id: int, identity: Identity | None) -> None:
+        self.identity = identity
+        self.ready = True
+        if self.transport is not None:
+            self.transport.write(encode(Kind.RESPONSE, request_id, 0, b""))
+
+    def _pause(self) -> None:
+        if not self.reading_paused and self.transport is not None:
+            self.transport.pause_reading()
+            self.reading_paused = True
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if self.reading_paused and len(self.tasks) < self.server.max_in_flight and self.transport is not None:
+            self.reading_paused = False
+            self.transport.resume_reading()
+            self._take()
+
+    def pause_writing(self) -> None:
+        if self.writable is None:
+            self.writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        writable, self.writable = self.writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.server._conns.discard(self)
+        if self.timer is not None:
+            self.timer.cancel()
+        self.abort()
+        self.resume_writing()
+
+    def abort(self) -> list[asyncio.Task[None]]:
+        """Cancel the requests under way and close the connection; the tasks to await."""
+        tasks = [t for t in self.tasks if not t.done()]
+        if isinstance(self.hello, asyncio.Task) and not self.hello.done():
+            tasks.append(self.hello)
+        for t in tasks:
+            t.cancel()
+        if self.transport is not None:
+            self.transport.close()
+        return tasks
 
 
 class _Refused(Exception):
@@ -239,9 +320,8 @@ class ReadPortClient:
         self.host, self.port = host, port
         self.security = security
         self.connect_timeout_s = connect_timeout_s
-        self._writer: asyncio.StreamWriter | None = None
+        self._conn: _ClientConnection | None = None
         self._corked: _Corked | None = None
-        self._reading: asyncio.Task[None] | None = None
         self._connecting = asyncio.Lock()
         self._waiting: dict[int, asyncio.Future[tuple[Kind, int, bytes]]] = {}
         self._next_id = 0
@@ -276,10 +356,14 @@ class ReadPortClient:
         return out
 
     async def _connection(self) -> _Corked:
-        if self._corked is not None and not self._corked.writer.is_closing():
-            return self._corked  # the usual case: no lock to take
+        corked = self._corked
+        if corked is not None:
+            if not corked.transport.is_closing():
+                return corked  # the usual case: no lock to take
+            if self._conn is not None:  # closing (the store's end went away), not yet reported lost
+                self._ended(self._conn, self._conn.why or "closed")
         async with self._connecting:
-            if self._corked is not None and not self._corked.writer.is_closing():
+            if self._corked is not None and not self._corked.transport.is_closing():
                 return self._corked
             if self._broken is not None:
                 # Not dialled again: a restarted store listens on another port (0 picks one), and
@@ -289,53 +373,90 @@ class ReadPortClient:
             ctx = tls.ssl_context() if tls is not None else None
             server_name = (tls.server_name or self.host) if tls is not None else None
             where = f"read port {self.host}:{self.port}"
+            conn = _ClientConnection(self)
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, ssl=ctx, server_hostname=server_name),
-                    self.connect_timeout_s)
+                await asyncio.wait_for(asyncio.get_running_loop().create_connection(
+                    lambda: conn, self.host, self.port, ssl=ctx, server_hostname=server_name), self.connect_timeout_s)
+                assert conn.transport is not None
                 token = (self.security.bearer() if self.security is not None else None) or ""
-                writer.write(encode(Kind.HELLO, 0, 0, token.encode()))
-                _, kind, code, body = await asyncio.wait_for(_read_frame(reader), self.connect_timeout_s)
-            except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as e:
+                conn.transport.write(encode(Kind.HELLO, 0, 0, token.encode()))
+                kind, code, body = await asyncio.wait_for(conn.hello, self.connect_timeout_s)
+            except (OSError, TimeoutError, FrameError) as e:
+                conn.close()
                 raise Unavailable(f"{where}: cannot connect: {type(e).__name__}: {e}") from None
             if kind is Kind.ERROR:
-                writer.close()
+                conn.close()
                 raise error_of("read port", status_code(code), body.decode(errors="replace"))
-            self._writer = writer
-            self._corked = _Corked(writer)
-            self._reading = asyncio.get_running_loop().create_task(self._read(reader, writer))
+            assert conn.transport is not None
+            self._conn, self._corked = conn, _Corked(conn.transport)
             return self._corked
 
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        why = "closed"
+    def _ended(self, conn: _ClientConnection, why: str) -> None:
+        """The connection ``conn`` is over: every request waiting on it fails, and no new one is dialled."""
+        if self._conn is not conn:
+            return  # one that never finished its hello: the next call dials again
+        self._conn = self._corked = None
+        self._broken = why
+        err = Unavailable(f"read port {self.host}:{self.port}: the connection broke ({why})")
+        for fut in list(self._waiting.values()):
+            if not fut.done():
+                fut.set_exception(err)
+
+    async def close(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            self._ended(conn, "closed")
+            conn.close()
+
+
+class _ClientConnection(asyncio.Protocol):
+    """A ReadPortClient's connection, as an asyncio Protocol: each answer is taken off the bytes as
+    they arrive and handed to its request's future there, without a reader task woken per frame
+    (StreamReader's way; perf/RESULTS.md, issue 23 session 38)."""
+
+    def __init__(self, client: ReadPortClient) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.hello: asyncio.Future[tuple[Kind, int, bytes]] = asyncio.get_running_loop().create_future()
+        self.why: str | None = None  # why it ended, the first reason given
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        waiting = self.client._waiting
         try:
-            while True:
-                request_id, kind, code, body = await _read_frame(reader)
-                fut = self._waiting.get(request_id)
+            for request_id, kind, code, body in _frames(self.buf):
+                if not self.hello.done():
+                    self.hello.set_result((kind, code, body))
+                    continue
+                fut = waiting.get(request_id)
                 if fut is not None and not fut.done():
                     fut.set_result((kind, code, body))
                 elif request_id == 0 and kind is Kind.ERROR:
-                    why = body.decode(errors="replace")
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, FrameError) as e:
-            why = f"{type(e).__name__}: {e}"
-        finally:
-            writer.close()
-            if self._writer is writer:
-                self._writer = self._corked = None
-            self._broken = why
-            err = Unavailable(f"read port {self.host}:{self.port}: the connection broke ({why})")
-            for fut in list(self._waiting.values()):
-                if not fut.done():
-                    fut.set_exception(err)
+                    self._end(body.decode(errors="replace"))
+                    return
+        except FrameError as e:
+            self._end(f"FrameError: {e}")
 
-    async def close(self) -> None:
-        if self._reading is not None:
-            self._reading.cancel()
-            await asyncio.gather(self._reading, return_exceptions=True)
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = self._corked = None
+    def _end(self, why: str) -> None:
+        if self.why is None:
+            self.why = why
+        if not self.hello.done():
+            self.hello.set_exception(ConnectionError(f"closed before the hello was answered ({why})"))
+        self.client._ended(self, self.why)
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+            self.buf.clear()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(f"{type(exc).__name__}: {exc}" if exc is not None else "closed")
+        self.transport = None
 
 
 class AdvertisedReadPort:

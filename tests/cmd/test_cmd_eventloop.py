@@ -23,3 +23,43 @@ def test_asyncio_is_the_default_and_uvloop_is_one_variable_away(monkeypatch: pyt
     monkeypatch.setenv(eventloop.ENV, "trio")
     with pytest.raises(ValueError, match="METRICSD_EVENT_LOOP='trio': use asyncio or uvloop"):
         eventloop.loop_factory()
+
+
+async def _serve_and_ask() -> tuple[int, bytes, int]:
+    """A store's HTTP API (its hot path) and read port on this loop, on 127.0.0.1, each asked once."""
+    import aiohttp
+    from prometheus_client import CollectorRegistry
+
+    from metricsd.clock import SystemClock
+    from metricsd.http.server import build_app, start_http, stop_http
+    from metricsd.http.settings import HttpSettings
+    from metricsd.proto import metricsd_pb2 as pb
+    from metricsd.rpc.frames import Method
+    from metricsd.rpc.readport import ReadPortClient, ReadPortServer
+    from metricsd.store.api import LocalBackend, StoreAPI
+    from metricsd.store.engine import Store
+
+    backend = LocalBackend(StoreAPI(Store()))
+    app = build_app(backend, settings=HttpSettings(), registry=CollectorRegistry(), clock=SystemClock())
+    runner, port = await start_http(app, "127.0.0.1", 0)
+    server = ReadPortServer(backend)
+    client = ReadPortClient("127.0.0.1", await server.start("127.0.0.1", 0))
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http, http.get(f"http://127.0.0.1:{port}/api/v1/query",
+                                                             params={"query": "1", "time": "1000"}) as r:
+            status, body = r.status, await r.read()
+        health = await client.call(Method.READ, pb.ReadRequest(start_ms=0, end_ms=1))
+        return status, body, len(health.series)
+    finally:
+        await client.close()
+        await server.stop()
+        await stop_http(runner)
+
+
+def test_the_http_hot_path_and_the_read_port_serve_on_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvloop's transports are not asyncio's classes: the hot path once refused every connection
+    there (an isinstance check in connection_made)."""
+    monkeypatch.setenv(eventloop.ENV, "uvloop")
+    status, body, series = eventloop.run(_serve_and_ask())
+    assert (status, series) == (200, 0)
+    assert body == b'{"status":"success","data":{"resultType":"scalar","result":[1000,"1"]}}'

@@ -232,3 +232,43 @@ async def test_the_readiness_check_fails_while_the_store_has_no_map() -> None:
             assert await check(b"\x0a\x08liveness") == encode_check_response(SERVING)
     finally:
         await server.stop(None)
+
+
+async def test_read_selection_refuses_a_slot_not_held_and_answers_held_ones_as_read_columns() -> None:
+    """The whole query's in-process read (http/wholequery.py SlotScoped -> read_selection) is
+    checked as a read is: a slot not held refused, held slots and no filter answered as read_columns."""
+    from metricsd.maths.slots import SlotFilter
+    from metricsd.selector import parse_selector
+
+    backend, _, _ = backend_for("store-a", two_member_map())
+    await backend.write(write_of(pod_in_slot(0)))
+    matchers = parse_selector("", "cpu")
+    with pytest.raises(NotOwner, match=r"does not hold slot 3 in shard map version 3"):
+        await backend.read_selection(matchers, 0, 5000, slots=SlotFilter(SLOTS, (0, 2, 3)))
+    for slots in (None, SlotFilter(SLOTS, (0, 2, 4, 6)), SlotFilter(SLOTS, (2,))):
+        got = await backend.read_selection(matchers, 0, 5000, slots=slots)
+        f = pb.SlotFilter() if slots is None else pb.SlotFilter(slot_count=SLOTS, slots=slots.slots)
+        want = await backend.read_columns(pb.ReadRequest(matchers=[pb.Matcher(name="__name__", value="cpu")],
+                                                         start_ms=0, end_ms=5000, slots=f))
+        assert got.ids is not None and want.ids is not None
+        assert got.ids.tolist() == want.ids.tolist() and got.timestamps.tolist() == want.timestamps.tolist()
+        assert len(got) == (0 if slots is not None and slots.slots == (2,) else 1)
+
+
+async def test_a_cluster_stores_whole_query_reads_by_selection_not_by_a_read_request() -> None:
+    """A QUERY frame's PromQL prefetch in a cluster store reaches the store's read_selection through
+    the ownership check, not the ReadRequest detour (read_columns), and still answers the series."""
+    from metricsd.http.wholequery import SlotScoped
+    from metricsd.promql.queries import QueryRunner
+
+    backend, _, _ = backend_for("store-a", two_member_map())
+    for ts in range(1000, 200_000, 10_000):
+        await backend.write(write_of(pod_in_slot(0), ts=ts))
+
+    async def no_detour(request: pb.ReadRequest) -> object:
+        raise AssertionError("read_columns: the ReadRequest detour")
+
+    backend.read_columns = no_detour  # type: ignore[method-assign]
+    runner = QueryRunner(SlotScoped(backend))
+    result, _ = await runner.range(f'rate(cpu{{pod="{pod_in_slot(0)}"}}[1m])', 100_000, 190_000, 10_000)
+    assert len(result.series) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -312,3 +313,40 @@ async def test_a_whole_query_frame_wants_the_read_role_and_a_failing_method_is_a
             await writer.call_raw(Method.QUERY, encode_request(frame))
     finally:
         await writer.close()
+
+
+async def test_requests_sent_with_the_hello_wait_for_its_token_and_a_client_that_does_not_read_is_held(
+        served: Served) -> None:
+    """A client may send its requests right behind its HELLO: they wait while the token is checked,
+    then are answered (not taken for frames before a hello). A client that stops reading its
+    answers fills the transport's buffer; the store stops taking its requests (at most
+    max_in_flight held) rather than buffering answers without end, and other clients are served."""
+    body = _read().SerializeToString()
+    reader, writer = await _raw(served)
+    writer.write(encode(Kind.HELLO, 0, 0, b"p-token") +
+                 b"".join(encode(Kind.REQUEST, i, Method.READ, body) for i in range(1, 4)))
+    assert (await _frame(reader))[1] is Kind.RESPONSE
+    got = [await _frame(reader) for _ in range(3)]
+    assert sorted(rid for rid, kind, _, _ in got if kind is Kind.RESPONSE) == [1, 2, 3]
+    # then a flood of big answers it never reads
+    big = pb.ReadRequest(matchers=matchers_to_pb(parse_selector('namespace="ns"', "cpu")), start_ms=0,
+                         end_ms=10_000).SerializeToString()
+    writer.write(b"".join(encode(Kind.REQUEST, i, Method.READ, big) for i in range(10, 20_010)))
+    good = served.client()
+    try:
+        deadline = time.monotonic() + 60
+        while not any(c.writable is not None for c in served.server._conns):  # its answers fill the buffers
+            assert time.monotonic() < deadline, "the store's buffer to the client that does not read was never full"
+            assert all(len(c.tasks) <= served.server.max_in_flight for c in served.server._conns)
+            await asyncio.sleep(0.01)
+        held = [c for c in served.server._conns if c.writable is not None]
+        assert len(held) == 1 and held[0].transport is not None
+        for _ in range(100):  # while the client does not read: its answers wait in the requests, not in a buffer
+            assert held[0].transport.get_write_buffer_size() < 1 << 20
+            await asyncio.sleep(0.01)
+        assert held[0].writable is not None and held[0].reading_paused
+        assert len(held[0].tasks) == served.server.max_in_flight
+        assert len((await asyncio.wait_for(good.call(Method.READ, _read()), 10)).series) == PODS
+    finally:
+        await good.close()
+        writer.close()
