@@ -10,6 +10,7 @@ exception and on Ctrl-C alike.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -211,13 +212,15 @@ class Processes:
                                r: int = 2) -> Server:
         """``metricsd cluster up`` without the simulated agent and without TLS (loopback only, as
         every other server here): etcd, one config server, ``stores`` stores and one proxy. The
-        Server's URL and gRPC address are the proxy's."""
+        Server's URL and gRPC address are the proxy's. ``BENCH_CLUSTER_ARGS`` (environment) adds
+        flags of ``cluster up``, e.g. ``--write-linger 20``, to every benchmark's cluster."""
         d = self._tmp / name
         d.mkdir()
         base = free_port_block()
         argv = [str(METRICSD), "--log-level", "WARNING", "cluster", "up", "--stores", str(stores), "--proxies", "1",
                 "--config-servers", "1", "--rf", str(rf), "--w", str(w), "--r", str(r), "--no-simulate",
-                "--plaintext", "--base-port", str(base), "--data-dir", str(d)]
+                "--plaintext", "--base-port", str(base), "--data-dir", str(d),
+                *shlex.split(os.environ.get("BENCH_CLUSTER_ARGS", ""))]
         return self._start(name, argv, f"http://127.0.0.1:{base}", "/api/v1/status/buildinfo", d,
                            grpc_address=f"127.0.0.1:{base + 1}", tree=True)
 

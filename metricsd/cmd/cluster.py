@@ -107,6 +107,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--plaintext", action="store_true",
                    help="no TLS and no tokens (by default a throw-away CA and a token per role are made in "
                         "<data-dir>/security and every process uses them)")
+    u.add_argument("--write-linger", type=float, default=None, metavar="MS",
+                   help="every proxy's --write-linger: how long a client batch bound for an idle store waits for "
+                        "others to share its message (0-1000 ms; default: the proxy's own)")
+    u.add_argument("--writes-on-read-port", action="store_true",
+                   help="every proxy's --writes-on-read-port: write parts to the stores over their read ports")
     add_remote_write_arguments(u)
     add_onward_arguments(u)
     s = sub.add_parser("status", help="members, slots per member, map version, leader and health")
@@ -120,9 +125,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def proxies_argv(args: argparse.Namespace) -> tuple[str, ...]:
-    """The flags every proxy gets: remote write in and out, and --parquet-dir (the proxies elect
-    the one that writes: metricsd/onward/hourly.py ElectedParquet)."""
-    return remote_write_argv(args) + onward_argv(args) + parquet_argv(args)
+    """The flags every proxy gets: remote write in and out, --parquet-dir (the proxies elect the
+    one that writes: metricsd/onward/hourly.py ElectedParquet), --write-linger and
+    --writes-on-read-port when given.
+
+    Raises ValueError for a linger the proxies would refuse, before any process starts."""
+    return remote_write_argv(args) + onward_argv(args) + parquet_argv(args) + _linger_argv(args)
+
+
+def _linger_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    linger = getattr(args, "write_linger", None)
+    out: tuple[str, ...] = ("--writes-on-read-port",) if getattr(args, "writes_on_read_port", False) else ()
+    if linger is None:
+        return out
+    if not 0 <= linger <= 1000:
+        raise ValueError(f"--write-linger must be in [0, 1000] milliseconds, not {linger:g}")
+    return (*out, "--write-linger", f"{linger:g}")
 
 
 def run(args: argparse.Namespace) -> int:

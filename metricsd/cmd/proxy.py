@@ -72,6 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-linger", type=float, default=CoalesceSettings.linger_s * 1000, metavar="MS",
                    help="how long a client batch bound for an idle store waits for others to share its message "
                         "(0: only those read in the same event-loop iteration; at most 1000; default %(default)g)")
+    p.add_argument("--writes-on-read-port", action=argparse.BooleanOptionalAction,
+                   default=ProxySettings.writes_on_read_port,
+                   help="send write parts to the stores over their read ports instead of their WriteStreams "
+                        "(less CPU a message at both ends; default %(default)s)")
     p.add_argument("--whole-queries", action=argparse.BooleanOptionalAction, default=ProxySettings.whole_queries,
                    help="send a dashboard's PromQL query that reads series whole to one store that holds every slot "
                         "instead of evaluating it here (README: Read consistency; default %(default)s)")
@@ -107,7 +111,7 @@ async def serve(args: argparse.Namespace) -> None:
     if not 0 <= args.write_linger <= 1000:
         raise SystemExit("metricsd proxy: --write-linger must be in [0, 1000] milliseconds")
     settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout, whole_queries=args.whole_queries,
-                             whole_first=args.whole_first,
+                             whole_first=args.whole_first, writes_on_read_port=args.writes_on_read_port,
                              coalesce=CoalesceSettings(calls_per_member=args.write_calls_per_member,
                                                        linger_s=args.write_linger / 1000))
     security = server_from_args(args)

@@ -188,8 +188,10 @@ async def serve(args: argparse.Namespace, ready: asyncio.Event | None = None) ->
     if args.read_port >= 0:
         read_port = ReadPortServer(backend, security, query=QueryService(backend).answer)
         backend = AdvertisedReadPort(backend, await read_port.start(args.host, args.read_port))
-    server, bound = await start_cluster_grpc(StoreNodeServicer(backend, api), backend, args.host, args.grpc_port,
-                                             security)
+    servicer = StoreNodeServicer(backend, api)
+    if read_port is not None:  # a proxy's writes over the read port: the servicer's WriteParts
+        read_port.write_parts = servicer.write_parts_body
+    server, bound = await start_cluster_grpc(servicer, backend, args.host, args.grpc_port, security)
     probes = await serve_probes(args, backend)
     try:
         if member is not None:

@@ -55,7 +55,8 @@ class ProxyBackend:
         self.settings = settings
         self.name = name
         self.counters: Counter[str] = Counter()
-        self.view = ClusterView(map_source, settings, clock, connect or grpc_connect(settings.call_timeout_s, security),
+        self.view = ClusterView(map_source, settings, clock, connect or grpc_connect(settings.call_timeout_s, security,
+                                                                                    settings.writes_on_read_port),
                                 self.counters)
         self.router = SeriesRouter(settings.series_cache)
         self.writes = WritePath(self.view, self.router, clock, self.counters)

@@ -9,20 +9,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, MetricsBackend, NotOwner, Unavailable
 from metricsd.rpc.channel import open_channel
-from metricsd.rpc.client import StreamingBackend
+from metricsd.rpc.client import StreamingBackend, parts_results
 from metricsd.rpc.frames import Method
 from metricsd.rpc.readport import ReadPortClient
 from metricsd.rpc.server import GRPC_OPTIONS
-from metricsd.rpc.wholequery import NoReadPort
+from metricsd.rpc.wholequery import NoReadPort, NotSupported
+from metricsd.rpc.wire import length_delimited
 from metricsd.security.settings import ClientSecurity
 
 __all__ = [
@@ -67,7 +69,8 @@ class MemberClient(StreamingBackend):
     CONNECT_TIMEOUT_S = 1.0
 
     def __init__(self, channel: grpc.aio.Channel, timeout_s: float, address: str = "",
-                 security: ClientSecurity | None = None, use_read_port: bool = True) -> None:
+                 security: ClientSecurity | None = None, use_read_port: bool = True,
+                 writes_on_read_port: bool = False) -> None:
         super().__init__(channel, timeout_s)
         self.address = address
         self.security = security
@@ -77,6 +80,8 @@ class MemberClient(StreamingBackend):
         self._probe: asyncio.Task[ReadPortClient | None] | None = None  # asking the store's Health for the port
         self._retry_after = self.REPROBE_S
         self._unreachable = 0  # read ports in a row that could not be connected to
+        # until the store answers WRITE_PARTS with UNIMPLEMENTED (ProxySettings.writes_on_read_port)
+        self.writes_over_port = self.use_read_port and writes_on_read_port
 
     async def _read_port(self) -> ReadPortClient | None:
         if not self.use_read_port:
@@ -116,14 +121,44 @@ class MemberClient(StreamingBackend):
             except Unavailable as e:
                 if "read port" not in str(e):
                     raise  # the store's own answer
-                self._unreachable = self._unreachable + 1 if "cannot connect" in str(e) else 0
-                self._retry_after = min(self.REPROBE_MAX_S, self.REPROBE_S * 2 ** max(0, self._unreachable - 1))
-                log.info("%s: the read port failed (%s); reads go over gRPC for %g s", self.address, e,
-                         self._retry_after)
-                self._port_client = None
-                self._probed_at = time.monotonic()
-                await client.close()
+                await self._port_failed(client, e)
         return await grpc_call(request)
+
+    async def _port_failed(self, client: ReadPortClient, e: Unavailable) -> None:
+        """Reads and writes go over gRPC until the port is asked for again."""
+        self._unreachable = self._unreachable + 1 if "cannot connect" in str(e) else 0
+        self._retry_after = min(self.REPROBE_MAX_S, self.REPROBE_S * 2 ** max(0, self._unreachable - 1))
+        log.info("%s: the read port failed (%s); reads and writes go over gRPC for %g s", self.address, e,
+                 self._retry_after)
+        if self._port_client is client:
+            self._port_client = None
+            self._probed_at = time.monotonic()
+        await client.close()
+
+    async def write_parts(self, parts: Sequence[bytes]) -> list[pb.WriteResponse | Exception]:
+        """Over the read port when the store has one and serves writes there (a frame costs each end
+        a fraction of a WriteStream message: perf/RESULTS.md issue 24 session 38), else over the
+        WriteStream. A connection that breaks under the message fails it as unavailable (its outcome
+        unknown, as a stream that breaks: the write path hands it off); the next goes over gRPC until
+        the port is asked for again."""
+        client = await self._read_port() if self.writes_over_port else None
+        if client is None:
+            return await super().write_parts(parts)
+        body = b"".join(length_delimited(1, p) for p in parts)
+        try:
+            answer = await client.call_raw(Method.WRITE_PARTS, body, "WriteParts")
+        except NotSupported:  # a store that predates writes on its read port
+            self.writes_over_port = False
+            return await super().write_parts(parts)
+        except Unavailable as e:
+            if "read port" in str(e):
+                await self._port_failed(client, e)
+            raise
+        try:
+            resp = pb.WritePartsResponse.FromString(answer)
+        except DecodeError as e:
+            raise Unavailable(f"WriteParts: a malformed answer from the read port: {e}") from None
+        return parts_results(resp, len(parts))
 
     async def read(self, request: pb.ReadRequest) -> pb.ReadResponse:
         return await self._over_port(Method.READ, request, super().read)
@@ -242,12 +277,13 @@ RECONNECT_OPTIONS = [
 ]
 
 
-def grpc_connect(timeout_s: float, security: ClientSecurity | None = None) -> Connect:
+def grpc_connect(timeout_s: float, security: ClientSecurity | None = None,
+                 writes_on_read_port: bool = False) -> Connect:
     """The default ``connect``: a gRPC channel per address with the stores' message limits, TLS
-    and token as ``security`` says."""
+    and token as ``security`` says; write parts over the stores' read ports when asked."""
 
     def connect(address: str) -> MetricsBackend:
         channel = open_channel(address, security, GRPC_OPTIONS + RECONNECT_OPTIONS)
-        return MemberClient(channel, timeout_s, address, security)
+        return MemberClient(channel, timeout_s, address, security, writes_on_read_port=writes_on_read_port)
 
     return connect

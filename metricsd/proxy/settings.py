@@ -98,6 +98,12 @@ class ProxySettings:
         proxy asks first for its whole queries while that store has none of them under way
         (proxy/wholequery.py ``whole_order``); None: picked at random when the proxy starts, so that
         the sequential queries of many proxies spread over the stores instead of all landing on one.
+    writes_on_read_port: write parts go to a store over its read port (WRITE_PARTS frames,
+        metricsd/rpc/readport.py) instead of its WriteStream: a frame costs each end a fraction of
+        a grpc.aio stream message (perf/RESULTS.md issue 24 session 38). Off by default: with it on,
+        a store restarted empty under live writes and read repair lost its etcd lease in 3 of 4
+        runs of tests/cluster/test_cluster_proxies.py (its event loop held by merges), not yet
+        understood.
     """
 
     w: int = 2
@@ -116,6 +122,7 @@ class ProxySettings:
     hedge: HedgeSettings = field(default_factory=HedgeSettings)
     whole_queries: bool = True
     whole_first: int | None = None
+    writes_on_read_port: bool = False
 
     def __post_init__(self) -> None:
         if self.w < 1 or self.r < 1:

@@ -22,7 +22,7 @@ from metricsd.rpc.stream import StreamUnsupported, WriteStreamClient
 from metricsd.rpc.wire import length_delimited
 from metricsd.security.settings import ClientSecurity
 
-__all__ = ["GrpcBackend", "MetricsClient", "StreamingBackend", "error_of", "part_error", "write_each"]
+__all__ = ["GrpcBackend", "MetricsClient", "StreamingBackend", "error_of", "part_error", "parts_results", "write_each"]
 
 
 class MetricsClient:
@@ -167,7 +167,7 @@ class StreamingBackend(GrpcBackend):
         body = b"".join(length_delimited(1, p) for p in parts)
         if self.stream.supported:
             try:
-                return _results(await self.stream.send(body), len(parts))
+                return parts_results(await self.stream.send(body), len(parts))
             except StreamUnsupported:
                 pass
         if self.parts_supported:
@@ -178,7 +178,7 @@ class StreamingBackend(GrpcBackend):
                     raise error_of("WriteParts", e.code(), e.details() or "") from e
                 self.parts_supported = False
             else:
-                return _results(resp, len(parts))
+                return parts_results(resp, len(parts))
         return await write_each(self.write_bytes, parts)
 
     async def close(self) -> None:
@@ -186,7 +186,9 @@ class StreamingBackend(GrpcBackend):
         await self.channel.close(None)
 
 
-def _results(resp: pb.WritePartsResponse, n_parts: int) -> list[pb.WriteResponse | Exception]:
+def parts_results(resp: pb.WritePartsResponse, n_parts: int) -> list[pb.WriteResponse | Exception]:
+    """Per part its response, or the error a Write of it alone would have raised. Raises
+    Unavailable when the answer does not have a result per part."""
     if len(resp.results) != n_parts:
         raise Unavailable(f"WriteParts: {len(resp.results)} results for {n_parts} parts")
     return [part_error(r) or r.response for r in resp.results]

@@ -35,6 +35,7 @@ class Method(enum.IntEnum):
     LABEL_VALUES = 4
     ROLLUPS = 5
     QUERY = 6  # a whole PromQL query (rpc/wholequery.py); not a protobuf method, so not in METHODS
+    WRITE_PARTS = 7  # a proxy's WritePartsRequest to a store (rpc/servicer.py write_parts_body); not in METHODS
 
 
 # method -> (the gRPC method's name, its request and response messages, the MetricsBackend method)

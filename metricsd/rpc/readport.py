@@ -6,8 +6,11 @@ once per connection; each request is checked against the role its method needs.
 
 :class:`ReadPortServer` serves a MetricsBackend (a store's, with its ownership checks);
 :class:`ReadPortClient` is the proxy's end, and :class:`AdvertisedReadPort` puts the port in the
-store's Health answer, where a proxy finds it (HealthResponse.read_port). Writes, Health and the
-rest stay on gRPC.
+store's Health answer, where a proxy finds it (HealthResponse.read_port). A proxy's writes to a store
+(WRITE_PARTS: a WritePartsRequest, answered by its WritePartsResponse) may come here too when the
+store serves them (``write_parts``): a WriteStream message costs each end 100-250 us of grpc.aio,
+a frame a fraction (perf/RESULTS.md issue 24 session 38); checked against the write role. Agents'
+writes, Health and the rest stay on gRPC.
 
 Limits: a body over 64 MiB (as gRPC's) or a header out of format closes the connection; a client
 has ``max_in_flight`` requests served at once, past which its frames are not read (TCP pushes
@@ -83,9 +86,13 @@ class ReadPortServer:
     """Serves ``backend``'s reads on a port of its own. Start with :meth:`start`, stop with :meth:`stop`."""
 
     def __init__(self, backend: MetricsBackend, security: ServerSecurity | None = None, *, max_in_flight: int = 64,
-                 hello_timeout_s: float = 10.0, query: Callable[[bytes], Awaitable[bytes]] | None = None) -> None:
+                 hello_timeout_s: float = 10.0, query: Callable[[bytes], Awaitable[bytes]] | None = None,
+                 write_parts: Callable[[bytes, str], Awaitable[bytes]] | None = None) -> None:
         self.backend = backend
         self.query = query  # answers a QUERY frame's body (http/wholequery.py); None: UNIMPLEMENTED
+        # answers a WRITE_PARTS frame's body, given the sender's host (rpc/servicer.py
+        # MetricsServicer.write_parts_body); None: UNIMPLEMENTED, the proxy writes over gRPC
+        self.write_parts = write_parts
         self.security = security
         self.max_in_flight = max_in_flight
         self.hello_timeout_s = hello_timeout_s
@@ -113,7 +120,8 @@ class ReadPortServer:
 
     async def _answer(self, conn: _ServerConnection, request_id: int, method: int, body: bytes) -> None:
         try:
-            frame = encode(Kind.RESPONSE, request_id, method, await self._call(method, body, conn.identity))
+            frame = encode(Kind.RESPONSE, request_id, method,
+                           await self._call(method, body, conn.identity, conn.host))
         except _Refused as e:
             frame = encode(Kind.ERROR, request_id, e.code.value[0], e.message.encode())
         except FrameError as e:  # an answer over the size limit
@@ -126,7 +134,13 @@ class ReadPortServer:
         if conn.writable is not None:  # the transport's buffer past its high-water mark: wait (TCP pushes back)
             await conn.writable
 
-    async def _call(self, method: int, body: bytes, identity: Identity | None) -> bytes:
+    async def _call(self, method: int, body: bytes, identity: Identity | None, host: str = "") -> bytes:
+        if method == Method.WRITE_PARTS and self.write_parts is not None:
+            self._authorize("WriteParts", "WriteParts", identity)  # the write role, as over gRPC
+            try:
+                return await self.write_parts(body, host)
+            except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
+                raise _Refused(_status_of(e), str(e)) from None
         if method == Method.QUERY and self.query is not None:
             self._authorize("Read", "Query", identity)  # a query reads, as Read does: the read role
             try:
@@ -178,6 +192,7 @@ class _ServerConnection(asyncio.Protocol):
         self.corked: _Corked
         self.buf = bytearray()
         self.peer = "?"
+        self.host = ""  # the client's address, for a write's sender (WRITE_PARTS)
         self.identity: Identity | None = None
         self.greeted = False  # the HELLO came (its token may still be being checked)
         self.ready = False  # the hello was answered: requests are taken
@@ -190,7 +205,9 @@ class _ServerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.corked = _Corked(self.transport)
-        self.peer = str(transport.get_extra_info("peername"))
+        peername = transport.get_extra_info("peername")
+        self.peer = str(peername)
+        self.host = str(peername[0]) if isinstance(peername, tuple) and peername else ""
         self.server._conns.add(self)
         self.timer = asyncio.get_running_loop().call_later(self.server.hello_timeout_s, self._no_hello)
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proto import metricsd_pb2_grpc as pb_grpc
@@ -88,6 +89,16 @@ class MetricsServicer(pb_grpc.MetricsServicer):
                 yield response
         except BadRequest as e:
             await context.abort(_refused("WriteStream", e), str(e))
+
+    async def write_parts_body(self, body: bytes, sender: str = "") -> bytes:
+        """A serialized WritePartsRequest written as WriteParts writes it, its serialized response:
+        a proxy's writes over the store's read port (rpc/readport.py WRITE_PARTS). Raises
+        BadRequest for a malformed message or too many parts (nothing written)."""
+        try:
+            request = pb.WritePartsRequest.FromString(body)
+        except DecodeError as e:
+            raise BadRequest(f"WriteParts: a malformed request: {e}") from None
+        return (await self._write_parts(request, sender)).SerializeToString()
 
     async def _write_parts(self, request: pb.WritePartsRequest, sender: str = "") -> pb.WritePartsResponse:
         """Each part as a Write of its own, in order, yielding to the event loop between parts so that a
