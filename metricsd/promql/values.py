@@ -176,6 +176,10 @@ def format_floats(values: np.ndarray) -> list[str]:
     text = orjson.dumps(vals, option=orjson.OPT_SERIALIZE_NUMPY).decode()
     # a whole number is the only value written with a ".0" before its comma; cut them all at once
     out = (text[1:-1] + ",").replace(".0,", ",").split(",")[:-1]
+    if "e" not in text and "n" not in text:
+        # no exponent and no null (NaN, infinities): every value in positional shortest digits,
+        # which are format_float's (zero too: "0", "-0"), so no magnitude to check (~5 us of 121)
+        return out
     with np.errstate(invalid="ignore"):
         mag = np.abs(vals)
         if mag.min() >= _PLAIN_LO and mag.max() < _PLAIN_HI:  # all positional (NaN compares False): usual

@@ -73,6 +73,16 @@ def test_times_are_whole_seconds_as_ints_and_the_others_as_float_seconds() -> No
     assert format_times(np.zeros(0, dtype=np.int64)) == []
 
 
+@given(st.lists(st.one_of(st.floats(min_value=-1e17, max_value=1e17, allow_nan=False),
+                          st.floats(min_value=-1e-3, max_value=1e-3), st.sampled_from([0.0, -0.0, 1e-4, 1e16])),
+                max_size=30))
+@settings(max_examples=1000, deadline=None)
+def test_a_series_without_exponents_or_specials_is_formatted_as_format_float_does(values: list[float]) -> None:
+    """Magnitudes about the edges of the positional range, zeros: the series that take the
+    shortcut (orjson's text alone) and those just past it, against format_float value by value."""
+    assert format_floats(np.array(values, dtype=np.float64)) == [format_float(v) for v in values]
+
+
 # to_prometheus_body: the whole answer at once, the bytes jsonbody.dumps writes of to_prometheus_json's
 
 
@@ -89,7 +99,7 @@ def test_a_body_is_the_bytes_of_its_json_data_for_any_result(points: list[tuple[
     vals = np.array([v for _, v in points][: ts.size], dtype=np.float64)
     ts = ts[: vals.size]
     lab = tuple(sorted(labels.items()))
-    matrix = Matrix([Series(lab + (("s", str(i)),), ts, vals) for i in range(series)])
+    matrix = Matrix([Series((*lab, ("s", str(i))), ts, vals) for i in range(series)])
     t0 = int(ts[0]) if ts.size else 0
     v0 = float(vals[0]) if vals.size else 0.0
     for result in (matrix, Vector(t0, [Sample(lab, v0)] * series), Scalar(t0, v0), String(t0, "x\u00e9\"")):
