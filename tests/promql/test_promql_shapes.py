@@ -67,3 +67,19 @@ async def test_a_text_the_push_down_refuses_is_not_planned_again(monkeypatch: py
         assert (await runner.range("sum(rate(m[1m]))", start, start + 300_000, 30_000))[1] == "pushdown"
     assert sum("sum" not in p for p in plans) == 1  # the one-series rate: planned once, refused
     assert sum("sum" in p for p in plans) == 3  # the aggregation: every time (its request has the times)
+
+
+async def test_one_series_answers_carry_their_own_labels_while_kept() -> None:
+    """narrow.py keeps a one-series answer's labels by the store's kept label columns: panels of
+    different pods asked in turn, and a series added between (the store's selections are made
+    again), each answer labelled with its own series."""
+    api = StoreAPI(Store(SETTINGS))
+    api.write(_write(_series(0, 60, 1.0)))
+    runner = QueryRunner(LocalBackend(api))
+    for round_ in range(3):
+        pods = [f"p{i}" for i in range(2 + round_)]
+        for pod in pods + pods[::-1]:
+            got, _ = await runner.range(f'rate(m{{pod="{pod}"}}[1m])', 0, 600_000, 30_000)
+            assert isinstance(got, Matrix) and [s.labels for s in got.series] == [(("pod", pod),)], (round_, pod)
+        ts = np.arange(60, dtype=np.int64) * 10_000
+        api.write(_write([((("__name__", "m"), ("pod", f"p{2 + round_}")), ts, np.arange(60.0))]))
