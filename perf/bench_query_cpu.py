@@ -3,7 +3,9 @@
 ``LocalBackend``, then (b), ``rate()`` of one pod's CPU counter over 1 h at a 30 s step, is asked
 through ``QueryRunner.range`` and its answer written as /api/v1/query_range's JSON body, back to
 back; the figure is the process CPU per question (``time.process_time``), split into the store's
-read, the evaluation and the body by running each part alone the same number of times.
+read, the evaluation and the body by running each part alone the same number of times. ``request_us``
+is the whole hot-path request without a socket: the bytes aiohttp's client sends parsed
+(http/hotpath.py ``parse_request``), answered by build_app's HotQueries, the response's bytes made.
 
 Run beside other trees to compare them in the same minutes: each ``--variant NAME=DIR`` runs in
 its own process with PYTHONPATH=DIR (a ``git archive`` or worktree of another commit), the
