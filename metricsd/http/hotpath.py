@@ -55,7 +55,8 @@ from metricsd.rpc.consistency import CONSISTENCY_HEADER, CONSISTENCY_PARAM, Cons
 from metricsd.rpc.missing import collecting
 from metricsd.security.auth import Authenticator
 
-__all__ = ["GZIP_ON_LOOP", "MAX_BODY", "MAX_HEAD", "MAX_PENDING", "HotQueries", "HotServer", "HotSite", "parse_request"]
+__all__ = ["GZIP_ON_LOOP", "MAX_BODY", "MAX_HEAD", "MAX_PENDING", "HotQueries", "HotServer", "HotSite", "parse_request",
+           "response_bytes"]
 
 log = logging.getLogger("metricsd.http")
 ACCESS_LOG = logging.getLogger("metricsd.http.access")
@@ -215,6 +216,16 @@ def _date() -> str:
     return str(_date_cache[1])
 
 
+def response_bytes(status: int, body: bytes, extra: str, close: bool) -> bytes:
+    """The whole HTTP/1.1 answer, head and ``body``, for one ``transport.write``; ``extra``: header
+    lines of its own (each ending in CRLF)."""
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
+            f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+            f"Date: {_date()}\r\nServer: {_SERVER}\r\n{extra}"
+            f"{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n")
+    return head.encode("latin-1") + body
+
+
 class HotServer:
     """The hot path's connections of one site, for the protocol factory and a graceful stop."""
 
@@ -319,15 +330,11 @@ class HotProtocol(asyncio.Protocol):
                     await asyncio.to_thread(zlib.compress, body, 6, wbits=31))
             extra += "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n"
         close = req.close or self.server.closing
-        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
-                f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
-                f"Date: {_date()}\r\nServer: {_SERVER}\r\n{extra}"
-                f"{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n")
         transport = self.transport
         self.task = None
         if transport is None:
             return
-        transport.write(head.encode("latin-1") + body)
+        transport.write(response_bytes(status, body, extra, close))
         if ACCESS_LOG.isEnabledFor(logging.INFO) and self.server.settings.access_log:
             ACCESS_LOG.info('%s "%s" %d %d %f "%s"', self.peer, req.line, status, len(body),
                             time.monotonic() - started, req.headers.get(b"user-agent", "-"))

@@ -13,6 +13,7 @@ from metricsd.promql.values import (
     Series,
     String,
     Vector,
+    to_prometheus_body,
     to_prometheus_json,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "SeriesSource",
     "String",
     "Vector",
+    "to_prometheus_body",
     "to_prometheus_json",
 ]

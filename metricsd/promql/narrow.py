@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from metricsd.columns import SeriesColumns
+from metricsd.columns import LabelColumns, SeriesColumns
+from metricsd.model import Labels
 from metricsd.promql.engine import range_matrix
 from metricsd.promql.rangefuncs import EXTRAPOLATED, RANGE_FUNCTIONS, extrapolate
 from metricsd.promql.selectors import EvalContext, matrix_arg, matrix_data
@@ -24,6 +25,12 @@ from metricsd.promql.values import Matrix, Series, drop_name_labels
 __all__ = ["evaluate", "range_call"]
 
 _FIRST = np.zeros(1, dtype=np.int64)  # one series' samples begin at 0
+# One series' answer labels (its labels without the metric name) by its label columns: a store keeps
+# a one-row selection's LabelColumns (store/api.py _label_columns), so a panel's refreshes hand the
+# same object again (~7 us of (b) a question, issue 23 session 38). An entry holds its columns, so no
+# other object gets the id while it is kept; columns are never changed in place.
+_NAMED_KEPT = 1024
+_named: dict[int, tuple[LabelColumns, Labels]] = {}
 
 
 def range_call(ast: Any) -> tuple[str, Any] | None:
@@ -70,4 +77,16 @@ def _one_extrapolated(name: str, data: SeriesColumns, ends: np.ndarray, range_ms
     is_counter, is_rate = EXTRAPOLATED[name]
     result = extrapolate(ts, vals, _FIRST, lo, hi, ends, range_ms, is_counter=is_counter, is_rate=is_rate)
     steps: np.ndarray = ctx.steps
-    return Matrix([Series(drop_name_labels(data.labels.labels_at(0)), steps[ok], result[ok])])
+    return Matrix([Series(_answer_labels(data.labels), steps[ok], result[ok])])
+
+
+def _answer_labels(labels: LabelColumns) -> Labels:
+    """``drop_name_labels`` of the first series' labels, kept per label columns (see _named)."""
+    kept = _named.get(id(labels))
+    if kept is not None and kept[0] is labels:
+        return kept[1]
+    named = drop_name_labels(labels.labels_at(0))
+    if len(_named) >= _NAMED_KEPT:
+        _named.clear()
+    _named[id(labels)] = (labels, named)
+    return named

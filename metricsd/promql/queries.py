@@ -12,6 +12,7 @@ evaluated on the loop instead: the thread hop would cost it more than the evalua
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ PARSED_CACHE = 1024  # query texts whose parse QueryRunner keeps
 INLINE_SAMPLES = 20_000
 
 Path = Literal["pushdown", "engine"]
+_UNTIMED = contextlib.nullcontext()  # an async context manager too
 
 
 def check_range(start_ms: int, end_ms: int, step_ms: int) -> None:
@@ -69,6 +71,14 @@ class QueryRunner:
         # (immutable ASTs from the Rust parser) are kept, so a repeat skips the parser and the
         # thread hop it runs behind. Bounded; cleared whole when full.
         self._parsed: dict[str, tuple[Any, dict[int, int]]] = {}
+        # ... and what the text's shape alone decides (Grafana sends the same text again with
+        # shifted times): whether pushdown.plan can take it (its None depends on the AST and the
+        # lookback alone), and the narrow path's call (narrow.range_call). Cleared with the parses.
+        self._shapes: dict[str, tuple[bool, tuple[str, Any] | None]] = {}
+
+    # timeout_s, in instant() and range(): the caller's own time limit, which the caller enforces
+    # around the call (its own timer and error, as promapi.py and the QUERY frames' wholequery.py
+    # do); the runner then times the query only when its own limit is shorter.
 
     async def instant(self, expr: str, time_ms: int, timeout_s: float | None = None) -> tuple[Result, Path]:
         return await self._admitted(expr, time_ms, time_ms, 1, instant=True, timeout_s=timeout_s)
@@ -94,8 +104,10 @@ class QueryRunner:
             prescan(expr, self.limits)
         timeout = min(self.timeout_s, timeout_s) if timeout_s else self.timeout_s
         deadline = time.monotonic() + timeout
+        # the caller's timer (started first) fires first at the same limit: no second timer then
+        timer = asyncio.timeout(timeout) if timeout != timeout_s else _UNTIMED
         try:
-            async with asyncio.timeout(timeout), self.admission:
+            async with timer, self.admission:
                 return await self._run(expr, start_ms, end_ms, step_ms, instant=instant, deadline=deadline)
         except TimeoutError:
             raise QueryLimitError("timeout", f"query timed out after {timeout:g} s (--query.timeout)",
@@ -108,16 +120,23 @@ class QueryRunner:
             parsed = await asyncio.to_thread(parse, expr)
             if len(self._parsed) >= PARSED_CACHE:
                 self._parsed.clear()
+                self._shapes.clear()
             self._parsed[expr] = parsed
         ast, negative_at = parsed
         if instant and type(ast).__name__ == "NumberLiteral":
             # `1`, which Grafana asks to test a data source: the engine's answer (a scalar at the
             # query's time) without its context, read plan and evaluator: ~10 us of `1`'s ~350 over HTTP
             return Scalar(start_ms, float(ast.val)), "engine"
+        shape = self._shapes.get(expr)
+        if shape is None:
+            shape = self._shapes[expr] = (True, narrow.range_call(ast))
+        pushable, one_call = shape
         max_series = self.limits.max_series
-        if self.allow_pushdown and not negative_at:
+        if self.allow_pushdown and not negative_at and pushable:
             p = pushdown.plan(ast, start_ms, end_ms, step_ms, self.lookback_ms, instant=instant)
-            if p is not None:
+            if p is None:
+                self._shapes[expr] = (False, one_call)
+            else:
                 p.request.max_series = max_series
                 try:
                     resp = await self.backend.aggregate(p.request)
@@ -131,7 +150,7 @@ class QueryRunner:
         steps = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         ctx = EvalContext(MemorySource(), start_ms, end_ms, step_ms, steps, self.lookback_ms, self.max_samples,
                           negative_at, deadline=deadline)
-        call = None if instant else narrow.range_call(ast)
+        call = None if instant else one_call
         if call is not None:  # one matrix selector: its read is the plan
             fetch = selector_fetch(call[1], ctx)
             assert fetch is not None

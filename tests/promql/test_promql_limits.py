@@ -120,6 +120,49 @@ async def test_the_runner_answers_timeout_once_its_deadline_passed() -> None:
     assert (await QueryRunner(LocalBackend(StoreAPI(Store()))).instant("1 + 1", 0))[1] == "engine"
 
 
+class _StuckBackend:
+    """A store in this process whose reads never finish (a read stuck behind a slow disk or peer)."""
+
+    def __init__(self) -> None:
+        from metricsd.store.api import LocalBackend, StoreAPI
+        from metricsd.store.engine import Store
+
+        self.local = LocalBackend(StoreAPI(Store()))
+        self.never = asyncio.Event()
+
+    async def read_selection(self, *args: Any, **kwargs: Any) -> Any:
+        await self.never.wait()
+        raise AssertionError("unreachable")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.local, name)
+
+
+async def test_the_runner_times_a_read_itself_when_its_limit_is_shorter_than_the_callers() -> None:
+    """The caller's own limit (``timeout_s``, which the caller enforces) spares the runner its timer
+    only when it is not longer than the runner's: a shorter server limit still cuts a stuck read."""
+    from metricsd.promql.queries import QueryRunner
+
+    runner = QueryRunner(_StuckBackend(), timeout_s=0.05)  # type: ignore[arg-type]
+    for caller in (None, 30.0):
+        started = time.monotonic()
+        with pytest.raises(QueryLimitError) as e:
+            await asyncio.wait_for(runner.range("rate(x[1m])", 0, 60_000, 30_000, timeout_s=caller), 20)
+        assert (e.value.kind, e.value.limit) == ("timeout", "timeout")
+        assert "0.05 s" in e.value.message
+        assert time.monotonic() - started < 10
+
+
+async def test_the_callers_limit_cuts_a_stuck_read_when_the_runners_is_not_shorter() -> None:
+    """At the same limit the caller's timer (started first) answers, with the caller's error."""
+    from metricsd.promql.queries import QueryRunner
+
+    runner = QueryRunner(_StuckBackend(), timeout_s=0.05)  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await runner.range("rate(x[1m])", 0, 60_000, 30_000, timeout_s=0.05)
+
+
 async def test_a_repeated_query_text_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from metricsd.promql import queries
 
