@@ -179,6 +179,12 @@ def start_base(procs: Processes, code: Path) -> Server:
             os.environ["PYTHONPATH"] = before
 
 
+def _sys_seconds(pid: int) -> float:
+    """The kernel (system) CPU seconds of a process so far (/proc/PID/stat's stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
 PROFILES = HERE / "results" / "profiles"
 
 
@@ -223,6 +229,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             def cpu_now() -> dict[str, float]:
                 return {n: server_cpu(s)["all"] for n, s in servers.items()}
 
+            def sys_now() -> dict[str, float]:  # kernel CPU seconds of single-process receivers
+                return {n: _sys_seconds(s.pid) for n, s in servers.items() if not s.tree}
+
             def roles_now() -> dict[str, float]:  # the cluster's CPU by role (proxy, store, control)
                 return server_cpu(servers["cluster"]) if "cluster" in servers else {}
 
@@ -240,9 +249,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             c0 = {n: await asyncio.to_thread(counts[n], s.url) for n, s in servers.items()}
             spies = start_profiles(servers) if args.profile else []
             t0 = time.monotonic()
-            cpu0, roles0 = cpu_now(), roles_now()
+            cpu0, roles0, sys0 = cpu_now(), roles_now(), sys_now()
             await asyncio.sleep(args.seconds)
-            cpu1, roles1 = cpu_now(), roles_now()
+            cpu1, roles1, sys1 = cpu_now(), roles_now(), sys_now()
             for spy in spies:
                 spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             for spy in spies:
@@ -264,6 +273,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                           "samples_per_s": d["samples"] / wall,
                           "cpu_s_per_million": cpu / samples * 1e6, "busy_cpu_s_per_million": busy / samples * 1e6,
                           "samples_per_request": d["samples"] / max(1.0, d["requests"])}
+                if n in sys1:
+                    out[n]["system_share"] = (sys1[n] - sys0[n]) / max(1e-9, cpu)
                 if n == "cluster":
                     out[n]["by_role"] = {r: (v - roles0.get(r, 0.0)) / samples * 1e6 for r, v in roles1.items()
                                          if r != "all"}
@@ -303,6 +314,9 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(f"| {n} | {r['samples_per_s']:,.0f} | {r['samples_per_request']:,.0f} | "
                      f"{r['cpu_s_per_million']:.2f} | {roles or '-'} | {r['busy_cpu_s_per_million']:.2f} | {ratio} | "
                      f"{res['pending'].get(n, 0):,.0f} |")
+    shares = ", ".join(f"{n} {r['system_share']:.0%}" for n, r in w.items() if "system_share" in r)
+    if shares:
+        lines += ["", f"Kernel (system) share of each process' CPU in the window: {shares}."]
     for n in ("store", "base", "cluster"):
         if (st := w.get(n)) is not None:
             lines += ["", f"Layout memo of the {n}'s receiver in the window: {st['hits']:,.0f} hits, "
