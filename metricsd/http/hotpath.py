@@ -333,6 +333,9 @@ class HotProtocol(asyncio.Protocol):
             return
         if isinstance(req, int):  # a remote write's body still coming
             self.need, self.parts, self.have, self.buf = req, [self.buf], len(self.buf), b""
+            if self.read_paused:  # paused while the last answer was due: the rest must come in (1 MiB at most)
+                self.transport.resume_reading()
+                self.read_paused = False
             return
         self.buf = self.buf[req.size:]
         if self.read_paused and len(self.buf) <= MAX_PENDING:  # not after every answer: once drained

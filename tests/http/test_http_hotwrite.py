@@ -211,3 +211,20 @@ async def test_a_client_holding_half_a_body_holds_no_one_up(hot: Env) -> None:
         assert ("slow", "9") in await _values(hot)
     finally:
         slow.close()
+
+
+async def test_a_big_write_pipelined_behind_another_is_read_in_full(hot: Env) -> None:
+    """Bytes past MAX_PENDING arriving while an answer is due pause reading; a write still incomplete
+    after that answer must resume it, or the connection would wait for ever."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", _port(hot))
+    try:
+        big = _write(b"\x01" * (MAX_WRITE_BODY - 1000))  # bad snappy: a 400 once the whole body is read
+        query = b"GET /api/v1/query?query=count_over_time(up%5B10m%5D) HTTP/1.1\r\nHost: x\r\n\r\n"
+        for _ in range(3):  # a query first: its answer takes a few loop turns, while the write's bytes pile up
+            writer.write(query + big)
+            assert (await _response(reader))[0] == 200
+            status, _, body = await asyncio.wait_for(_response(reader), 30)
+            assert status == 400 and "snappy" in json.loads(body)["error"]
+        assert len(_connections(hot)) == 1
+    finally:
+        writer.close()
