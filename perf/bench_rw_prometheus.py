@@ -6,6 +6,7 @@ by one Prometheus, side by side (a documented command, not a test).
     .venv/bin/python perf/bench_rw_prometheus.py --max-samples-per-send 2000 --shards 4
     .venv/bin/python perf/bench_rw_prometheus.py --profile              # plus py-spy of the stores and the proxy
     .venv/bin/python perf/bench_rw_prometheus.py --cluster              # a third queue: a cluster's proxy
+    .venv/bin/python perf/bench_rw_prometheus.py --base /tmp/main       # an A/B: a second store from that code
 
 perf/bench_remote_write.py builds its remote-write bodies itself, each series in the same request
 slot every time: the best case of the receiver's layout memo (metricsd/http/remote_write_layout.py).
@@ -164,6 +165,26 @@ def start_prometheus(tmp: Path, config: str) -> tuple[subprocess.Popen[bytes], s
     return proc, f"http://127.0.0.1:{port}"
 
 
+def start_base(procs: Processes, code: Path) -> Server:
+    """A second store run from another checkout's code (``code`` first on its PYTHONPATH, e.g. a
+    ``git archive`` of main unpacked): the A/B's other side, fed by the same Prometheus in the same run."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(code.resolve())
+    try:
+        return procs.start_metricsd("base")
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+def _sys_seconds(pid: int) -> float:
+    """The kernel (system) CPU seconds of a process so far (/proc/PID/stat's stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
 PROFILES = HERE / "results" / "profiles"
 
 
@@ -198,6 +219,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         with Processes() as procs:
             servers: dict[str, Server] = {"victoriametrics": procs.start_victoria_metrics(),
                                           "store": procs.start_metricsd()}
+            if args.base:
+                servers["base"] = start_base(procs, args.base)
             if args.cluster:
                 servers["cluster"] = procs.start_metricsd_cluster()
                 async with MetricsClient(servers["cluster"].grpc_address, timeout_s=60) as probe:
@@ -205,6 +228,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             def cpu_now() -> dict[str, float]:
                 return {n: server_cpu(s)["all"] for n, s in servers.items()}
+
+            def sys_now() -> dict[str, float]:  # kernel CPU seconds of single-process receivers
+                return {n: _sys_seconds(s.pid) for n, s in servers.items() if not s.tree}
 
             def roles_now() -> dict[str, float]:  # the cluster's CPU by role (proxy, store, control)
                 return server_cpu(servers["cluster"]) if "cluster" in servers else {}
@@ -218,13 +244,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(args.warmup)
             if prom.poll() is not None:
                 raise RuntimeError(f"prometheus exited: {(tmp / 'prometheus.log').read_text()[-2000:]}")
-            counts = {"store": metricsd_counts, "cluster": metricsd_counts, "victoriametrics": vm_counts}
+            counts = {"store": metricsd_counts, "base": metricsd_counts, "cluster": metricsd_counts,
+                      "victoriametrics": vm_counts}
             c0 = {n: await asyncio.to_thread(counts[n], s.url) for n, s in servers.items()}
             spies = start_profiles(servers) if args.profile else []
             t0 = time.monotonic()
-            cpu0, roles0 = cpu_now(), roles_now()
+            cpu0, roles0, sys0 = cpu_now(), roles_now(), sys_now()
             await asyncio.sleep(args.seconds)
-            cpu1, roles1 = cpu_now(), roles_now()
+            cpu1, roles1, sys1 = cpu_now(), roles_now(), sys_now()
             for spy in spies:
                 spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             for spy in spies:
@@ -246,6 +273,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                           "samples_per_s": d["samples"] / wall,
                           "cpu_s_per_million": cpu / samples * 1e6, "busy_cpu_s_per_million": busy / samples * 1e6,
                           "samples_per_request": d["samples"] / max(1.0, d["requests"])}
+                if n in sys1:
+                    out[n]["system_share"] = (sys1[n] - sys0[n]) / max(1e-9, cpu)
                 if n == "cluster":
                     out[n]["by_role"] = {r: (v - roles0.get(r, 0.0)) / samples * 1e6 for r, v in roles1.items()
                                          if r != "all"}
@@ -285,7 +314,10 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(f"| {n} | {r['samples_per_s']:,.0f} | {r['samples_per_request']:,.0f} | "
                      f"{r['cpu_s_per_million']:.2f} | {roles or '-'} | {r['busy_cpu_s_per_million']:.2f} | {ratio} | "
                      f"{res['pending'].get(n, 0):,.0f} |")
-    for n in ("store", "cluster"):
+    shares = ", ".join(f"{n} {r['system_share']:.0%}" for n, r in w.items() if "system_share" in r)
+    if shares:
+        lines += ["", f"Kernel (system) share of each process' CPU in the window: {shares}."]
+    for n in ("store", "base", "cluster"):
         if (st := w.get(n)) is not None:
             lines += ["", f"Layout memo of the {n}'s receiver in the window: {st['hits']:,.0f} hits, "
                           f"{st['misses']:,.0f} misses of {st['requests']:,.0f} write requests (hit rate "
@@ -304,6 +336,7 @@ def main() -> int:
     ap.add_argument("--max-samples-per-send", type=int, default=0, help="queue_config (0: Prometheus' default, 500)")
     ap.add_argument("--shards", type=int, default=0, help="min_shards = max_shards (0: Prometheus' own scaling)")
     ap.add_argument("--cluster", action="store_true", help="a third queue: a local cluster (RF 3)")
+    ap.add_argument("--base", type=Path, help="also a store running this checkout's code (an A/B in one run)")
     ap.add_argument("--profile", action="store_true", help="py-spy the stores and the proxy (not a timing run)")
     ap.add_argument("--json", type=Path, default=HERE / "results" / "bench_rw_prometheus.json")
     args = ap.parse_args()

@@ -11,6 +11,9 @@ request itself only when it is plainly simple and already whole in the bytes rec
   :data:`MAX_HEAD` bytes, no ``Transfer-Encoding``, ``Expect``, ``Upgrade``, repeated header
   or header folding, and a ``Host`` (HTTP/1.1's, which aiohttp requires).
 
+Remote write (``POST /api/v1/write``, a body of at most 1 MiB) is answered here too, by
+metricsd/http/hotwrite.py: for it the connection waits until the head and body are whole.
+
 Anything else (another route, a head or body not yet whole, a bigger or stranger request) hands the
 connection over to aiohttp's own protocol for good, with the bytes received so far: aiohttp then
 parses and answers it, and applies its limits (8,190-byte lines, 128 headers, the body limit
@@ -48,6 +51,7 @@ from yarl import URL
 
 from metricsd.clock import Clock
 from metricsd.http.auth import refusal
+from metricsd.http.hotwrite import MAX_WRITE_BODY, WRITE_PATH, HotWrites
 from metricsd.http.params import Params, error_body
 from metricsd.http.settings import HttpSettings
 from metricsd.rpc import consistency
@@ -67,8 +71,10 @@ MAX_PENDING = 256 * 1024  # bytes held while a request is answered, before readi
 IDLE_TIMEOUT_S = 75.0  # a connection with no request for this long is closed
 GZIP_ON_LOOP = 1 << 20  # a larger answer is compressed on a worker thread, as aiohttp does
 
-_PATHS = {b"/api/v1/query": "/api/v1/query", b"/api/v1/query_range": "/api/v1/query_range"}
+_PATHS = {b"/api/v1/query": "/api/v1/query", b"/api/v1/query_range": "/api/v1/query_range",
+          b"/api/v1/write": WRITE_PATH}
 _INSTANT = {"/api/v1/query": True, "/api/v1/query_range": False}
+_WRITE_LINE = b"POST /api/v1/write "
 _UNSAFE = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
 _UNPRINTABLE = re.compile(rb"[^\t\x20-\x7e]")
 _FORM = "application/x-www-form-urlencoded"
@@ -105,12 +111,16 @@ class HotRequest:
         return Params(query), chosen
 
 
-def parse_request(buf: bytes, max_body: int = MAX_BODY) -> HotRequest | None:
+def parse_request(buf: bytes, max_body: int = MAX_BODY, max_write_body: int = 0) -> HotRequest | int | None:
     """The first request in ``buf`` if the hot path answers it (whole, simple, one of the two routes,
-    a body of at most ``max_body`` bytes); None hands the connection to aiohttp. Pure: no I/O, so
-    it is tested on bytes alone."""
+    a body of at most ``max_body`` bytes, or a remote write's POST of at most ``max_write_body``, 0:
+    none); None hands the connection to aiohttp. A remote write whose body is not all here yet gives
+    the bytes the request takes: the connection waits for them (metricsd/http/hotwrite.py). Pure: no
+    I/O, so it is tested on bytes alone."""
     end = buf.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
     if end < 0:
+        if max_write_body and len(buf) < MAX_HEAD and buf[:len(_WRITE_LINE)] == _WRITE_LINE[:len(buf)]:
+            return len(buf) + 1  # a remote write's head still coming
         return None
     head = buf[:end]
     if _UNPRINTABLE.search(head.replace(b"\r\n", b"")) is not None:
@@ -139,11 +149,14 @@ def parse_request(buf: bytes, max_body: int = MAX_BODY) -> HotRequest | None:
     if not length_text.isdigit() or len(length_text) > 9:
         return None
     length = int(length_text)
-    if length > max_body or (length and parts[0] == b"GET"):
+    write = name == WRITE_PATH
+    if write and (not max_write_body or parts[0] != b"POST" or length > max_write_body):
+        return None
+    if (length > max_body and not write) or (length and parts[0] == b"GET"):
         return None
     size = end + 4 + length
     if len(buf) < size:
-        return None  # the body is not all here: aiohttp reads it
+        return size if write else None  # a query's body not all here: aiohttp reads it
     return HotRequest(parts[0].decode(), name, query.decode("ascii"), headers, buf[end + 4:size],
                       lines[0].decode("ascii"), size)
 
@@ -161,6 +174,7 @@ class HotQueries:
         self.counter = counter  # server.py's RequestMetrics
         self.auth = auth
         self.clock = clock
+        self.writes: HotWrites | None = None  # remote write on the hot path (build_app sets it)
         from metricsd.http import server  # late: server.py imports this module
         self.body_with_missing = server.body_with_missing
         self.consistency_of = server.consistency_of
@@ -168,6 +182,8 @@ class HotQueries:
 
     async def answer(self, req: HotRequest, peer: str) -> tuple[int, bytes, str]:
         """(status, JSON body, extra header lines) for ``req``."""
+        if req.name == WRITE_PATH and self.writes is not None:
+            return await self.writes.answer(req, peer)
         started = self.clock.monotonic()
         extra = ""
         try:
@@ -209,6 +225,10 @@ _SERVER = SERVER_SOFTWARE  # what aiohttp's answers say
 _date_cache: list[Any] = [0, ""]
 
 
+def _content(body: bytes) -> str:
+    return f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+
+
 def _date() -> str:
     now = int(time.time())
     if now != _date_cache[0]:
@@ -220,7 +240,7 @@ def response_bytes(status: int, body: bytes, extra: str, close: bool) -> bytes:
     """The whole HTTP/1.1 answer, head and ``body``, for one ``transport.write``; ``extra``: header
     lines of its own (each ending in CRLF)."""
     head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
-            f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+            f"{_content(body) if status != 204 else ''}"
             f"Date: {_date()}\r\nServer: {_SERVER}\r\n{extra}"
             f"{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n")
     return head.encode("latin-1") + body
@@ -236,6 +256,7 @@ class HotServer:
         self.settings = settings
         self.connections: set[HotProtocol] = set()
         self.max_body = min(MAX_BODY, settings.client_max_size)  # past it: aiohttp's 413
+        self.max_write_body = min(MAX_WRITE_BODY, settings.client_max_size) if queries.writes is not None else 0
         self.closing = False
 
     def __call__(self) -> HotProtocol:
@@ -267,6 +288,9 @@ class HotProtocol(asyncio.Protocol):
         self.write_paused = False
         self.last = 0.0
         self.idle: asyncio.TimerHandle | None = None
+        self.need = 0  # a remote write's bytes awaited, held in ``parts`` meanwhile (no copy a chunk)
+        self.parts: list[bytes] = []
+        self.have = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses (METRICSD_EVENT_LOOP=uvloop): no
@@ -295,6 +319,14 @@ class HotProtocol(asyncio.Protocol):
         self._next()
 
     def data_received(self, data: bytes) -> None:
+        if self.need:
+            self.parts.append(data)
+            self.have += len(data)
+            if self.have < self.need:
+                return
+            self.buf, self.parts, self.need = b"".join(self.parts), [], 0
+            self._next()
+            return
         self.buf = self.buf + data if self.buf else data
         if self.task is not None or self.write_paused:
             if len(self.buf) > MAX_PENDING and self.transport is not None and not self.read_paused:
@@ -307,9 +339,15 @@ class HotProtocol(asyncio.Protocol):
         """Answer the next request held, or hand the connection to aiohttp."""
         if self.transport is None or self.task is not None or self.write_paused or not self.buf:
             return
-        req = parse_request(self.buf, self.server.max_body)
+        req = parse_request(self.buf, self.server.max_body, self.server.max_write_body)
         if req is None or self.server.closing:
             self._hand_off()
+            return
+        if isinstance(req, int):  # a remote write's body still coming
+            self.need, self.parts, self.have, self.buf = req, [self.buf], len(self.buf), b""
+            if self.read_paused:  # paused while the last answer was due: the rest must come in (1 MiB at most)
+                self.transport.resume_reading()
+                self.read_paused = False
             return
         self.buf = self.buf[req.size:]
         if self.read_paused and len(self.buf) <= MAX_PENDING:  # not after every answer: once drained

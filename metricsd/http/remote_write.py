@@ -29,7 +29,7 @@ request (remote_write_scan.py).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import NoReturn
@@ -40,9 +40,10 @@ from aiohttp import web
 from google.protobuf.message import DecodeError
 
 from metricsd.http import remote_write_v2
+from metricsd.http.auth import IDENTITY_KEY
 from metricsd.http.params import ApiError
 from metricsd.http.remote_series import Verdict, resolve
-from metricsd.http.remote_write_answer import SamplesRefused, refused_answer, refused_response
+from metricsd.http.remote_write_answer import SamplesRefused, refused_answer, refused_body
 from metricsd.http.remote_write_layout import LayoutMemo
 from metricsd.http.remote_write_scan import Scanned, TooLarge, bound_entries, scan, scan_messages
 from metricsd.http.selfmetrics import SelfMetrics
@@ -329,15 +330,15 @@ class RemoteWriteReceiver:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/api/v1/write", self.write)
 
-    def _version(self, request: web.Request) -> int:
+    def version(self, encoding: str | None, content_type: str | None) -> int:
         """Content negotiation as the 2.0 specification says: the ``proto`` parameter of the
         Content-Type picks the message (1.0 when absent); another message is 415."""
-        enc = request.headers.get("Content-Encoding", "snappy").strip().lower()
+        enc = (encoding or "snappy").strip().lower()
         if enc != "snappy":
             raise ApiError("bad_data", f"unsupported Content-Encoding {enc!r}: remote write bodies are snappy")
         # The media type itself is not checked: 1.0 senders that label the body otherwise (or not
         # at all) were served before 2.0 existed.
-        _, *rest = request.headers.get("Content-Type", "application/x-protobuf").split(";")
+        _, *rest = (content_type or "application/x-protobuf").split(";")
         proto = _content_type_params(rest).get("proto", V1_PROTO)
         if proto == V1_PROTO:
             return 1
@@ -347,17 +348,31 @@ class RemoteWriteReceiver:
                                    f"({V1_PROTO}) and 2.0 ({remote_write_v2.PROTO})", 415)
 
     async def write(self, request: web.Request) -> web.Response:
-        version = self._version(request)
-        body = await request.read()
+        """The aiohttp route; the hot path (metricsd/http/hotwrite.py) calls :meth:`respond` itself."""
+        # The headers first: aiohttp would inflate a gzip or deflate body as it reads it.
+        version = self.version(request.headers.get("Content-Encoding"), request.headers.get("Content-Type"))
+        status, body, headers = await self.respond(version, await request.read(),
+                                                   lambda: request.get(IDENTITY_KEY) or request.remote or "unknown")
+        if body is None:
+            return web.Response(status=status, headers=headers)
+        return web.Response(body=body, status=status, headers=headers, content_type="application/json",
+                            charset="utf-8")
+
+    async def respond(self, version: int, body: bytes, sender: Callable[[], str]
+                      ) -> tuple[int, bytes | None, dict[str, str] | None]:
+        """A write request's answer from its version (:meth:`version`) and body: (status, JSON body
+        or None, extra headers); a refused request's ApiError (or BadRequest, LimitExceeded) is
+        raised for the caller's error mapping. ``sender``: who sent it, asked only when samples are
+        refused."""
         try:
             if version == 1:
                 await self.ingest(body)
-                return web.Response(status=204)
+                return 204, None, None
             written = await self.ingest_v2(body)
         except SamplesRefused as e:  # the rest was stored: a 400 naming what was not (remote_write_answer.py)
-            return refused_response(e, self.senders, self.metrics, request,
-                                    _v2_headers(e.written) if version == 2 else None)
-        return web.Response(status=204, headers=_v2_headers(written))
+            return (e.status, refused_body(e, self.senders, self.metrics, sender()),
+                    _v2_headers(e.written) if version == 2 else None)
+        return 204, None, _v2_headers(written)
 
     async def ingest(self, body: bytes) -> int:
         """Store a remote write 1.0 body (snappy block), all or nothing; returns the samples

@@ -15,15 +15,14 @@ where there is one, else the client address.
 
 from __future__ import annotations
 
-from aiohttp import web
+import json
 
-from metricsd.http.auth import IDENTITY_KEY
 from metricsd.http.params import ApiError, error_body
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.refusals import SenderRefusals, refused_counts
 
-__all__ = ["SamplesRefused", "refused_answer", "refused_response"]
+__all__ = ["SamplesRefused", "refused_answer", "refused_body"]
 
 
 class SamplesRefused(ApiError):
@@ -44,10 +43,10 @@ def refused_answer(answer: pb.WriteResponse, samples: int) -> SamplesRefused | N
     return SamplesRefused(answer, samples) if refused_counts(answer) else None
 
 
-def refused_response(e: SamplesRefused, senders: SenderRefusals, metrics: SelfMetrics, request: web.Request,
-                     headers: dict[str, str] | None = None) -> web.Response:
-    """The 400, after counting the refusal against the request's sender (log and /metrics)."""
-    sender, counts = senders.record(request.get(IDENTITY_KEY) or request.remote or "unknown", e.answer)
+def refused_body(e: SamplesRefused, senders: SenderRefusals, metrics: SelfMetrics, sender: str) -> bytes:
+    """The 400's JSON body, after counting the refusal against ``sender`` (the request's
+    authenticated name, else its client address) in the log and /metrics."""
+    name, counts = senders.record(sender, e.answer)
     for reason, n in counts.items():
-        metrics.refused_by_sender.labels(sender=sender, reason=reason).inc(n)
-    return web.json_response(error_body(e.error_type, e.message), status=e.status, headers=headers)
+        metrics.refused_by_sender.labels(sender=name, reason=reason).inc(n)
+    return json.dumps(error_body(e.error_type, e.message)).encode()

@@ -22,6 +22,7 @@ from metricsd.http.consumers import DocumentProvider, add_consumer_routes
 from metricsd.http.dashboard import add_dashboard_routes
 from metricsd.http.export import ExportAPI
 from metricsd.http.hotpath import HotQueries, HotSite
+from metricsd.http.hotwrite import HotWrites
 from metricsd.http.looplag import run_lag_monitor
 from metricsd.http.native import NativeAPI
 from metricsd.http.params import ApiError, error_body
@@ -232,7 +233,11 @@ def build_app(
                         if whole is not None and getattr(whole, "enabled", True) else None)
         app[HOT_KEY] = HotQueries({"/api/v1/query": prom.query_body, "/api/v1/query_range": prom.query_range_body},
                                   answer_whole, settings, RequestMetrics(metrics), auth, clock)
-    RemoteWriteReceiver(backend, settings, metrics).add_routes(app)
+    receiver = RemoteWriteReceiver(backend, settings, metrics)
+    receiver.add_routes(app)
+    if settings.hot_path and settings.hot_write:  # remote write on the hot path too (http/hotwrite.py)
+        hot = app[HOT_KEY]
+        hot.writes = HotWrites(receiver, settings, hot.counter, auth, clock)
     ExportAPI(backend, settings, clock, metrics).add_routes(app)
     NativeAPI(backend, settings, clock, metrics).add_routes(app)
     if consumers is not None:

@@ -45,6 +45,10 @@ class HttpSettings:
         below aiohttp's web layer (metricsd/http/hotpath.py): the same answers, errors, tokens and
         limits, at about half the CPU of aiohttp's request machinery (perf/RESULTS.md, issue 23
         session 36). Every other request, and every connection once it sends one, is aiohttp's.
+    hot_write: with ``hot_path``, answer plain ``POST /api/v1/write`` requests (a whole body of at
+        most 1 MiB) on the hot path too (metricsd/http/hotwrite.py): the same answers, errors,
+        tokens and limits without aiohttp's per-request machinery (perf/RESULTS.md, issue 24
+        session 38).
     access_log: log one line per request to the ``metricsd.http.access`` logger.
     request_limits: remote write: series entries and samples per request (400 past them), checked
         before any label is parsed; the same defaults as a store's gRPC Write.
@@ -66,6 +70,7 @@ class HttpSettings:
     created_timestamp_zero: bool = False
     access_log: bool = True
     hot_path: bool = True
+    hot_write: bool = True
     request_limits: RequestLimits = field(default_factory=RequestLimits)
     query_limits: QueryLimits = field(default_factory=QueryLimits)
 

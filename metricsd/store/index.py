@@ -41,7 +41,10 @@ BATCH_CACHE_MIN = 64
 
 BATCH_CACHE_SIZE = 2048
 """Batches whose rows are remembered: an agent's ticks of a million series in batches of 1,000 are
-1,000 (about 8 KB of key and 4 KB of rows each, 25 MB at most); past it the memory is cleared."""
+1,000 (about 8 KB of key and 4 KB of rows each, 25 MB at most); past it the memory is cleared. Only a
+batch seen twice is remembered (the first time its hash alone): a real Prometheus' remote-write
+batches are cut by count and never repeat, and filled it with ~12 MB of entries never used again
+(perf/RESULTS.md, issue 24 session 38)."""
 
 MAX_SELECTED = 256
 """Selections remembered (SeriesIndex.selected), a question's rows per slot filter; past it the
@@ -200,6 +203,7 @@ class SeriesIndex:
         self._ranks: dict[str, tuple[int, np.ndarray]] = {}  # label name -> (values seen, rank per value id)
         self._dead_sorted = 0  # removed series still in _sorted_ids
         self._batch_rows: dict[bytes, np.ndarray] = {}  # a write batch's ids, as bytes -> their rows (rows_of)
+        self._batch_seen: set[int] = set()  # hashes of batches seen once (rows_of keeps a batch seen twice)
         # (matchers, slot count, slots) -> rows, read-only; emptied by add and remove (selected)
         self._selected: dict[tuple[tuple[Matcher, ...], int, tuple[int, ...]], np.ndarray] = {}
         self._selected_rows = 0
@@ -263,9 +267,15 @@ class SeriesIndex:
         found = (self._sorted_ids[pos_c] == ids) & self.alive[cand]
         rows = np.where(found, cand, -1)
         if len(ids) >= BATCH_CACHE_MIN and bool(found.all()):
-            if len(self._batch_rows) >= BATCH_CACHE_SIZE:
-                self._batch_rows.clear()
-            self._batch_rows[key] = rows.astype(np.int32)
+            h = hash(key)  # bytes keep their hash: the lookup above computed it
+            if h in self._batch_seen:  # a batch sent again (an agent's, every tick): remember its rows
+                if len(self._batch_rows) >= BATCH_CACHE_SIZE:
+                    self._batch_rows.clear()
+                self._batch_rows[key] = rows.astype(np.int32)
+            else:  # the first time: its hash alone (a real Prometheus' batches never repeat)
+                if len(self._batch_seen) >= 4 * BATCH_CACHE_SIZE:
+                    self._batch_seen.clear()
+                self._batch_seen.add(h)
         return rows
 
     def _merge_pending(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,17 @@ from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
 
 __all__ = ["Env", "start_env", "write_request"]  # write_request re-exported from tests/writes.py
+
+# Which path remote write takes in the servers start_env makes (None: the settings' own): the
+# ``write_path`` fixture (tests/http/conftest.py) runs the remote-write tests on both.
+WRITE_PATH: list[str | None] = [None]
+
+
+def with_write_path(settings: HttpSettings) -> HttpSettings:
+    """``settings`` with the remote-write path the ``write_path`` fixture chose, if any."""
+    if WRITE_PATH[0] is None:
+        return settings
+    return dataclasses.replace(settings, hot_write=WRITE_PATH[0] == "hot")
 
 
 def pod_labels(name: str, pod: str, namespace: str = "default", **extra: str) -> Labels:
@@ -47,7 +59,8 @@ async def start_env(settings: HttpSettings | None = None, store_settings: StoreS
     backend = LocalBackend(StoreAPI(store))
     clock = ManualClock(now_ms)
     registry = CollectorRegistry()
-    app = build_app(backend, settings=settings or HttpSettings(access_log=False), registry=registry, clock=clock)
+    app = build_app(backend, settings=with_write_path(settings or HttpSettings(access_log=False)), registry=registry,
+                    clock=clock)
     runner, port = await start_http(app, "127.0.0.1", 0)
     session = aiohttp.ClientSession()
     return Env(f"http://127.0.0.1:{port}", store, backend, clock, registry, session, runner)

@@ -15,6 +15,9 @@ from http_fixtures import Env, start_env
 from metricsd.http import HttpSettings, stop_http
 from metricsd.proto import prometheus_remote_pb2 as prom
 
+# Every test on both remote-write paths: the hot path and aiohttp's route (tests/http/conftest.py).
+pytestmark = pytest.mark.usefixtures("write_path")
+
 HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
            "X-Prometheus-Remote-Write-Version": "0.1.0"}
 

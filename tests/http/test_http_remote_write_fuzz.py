@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import cramjam
+import pytest
 from google.protobuf.message import DecodeError
 from http_fixtures import Env
 from hypothesis import given, settings
@@ -15,6 +16,9 @@ from hypothesis import strategies as st
 
 from metricsd.http.remote_write_scan import scan
 from metricsd.proto import prometheus_remote_pb2 as prom
+
+# Every test on both remote-write paths: the hot path and aiohttp's route (tests/http/conftest.py).
+pytestmark = pytest.mark.usefixtures("write_path")
 
 HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
            "X-Prometheus-Remote-Write-Version": "0.1.0"}

@@ -20,6 +20,9 @@ from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.rpc.limits import DEFAULT_MAX_SAMPLES_PER_REQUEST, DEFAULT_MAX_SERIES_PER_REQUEST, RequestLimits
 from metricsd.rpc.wire import varint
 
+# Every test on both remote-write paths: the hot path and aiohttp's route (tests/http/conftest.py).
+pytestmark = pytest.mark.usefixtures("write_path")
+
 V1 = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf"}
 V2 = {"Content-Encoding": "snappy", "Content-Type": CONTENT_TYPE}
 

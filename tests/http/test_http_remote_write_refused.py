@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import cramjam
 import pytest
+from http_fixtures import with_write_path
 from prometheus_client import CollectorRegistry
 from test_http_remote_write import HEADERS, _payload
 from test_http_remote_write_v2 import HEADERS as V2_HEADERS
@@ -20,6 +21,9 @@ from metricsd.clock import ManualClock
 from metricsd.http import HttpSettings, build_app, start_http, stop_http
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
+
+# Every test on both remote-write paths: the hot path and aiohttp's route (tests/http/conftest.py).
+pytestmark = pytest.mark.usefixtures("write_path")
 
 NOW = 1_750_000_000_000  # 2025-06-15T15:06:40Z
 DAY = 86_400_000
@@ -52,8 +56,8 @@ class Env:
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
     store, clock = Store(), ManualClock(NOW)
-    app = build_app(LocalBackend(StoreAPI(store, clock=clock)), settings=HttpSettings(access_log=False),
-                    registry=CollectorRegistry(), clock=clock)
+    app = build_app(LocalBackend(StoreAPI(store, clock=clock)),
+                    settings=with_write_path(HttpSettings(access_log=False)), registry=CollectorRegistry(), clock=clock)
     runner, port = await start_http(app, "127.0.0.1", 0)
     session = aiohttp.ClientSession()
     try:

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import cramjam
+import pytest
 from google.protobuf.message import DecodeError
 from http_fixtures import Env, start_env
 from hypothesis import given, settings
@@ -16,6 +17,9 @@ from hypothesis import strategies as st
 from metricsd.http import HttpSettings, stop_http
 from metricsd.http.remote_write_v2 import CONTENT_TYPE, entries, parse
 from metricsd.proto import prometheus_remote_v2_pb2 as v2
+
+# Every test on both remote-write paths: the hot path and aiohttp's route (tests/http/conftest.py).
+pytestmark = pytest.mark.usefixtures("write_path")
 
 HEADERS = {"Content-Encoding": "snappy", "Content-Type": CONTENT_TYPE, "X-Prometheus-Remote-Write-Version": "2.0.0"}
 Series = tuple[dict[str, str], list[tuple[int, float]]]

@@ -7,6 +7,7 @@ import io
 from typing import Any
 
 import cramjam
+import pytest
 from http_fixtures import Env, start_env
 
 from metricsd.http import HttpSettings, stop_http
@@ -14,6 +15,9 @@ from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.rpc.limits import RequestLimits
 from metricsd.store.limits import SeriesLimits
 from metricsd.store.settings import StoreSettings
+
+# Every test on both remote-write paths: the hot path and aiohttp's route (tests/http/conftest.py).
+pytestmark = pytest.mark.usefixtures("write_path")
 
 HEADERS = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf"}
 

@@ -69,4 +69,8 @@ def test_small_batches_and_unknown_ids_are_not_remembered() -> None:
     assert index.rows_of(unknown)[-1] == -1
     assert index._batch_rows == {}
     index.rows_of(ids[:80])
+    assert index._batch_rows == {}  # seen once: its hash alone
+    index.rows_of(ids[:80])
+    assert len(index._batch_rows) == 1  # seen twice: remembered
+    index.rows_of(ids[1:81])  # another batch: not yet
     assert len(index._batch_rows) == 1
