@@ -11,14 +11,17 @@ chunks hold, except for its ``unsealed`` newest samples, which are in no block y
                                              ^ newest    filled[r] = 8, unsealed[r] = 2 (s7, s8)
 
 Timestamps are not stored for a "regular" row, one whose ring samples are evenly spaced (an agent
-or a scrape every 10 or 15 s: nearly every row): its ring's timestamps are its newest one
+stamping its samples on its tick: every row of compare.py's workload; a scraper whose timestamps
+jitter by a millisecond makes its rows wide, below): its ring's timestamps are its newest one
 (``base``) minus ``step`` times each sample's age. 8 bytes a sample, not 12 (at 200,000 series
 the rings' timestamps were ~25 MiB of the server's RSS). A row that leaves its step (jitter, a
 missed scrape, a backfill out of line) becomes "wide" for as long as the store runs: its
 timestamps are int32 milliseconds after ``base`` in a side matrix (``wide_ts``, one row of it
 per wide row), as every row's were before. A wide row spans at most OFFSET_MAX ms (24.8 days); the
 head moves its base forward as the ring turns and a sample that would land past it goes to the
-engine's slow path. metricsd/store/FORMAT.md, "The head and the chunks in memory", draws the layout.
+engine's slow path. Values likewise: a "flat" row (every ring value the same bits: a request, a
+limit) keeps one (``flat``); a "varying" row's are in ``vals``, a row of it per varying row.
+metricsd/store/FORMAT.md, "The head and the chunks in memory", draws the layout.
 """
 
 from __future__ import annotations
@@ -51,7 +54,12 @@ class Head:
         self.capacity = capacity
         # The step a regular row may have: a row widened later must fit its ring in int32 offsets.
         self.step_max = OFFSET_MAX // max(capacity - 1, 1)
-        self.vals = np.zeros((rows, capacity), dtype=np.float64)
+        # Values: a "flat" row (every ring sample the same float64 bits: a request, a limit, a
+        # capacity) keeps one; a "varying" row's are in vals[varying[row] - 1], by slot.
+        self.flat = np.zeros(rows, dtype=np.float64)  # flat row: the value of each of its ring samples
+        self.varying = np.zeros(rows, dtype=np.int32)  # 0: flat; k: its values in vals[k - 1]
+        self.vals = np.zeros((0, capacity), dtype=np.float64)
+        self.n_varying = 0
         # regular row: its newest ring timestamp; wide row: what its wide_ts offsets are after
         self.base = np.zeros(rows, dtype=np.int64)  # meaningful while filled[row] > 0
         self.step = np.zeros(rows, dtype=np.int32)  # regular row: ms between its ring samples (filled >= 2)
@@ -70,17 +78,18 @@ class Head:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.vals, self.base, self.step, self.wide, self.wide_ts, self.pos,
-                                      self.filled, self.unsealed, self.last_ts, self.expiry_floor))
+        return sum(a.nbytes for a in (self.flat, self.varying, self.vals, self.base, self.step, self.wide,
+                                      self.wide_ts, self.pos, self.filled, self.unsealed, self.last_ts,
+                                      self.expiry_floor))
 
     def ensure_rows(self, n: int) -> None:
         have = len(self.filled)
         if n <= have:
             return
         extra = max(n, have + max(1024, have // 4)) - have  # grow by a quarter: doubling wastes up to half
-        self.vals, self.base, self.step, self.wide, self.pos, self.filled, self.unsealed = (
+        self.flat, self.varying, self.base, self.step, self.wide, self.pos, self.filled, self.unsealed = (
             zero_grown(a, have + extra)
-            for a in (self.vals, self.base, self.step, self.wide, self.pos, self.filled, self.unsealed))
+            for a in (self.flat, self.varying, self.base, self.step, self.wide, self.pos, self.filled, self.unsealed))
         self.last_ts = np.concatenate([self.last_ts, np.full(extra, NO_TS, np.int64)])
         self.expiry_floor = np.concatenate([self.expiry_floor, np.full(extra, NO_TS, np.int64)])
 
@@ -115,6 +124,62 @@ class Head:
                 wr = w[some].astype(np.int64) - 1
                 out[some] = self.wide_ts[col(wr), slots[some]] + col(self.base[rows[some]])
         return out
+
+    def slot_vals(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """The values in ring ``slots`` (k, or k x width) of ``rows`` (k), as ``slot_ts``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        two = slots.ndim == 2
+        if not self.n_varying:
+            return np.broadcast_to(self.flat[rows][:, None] if two else self.flat[rows], slots.shape).copy()
+        v = self.varying[rows].astype(np.int64) - 1
+        if bool((v >= 0).all()):  # a question about counters or usage: every row varies
+            return self.vals[v[:, None] if two else v, slots]
+        out = np.broadcast_to(self.flat[rows][:, None] if two else self.flat[rows], slots.shape).copy()
+        some = np.flatnonzero(v >= 0)
+        if len(some):
+            out[some] = self.vals[v[some][:, None] if two else v[some], slots[some]]
+        return out
+
+    def _vary(self, rows: np.ndarray) -> None:
+        """Flat rows (distinct) become varying: their flat value written into every slot of a new
+        row of ``vals``."""
+        k = len(rows)
+        if k == 0:
+            return
+        start = self.n_varying
+        if start + k > len(self.vals):
+            have = len(self.vals)
+            self.vals = zero_grown(self.vals, max(start + k, have + max(1024, have // 4)))
+        self.vals[start : start + k] = self.flat[rows][:, None]
+        self.varying[rows] = np.arange(start + 1, start + k + 1, dtype=np.int32)
+        self.n_varying += k
+
+    def _write_vals(self, rows: np.ndarray, filled: np.ndarray, counts: np.ndarray, first: np.ndarray,
+                    owner: np.ndarray | None, src: np.ndarray, slot: np.ndarray, vals: np.ndarray) -> None:
+        """``write``'s values: sample j, ``vals[src[j]]``, into ``slot[j]`` of ``rows[owner[j]]``
+        (``owner`` None: one sample a row). A flat row stays flat while every value its ring keeps
+        has its bits; otherwise it becomes varying first."""
+        bits = vals.view(np.uint64)
+        fresh = (filled == 0) | (counts >= self.capacity)  # the ring becomes the segment's newest samples
+        flat = self.varying[rows] == 0 if self.n_varying else np.ones(len(rows), dtype=bool)
+        target = np.where(fresh, bits[first], self.flat[rows].view(np.uint64))
+        if owner is None:
+            off = flat & (bits[src] != target)
+        else:
+            bad = bits[src] != target[owner]
+            off = flat & (np.bincount(owner[bad], minlength=len(rows)) > 0)
+        if bool(off.any()):
+            self._vary(rows[off])
+        set_flat = flat & fresh & ~off
+        self.flat[rows[set_flat]] = vals[first[set_flat]]
+        if self.n_varying:
+            sample_rows = rows if owner is None else rows[owner]
+            v = self.varying[sample_rows].astype(np.int64) - 1
+            some = np.flatnonzero(v >= 0)
+            if len(some) == len(v):
+                self.vals[v, slot] = vals[src]
+            elif len(some):
+                self.vals[v[some], slot[some]] = vals[src[some]]
 
     def _widen(self, rows: np.ndarray) -> None:
         """Regular rows (distinct) become wide: their ring timestamps written out as int32 offsets
@@ -154,7 +219,7 @@ class Head:
         filled = self.filled[rows].astype(np.int64)
         cnt = np.minimum(filled, width)
         cols = self.slots(rows, filled - cnt, width)
-        return self.slot_ts(rows, cols), self.vals[rows[:, None], cols], cnt
+        return self.slot_ts(rows, cols), self.slot_vals(rows, cols), cnt
 
     def oldest_ts(self, rows: np.ndarray) -> np.ndarray:
         """The oldest timestamp in each row's ring (meaningless for an empty ring)."""
@@ -167,7 +232,7 @@ class Head:
         n = int(self.filled[row])
         rows = np.array([row], dtype=np.int64)
         cols = self.slots(rows, np.zeros(1, np.int64), n)
-        return self.slot_ts(rows, cols)[0], self.vals[row, cols[0]]
+        return self.slot_ts(rows, cols)[0], self.slot_vals(rows, cols)[0]
 
     def unsealed_samples(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """The samples of ``row`` that are in no block yet, oldest first (copies)."""
@@ -219,14 +284,13 @@ class Head:
         newest = ts[starts + counts - 1]
         one = bool((counts == 1).all())  # one sample a series (the agents' shape)
         if one:
-            slot = self.pos[rows]
-            self.vals[rows, slot] = vals[starts]
+            self._write_vals(rows, filled, counts, starts, None, starts, self.pos[rows], vals)
         else:
-            sample_rows = np.repeat(rows, kept)
+            owner = np.repeat(np.arange(len(rows)), kept)
             offset = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
-            src = np.repeat(first, kept) + offset
-            slot = (np.repeat(self.pos[rows].astype(np.int64) + counts - kept, kept) + offset) % cap
-            self.vals[sample_rows, slot] = vals[src]
+            src = first[owner] + offset
+            slot = ((self.pos[rows].astype(np.int64) + counts - kept)[owner] + offset) % cap
+            self._write_vals(rows, filled, counts, first, owner, src, slot, vals)
         reg, r_counts, r_starts, r_kept, r_filled, r_newest = rows, counts, starts, kept, filled, newest
         if self.n_wide:
             wide = self.wide[rows]
@@ -381,7 +445,10 @@ class Head:
         starts = ends - filled
         owner = np.repeat(np.arange(len(rows)), filled)
         offset = np.arange(len(ts)) - starts[owner]
-        self.vals[rows[owner], offset] = vals
+        if len(ts):  # every ring begins again: flat when all its values have the same bits
+            vals = np.ascontiguousarray(vals, dtype=np.float64)
+            self._write_vals(rows, np.zeros(len(rows), np.int64), filled, np.minimum(starts, len(ts) - 1), owner,
+                             np.arange(len(ts)), offset, vals)
         self.filled[rows] = filled
         self.unsealed[rows] = unsealed
         self.pos[rows] = filled % cap

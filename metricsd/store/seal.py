@@ -74,7 +74,7 @@ def _seal_blocks(head: Head, chunks: Chunks, rows: np.ndarray, counts: np.ndarra
             slot = (ring_first[sel][:, None] + e) % head.capacity
             src = np.where(in_ring, 0, starts[sel][:, None] + e - unsealed[sel][:, None])
             t = np.where(in_ring, head.slot_ts(r, slot), ts[src])
-            v = np.where(in_ring, head.vals[r[:, None], slot], vals[src])
+            v = np.where(in_ring, head.slot_vals(r, slot), vals[src])
             _append_blocks(chunks, r, t, v)
 
 

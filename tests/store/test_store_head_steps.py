@@ -24,9 +24,12 @@ KEEP = 5  # ring and block: small, so rings turn and blocks seal often
 SETTINGS = StoreSettings(head_keep=KEEP, chunk_samples=3 * KEEP, retention_ms=10**13)
 
 # One write: (series, samples, how its timestamps go on: "step" keeps the series' step, "jitter"
-# moves one sample by a few ms, "gap" skips a long while, "restep" changes the step).
+# moves one sample by a few ms, "gap" skips a long while, "restep" changes the step; a number; its
+# values: "same" the series' constant, "ramp" changing ones, "negzero" -0.0 (the same as 0.0 but
+# for its bits), "nan" a NaN, "new" a new constant).
 write_st = st.tuples(st.integers(0, 3), st.integers(1, 2 * KEEP + 2),
-                     st.sampled_from(["step", "step", "step", "jitter", "gap", "restep"]), st.integers(1, 7))
+                     st.sampled_from(["step", "step", "step", "jitter", "gap", "restep"]), st.integers(1, 7),
+                     st.sampled_from(["same", "same", "same", "ramp", "negzero", "nan", "new"]))
 
 
 def _labels(n: int) -> tuple[list, np.ndarray]:
@@ -34,13 +37,26 @@ def _labels(n: int) -> tuple[list, np.ndarray]:
     return labels, np.array([series_id(lab) for lab in labels], np.uint64)
 
 
-def _play(writes: list[tuple[int, int, str, int]]) -> tuple[Store, np.ndarray, list[list[int]], list[list[float]]]:
+def _values(how: str, n: int, k: int, constant: float) -> np.ndarray:
+    if how == "ramp":
+        return np.round(np.arange(n) * 0.5 + k, 1)
+    vals = np.full(n, constant)
+    if how == "negzero":
+        vals[n // 2] = -0.0
+    elif how == "nan":
+        vals[n // 2] = np.nan
+    return vals
+
+
+def _play(writes: list[tuple[int, int, str, int, str]]) -> tuple[Store, np.ndarray, list[list[int]],
+                                                                  list[list[float]]]:
     labels, ids = _labels(4)
     store = Store(SETTINGS)
     model_t: list[list[int]] = [[] for _ in ids]
     model_v: list[list[float]] = [[] for _ in ids]
     step = [10_000] * len(ids)
-    for k, (s, n, how, x) in enumerate(writes):
+    constant = [0.0, 2.5, 0.0, 1e9]
+    for k, (s, n, how, x, vhow) in enumerate(writes):
         last = model_t[s][-1] if model_t[s] else T0 + 1_000 * s
         if how == "restep":
             step[s] = 1_000 * x
@@ -49,13 +65,20 @@ def _play(writes: list[tuple[int, int, str, int]]) -> tuple[Store, np.ndarray, l
             ts[n // 2] += x  # still increasing: steps are at least 1,000 ms
         elif how == "gap":
             ts += 3_600_000 * x
-        vals = np.round(np.arange(n) * 0.5 + k, 1)
+        if vhow == "new":
+            constant[s] = float(k)
+        vals = _values(vhow, n, k, constant[s])
         new = {int(ids[s]): labels[s]} if not model_t[s] else None
         res = store.write(ids[s : s + 1], np.array([n]), ts, vals, new)
         assert res.written == n, res
         model_t[s] += ts.tolist()
         model_v[s] += vals.tolist()
     return store, ids, model_t, model_v
+
+
+def _bits(v: object) -> list[int]:
+    """Values compared by their bits: NaN, the stale marker and -0.0 must come back as written."""
+    return np.asarray(v, dtype=np.float64).view(np.uint64).tolist()
 
 
 def _assert_same(store: Store, ids: np.ndarray, model_t: list[list[int]], model_v: list[list[float]]) -> None:
@@ -67,15 +90,16 @@ def _assert_same(store: Store, ids: np.ndarray, model_t: list[list[int]], model_
             assert not model_t[s]
             continue
         t, v = store.series_samples(row, 0, 2**62)
-        assert t.tolist() == model_t[s] and v.tolist() == model_v[s]
+        assert t.tolist() == model_t[s] and _bits(v) == _bits(model_v[s])
         rt, rv = head.samples(row)
         f = int(head.filled[row])
-        assert rt.tolist() == model_t[s][len(model_t[s]) - f :] and rv.tolist() == model_v[s][len(model_v[s]) - f :]
+        assert rt.tolist() == model_t[s][len(model_t[s]) - f :]
+        assert _bits(rv) == _bits(model_v[s][len(model_v[s]) - f :])
         rows = np.array([row])
         for width in (1, 2, KEEP):
             nt, nv, cnt = head.newest(rows, width)
             c = int(cnt[0])
-            assert nt[0, :c].tolist() == rt[f - c :].tolist() and nv[0, :c].tolist() == rv[f - c :].tolist()
+            assert nt[0, :c].tolist() == rt[f - c :].tolist() and _bits(nv[0, :c]) == _bits(rv[f - c :])
         if f:
             assert int(head.oldest_ts(rows)[0]) == int(rt[0])
             assert head.ts_at(rows, np.array([f - 1])).tolist() == [int(rt[-1])]
@@ -85,7 +109,7 @@ def _assert_same(store: Store, ids: np.ndarray, model_t: list[list[int]], model_
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(write_st, min_size=1, max_size=25))
-def test_rings_read_back_as_written_regular_or_wide(writes: list[tuple[int, int, str, int]]) -> None:
+def test_rings_read_back_as_written_regular_or_wide(writes: list[tuple[int, int, str, int, str]]) -> None:
     store, ids, model_t, model_v = _play(writes)
     _assert_same(store, ids, model_t, model_v)
 
@@ -99,7 +123,7 @@ def test_a_snapshot_restores_regular_and_wide_rings(tmp_path_factory: object, wr
     back = restore(read_snapshot(path), SETTINGS)
     _assert_same(back, ids, model_t, model_v)
     # writing on after the restore: the restored rings continue (regular rows on their step)
-    for s, n, _how, _x in more:
+    for s, n, _how, _x, _v in more:
         if not model_t[s]:
             continue
         step = model_t[s][-1] - model_t[s][-2] if len(model_t[s]) > 1 else 10_000
@@ -157,3 +181,26 @@ def test_load_sets_regular_and_wide_rows_at_once() -> None:
     assert head.unsealed.tolist() == [1, 0, 1]
     head.last_ts[:3] = [300, 31, 5]  # the snapshot's own column (load leaves it to the caller)
     head._check(3)
+
+
+def test_constant_rows_keep_one_value_and_a_changed_one_turns_varying() -> None:
+    labels, ids = _labels(4)
+    store = Store(SETTINGS)
+    consts = np.array([0.25, 2.0, 0.0, 1e9])
+    for k in range(3 * KEEP + 1):
+        vals = consts.copy()
+        vals[1] = k  # series 1 changes every sample
+        store.write(ids, np.ones(4, np.int64), np.full(4, T0 + 10_000 * k), vals,
+                    dict(zip(ids.tolist(), labels, strict=True)))
+    head = store.head
+    rows = np.array([store.index.row_of(int(i)) for i in ids])
+    assert head.varying[rows].tolist() == [0, 1, 0, 0] and head.n_varying == 1
+    assert head.flat[rows[[0, 2, 3]]].tolist() == [0.25, 0.0, 1e9]
+    # -0.0 equals 0.0 but is not its bits: series 2 turns varying and reads back -0.0
+    vals = consts.copy()
+    vals[2] = -0.0
+    store.write(ids, np.ones(4, np.int64), np.full(4, T0 + 10_000 * (3 * KEEP + 1)), vals)
+    assert head.varying[rows].tolist() == [0, 1, 2, 0]
+    t, v = store.series_samples(int(rows[2]), 0, 2**62)
+    assert len(t) == 3 * KEEP + 2 and _bits(v) == _bits([0.0] * (3 * KEEP + 1) + [-0.0])
+    store._check()
