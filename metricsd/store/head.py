@@ -159,6 +159,9 @@ class Head:
         """``write``'s values: sample j, ``vals[src[j]]``, into ``slot[j]`` of ``rows[owner[j]]``
         (``owner`` None: one sample a row). A flat row stays flat while every value its ring keeps
         has its bits; otherwise it becomes varying first."""
+        if owner is None and self.capacity > 1:
+            self._write_one_val(rows, filled, src, slot, vals)
+            return
         bits = vals.view(np.uint64)
         fresh = (filled == 0) | (counts >= self.capacity)  # the ring becomes the segment's newest samples
         flat = self.varying[rows] == 0 if self.n_varying else np.ones(len(rows), dtype=bool)
@@ -180,6 +183,28 @@ class Head:
                 self.vals[v, slot] = vals[src]
             elif len(some):
                 self.vals[v[some], slot[some]] = vals[src[some]]
+
+    def _write_one_val(self, rows: np.ndarray, filled: np.ndarray, src: np.ndarray, slot: np.ndarray,
+                       vals: np.ndarray) -> None:
+        """``_write_vals`` of one sample a row (the agents' shape), in as few NumPy calls as it takes
+        when nothing changes kind: a flat row's value compared, a varying row's stored."""
+        v = vals[src]
+        var = self.varying[rows]
+        flat = var == 0
+        off = flat & (v.view(np.uint64) != self.flat[rows].view(np.uint64))
+        if bool(off.any()):
+            empty = filled == 0  # an empty ring takes the value as its flat one
+            start = off & empty
+            self.flat[rows[start]] = v[start]
+            turn = off & ~empty
+            if bool(turn.any()):
+                self._vary(rows[turn])
+                var = self.varying[rows]
+                flat &= ~turn
+        if bool(flat.all()):
+            return
+        some = np.flatnonzero(var)
+        self.vals[var[some].astype(np.int64) - 1, slot[some]] = v[some]
 
     def _widen(self, rows: np.ndarray) -> None:
         """Regular rows (distinct) become wide: their ring timestamps written out as int32 offsets
@@ -308,7 +333,10 @@ class Head:
             prev = np.where(r_kept >= 2, ts[np.maximum(r_starts + r_counts - 2, 0)], self.base[reg])
             has_two = (r_kept >= 2) | ((r_filled > 0) & (r_counts < cap))
         gap = r_newest - prev
-        self.step[reg] = np.where(has_two & (gap > 0) & (gap <= self.step_max), gap, self.step[reg])
+        new = gap != self.step[reg]  # most rows: on their step already
+        if bool(new.any()):
+            new &= has_two & (gap > 0) & (gap <= self.step_max)
+            self.step[reg[new]] = gap[new]
         self.base[reg] = r_newest
         self.pos[rows] = (self.pos[rows].astype(np.int64) + counts) % cap
         self.filled[rows] = np.minimum(filled.astype(np.int64) + counts, cap)
@@ -362,7 +390,10 @@ class Head:
         lim = self.step_max
         if bool((counts == 1).all()):  # the agents' shape: one comparison a row
             gap = ts[starts] - self.base[rows]
-            return fresh | ((gap > 0) & (gap <= lim) & ((filled < 2) | (gap == self.step[rows])))
+            on = gap == self.step[rows]  # a step is 0 or one that was checked, so this is enough
+            if bool(on.all()):
+                return on
+            return fresh | ((gap > 0) & (gap <= lim) & ((filled < 2) | on))
         kept = np.minimum(counts, cap)
         first = starts + counts - kept
         n = int(kept.sum())

@@ -204,3 +204,16 @@ def test_constant_rows_keep_one_value_and_a_changed_one_turns_varying() -> None:
     t, v = store.series_samples(int(rows[2]), 0, 2**62)
     assert len(t) == 3 * KEEP + 2 and _bits(v) == _bits([0.0] * (3 * KEEP + 1) + [-0.0])
     store._check()
+
+
+def test_a_segment_on_another_step_turns_a_regular_ring_wide() -> None:
+    """Two samples 3 s apart after a ring 10 s apart: each gap of the segment agrees with the
+    segment, but not with the ring's step, so the row must turn wide to keep its timestamps."""
+    head = Head(KEEP, rows=1)
+    rows, zero = np.array([0]), np.zeros(1, np.int64)
+    for seg in ([T0, T0 + 10_000, T0 + 20_000], [T0 + 23_000, T0 + 26_000]):
+        ts = np.array(seg, np.int64)
+        assert head.fit(rows, np.array([len(ts)]), zero, ts).all()
+        head.write(rows, np.array([len(ts)]), zero, ts, np.zeros(len(ts)))
+    assert head.wide[0] == 1
+    assert head.samples(0)[0].tolist() == [T0, T0 + 10_000, T0 + 20_000, T0 + 23_000, T0 + 26_000]
