@@ -10,10 +10,18 @@ chunks hold, except for its ``unsealed`` newest samples, which are in no block y
                                 s5  s6  s7  s8  s1  s2  s3  s4      pos[r] = 4: s1 is the oldest
                                              ^ newest    filled[r] = 8, unsealed[r] = 2 (s7, s8)
 
-Timestamps are int32 milliseconds after a per-row ``base`` (int64): 12 bytes a sample, not 16.
-A row spans at most OFFSET_MAX ms (24.8 days); the engine moves the base forward as the ring
-turns (``rebase``) and takes a sample that would land past it on its slow path.
-metricsd/store/FORMAT.md, "The head in memory", draws the layout.
+Timestamps are not stored for a "regular" row, one whose ring samples are evenly spaced (an agent
+stamping its samples on its tick: every row of compare.py's workload; a scraper whose timestamps
+jitter by a millisecond makes its rows wide, below): its ring's timestamps are its newest one
+(``base``) minus ``step`` times each sample's age. 8 bytes a sample, not 12 (at 200,000 series
+the rings' timestamps were ~25 MiB of the server's RSS). A row that leaves its step (jitter, a
+missed scrape, a backfill out of line) becomes "wide" for as long as the store runs: its
+timestamps are int32 milliseconds after ``base`` in a side matrix (``wide_ts``, one row of it
+per wide row), as every row's were before. A wide row spans at most OFFSET_MAX ms (24.8 days); the
+head moves its base forward as the ring turns and a sample that would land past it goes to the
+engine's slow path. Values likewise: a "flat" row (every ring value the same bits: a request, a
+limit) keeps one (``flat``); a "varying" row's are in ``vals``, a row of it per varying row.
+metricsd/store/FORMAT.md, "The head and the chunks in memory", draws the layout.
 """
 
 from __future__ import annotations
@@ -44,9 +52,20 @@ class Head:
         if not 1 <= capacity <= 255:
             raise ValueError("the head keeps 1..255 samples a series")
         self.capacity = capacity
-        self.ts = np.zeros((rows, capacity), dtype=np.int32)  # ms after base[row]
-        self.vals = np.zeros((rows, capacity), dtype=np.float64)
+        # The step a regular row may have: a row widened later must fit its ring in int32 offsets.
+        self.step_max = OFFSET_MAX // max(capacity - 1, 1)
+        # Values: a "flat" row (every ring sample the same float64 bits: a request, a limit, a
+        # capacity) keeps one; a "varying" row's are in vals[varying[row] - 1], by slot.
+        self.flat = np.zeros(rows, dtype=np.float64)  # flat row: the value of each of its ring samples
+        self.varying = np.zeros(rows, dtype=np.int32)  # 0: flat; k: its values in vals[k - 1]
+        self.vals = np.zeros((0, capacity), dtype=np.float64)
+        self.n_varying = 0
+        # regular row: its newest ring timestamp; wide row: what its wide_ts offsets are after
         self.base = np.zeros(rows, dtype=np.int64)  # meaningful while filled[row] > 0
+        self.step = np.zeros(rows, dtype=np.int32)  # regular row: ms between its ring samples (filled >= 2)
+        self.wide = np.zeros(rows, dtype=np.int32)  # 0: regular; k: wide, its timestamps in wide_ts[k - 1]
+        self.wide_ts = np.zeros((0, capacity), dtype=np.int32)  # ms after base[row], by slot
+        self.n_wide = 0
         self.pos = np.zeros(rows, dtype=np.int16)  # the slot the next sample goes to (capacity <= 255)
         self.filled = np.zeros(rows, dtype=np.int16)  # samples in the ring (<= capacity)
         self.unsealed = np.zeros(rows, dtype=np.int16)  # the newest ones that are in no block yet
@@ -59,16 +78,18 @@ class Head:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.ts, self.vals, self.base, self.pos, self.filled, self.unsealed,
-                                      self.last_ts, self.expiry_floor))
+        return sum(a.nbytes for a in (self.flat, self.varying, self.vals, self.base, self.step, self.wide,
+                                      self.wide_ts, self.pos, self.filled, self.unsealed, self.last_ts,
+                                      self.expiry_floor))
 
     def ensure_rows(self, n: int) -> None:
         have = len(self.filled)
         if n <= have:
             return
         extra = max(n, have + max(1024, have // 4)) - have  # grow by a quarter: doubling wastes up to half
-        self.ts, self.vals, self.base, self.pos, self.filled, self.unsealed = (
-            zero_grown(a, have + extra) for a in (self.ts, self.vals, self.base, self.pos, self.filled, self.unsealed))
+        self.flat, self.varying, self.base, self.step, self.wide, self.pos, self.filled, self.unsealed = (
+            zero_grown(a, have + extra)
+            for a in (self.flat, self.varying, self.base, self.step, self.wide, self.pos, self.filled, self.unsealed))
         self.last_ts = np.concatenate([self.last_ts, np.full(extra, NO_TS, np.int64)])
         self.expiry_floor = np.concatenate([self.expiry_floor, np.full(extra, NO_TS, np.int64)])
 
@@ -82,6 +103,130 @@ class Head:
         self.filled[row] = 0
         self.unsealed[row] = 0
         self.pos[row] = 0
+
+    # --- timestamps --------------------------------------------------------------------------
+
+    def slot_ts(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """The int64 timestamps in ring ``slots`` (k, or k x width) of ``rows`` (k). A slot that
+        holds no sample of its row gives a meaningless value, for the caller to mask."""
+        rows = np.asarray(rows, dtype=np.int64)
+        two = slots.ndim == 2
+
+        def col(a: np.ndarray) -> np.ndarray:
+            return a[:, None] if two else a
+
+        age = (col(self.pos[rows].astype(np.int64) - 1) - slots) % self.capacity
+        out = col(self.base[rows]) - col(self.step[rows].astype(np.int64)) * age
+        if self.n_wide:
+            w = self.wide[rows]
+            some = np.flatnonzero(w)
+            if len(some):
+                wr = w[some].astype(np.int64) - 1
+                out[some] = self.wide_ts[col(wr), slots[some]] + col(self.base[rows[some]])
+        return out
+
+    def slot_vals(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """The values in ring ``slots`` (k, or k x width) of ``rows`` (k), as ``slot_ts``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        two = slots.ndim == 2
+        if not self.n_varying:
+            return np.broadcast_to(self.flat[rows][:, None] if two else self.flat[rows], slots.shape).copy()
+        v = self.varying[rows].astype(np.int64) - 1
+        if bool((v >= 0).all()):  # a question about counters or usage: every row varies
+            return self.vals[v[:, None] if two else v, slots]
+        out = np.broadcast_to(self.flat[rows][:, None] if two else self.flat[rows], slots.shape).copy()
+        some = np.flatnonzero(v >= 0)
+        if len(some):
+            out[some] = self.vals[v[some][:, None] if two else v[some], slots[some]]
+        return out
+
+    def _vary(self, rows: np.ndarray) -> None:
+        """Flat rows (distinct) become varying: their flat value written into every slot of a new
+        row of ``vals``."""
+        k = len(rows)
+        if k == 0:
+            return
+        start = self.n_varying
+        if start + k > len(self.vals):
+            have = len(self.vals)
+            self.vals = zero_grown(self.vals, max(start + k, have + max(1024, have // 4)))
+        self.vals[start : start + k] = self.flat[rows][:, None]
+        self.varying[rows] = np.arange(start + 1, start + k + 1, dtype=np.int32)
+        self.n_varying += k
+
+    def _write_vals(self, rows: np.ndarray, filled: np.ndarray, counts: np.ndarray, first: np.ndarray,
+                    owner: np.ndarray | None, src: np.ndarray, slot: np.ndarray, vals: np.ndarray) -> None:
+        """``write``'s values: sample j, ``vals[src[j]]``, into ``slot[j]`` of ``rows[owner[j]]``
+        (``owner`` None: one sample a row). A flat row stays flat while every value its ring keeps
+        has its bits; otherwise it becomes varying first."""
+        if owner is None and self.capacity > 1:
+            self._write_one_val(rows, filled, src, slot, vals)
+            return
+        bits = vals.view(np.uint64)
+        fresh = (filled == 0) | (counts >= self.capacity)  # the ring becomes the segment's newest samples
+        flat = self.varying[rows] == 0 if self.n_varying else np.ones(len(rows), dtype=bool)
+        target = np.where(fresh, bits[first], self.flat[rows].view(np.uint64))
+        if owner is None:
+            off = flat & (bits[src] != target)
+        else:
+            bad = bits[src] != target[owner]
+            off = flat & (np.bincount(owner[bad], minlength=len(rows)) > 0)
+        if bool(off.any()):
+            self._vary(rows[off])
+        set_flat = flat & fresh & ~off
+        self.flat[rows[set_flat]] = vals[first[set_flat]]
+        if self.n_varying:
+            sample_rows = rows if owner is None else rows[owner]
+            v = self.varying[sample_rows].astype(np.int64) - 1
+            some = np.flatnonzero(v >= 0)
+            if len(some) == len(v):
+                self.vals[v, slot] = vals[src]
+            elif len(some):
+                self.vals[v[some], slot[some]] = vals[src[some]]
+
+    def _write_one_val(self, rows: np.ndarray, filled: np.ndarray, src: np.ndarray, slot: np.ndarray,
+                       vals: np.ndarray) -> None:
+        """``_write_vals`` of one sample a row (the agents' shape), in as few NumPy calls as it takes
+        when nothing changes kind: a flat row's value compared, a varying row's stored."""
+        v = vals[src]
+        var = self.varying[rows]
+        flat = var == 0
+        off = flat & (v.view(np.uint64) != self.flat[rows].view(np.uint64))
+        if bool(off.any()):
+            empty = filled == 0  # an empty ring takes the value as its flat one
+            start = off & empty
+            self.flat[rows[start]] = v[start]
+            turn = off & ~empty
+            if bool(turn.any()):
+                self._vary(rows[turn])
+                var = self.varying[rows]
+                flat &= ~turn
+        if bool(flat.all()):
+            return
+        some = np.flatnonzero(var)
+        self.vals[var[some].astype(np.int64) - 1, slot[some]] = v[some]
+
+    def _widen(self, rows: np.ndarray) -> None:
+        """Regular rows (distinct) become wide: their ring timestamps written out as int32 offsets
+        from their oldest, which fit (a regular step is at most step_max)."""
+        k = len(rows)
+        if k == 0:
+            return
+        cap = self.capacity
+        start = self.n_wide
+        if start + k > len(self.wide_ts):
+            have = len(self.wide_ts)
+            self.wide_ts = zero_grown(self.wide_ts, max(start + k, have + max(64, have // 4)))
+        slots = np.broadcast_to(np.arange(cap), (k, cap))
+        t = self.slot_ts(rows, slots)
+        filled = self.filled[rows].astype(np.int64)
+        oldest = self.base[rows] - self.step[rows].astype(np.int64) * np.maximum(filled - 1, 0)
+        age = (self.pos[rows].astype(np.int64)[:, None] - 1 - slots) % cap
+        off = np.where(age < filled[:, None], t - oldest[:, None], 0)
+        self.wide_ts[start : start + k] = off.astype(np.int32)
+        self.base[rows] = np.where(filled > 0, oldest, self.base[rows])
+        self.wide[rows] = np.arange(start + 1, start + k + 1, dtype=np.int32)
+        self.n_wide += k
 
     # --- positions -------------------------------------------------------------------------
 
@@ -99,20 +244,20 @@ class Head:
         filled = self.filled[rows].astype(np.int64)
         cnt = np.minimum(filled, width)
         cols = self.slots(rows, filled - cnt, width)
-        r = rows[:, None]
-        return self.ts[r, cols].astype(np.int64) + self.base[rows][:, None], self.vals[r, cols], cnt
+        return self.slot_ts(rows, cols), self.slot_vals(rows, cols), cnt
 
     def oldest_ts(self, rows: np.ndarray) -> np.ndarray:
         """The oldest timestamp in each row's ring (meaningless for an empty ring)."""
         rows = np.asarray(rows, dtype=np.int64)
         slot = (self.pos[rows].astype(np.int64) - self.filled[rows]) % self.capacity
-        return self.ts[rows, slot].astype(np.int64) + self.base[rows]
+        return self.slot_ts(rows, slot)
 
     def samples(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """The ring's samples of ``row`` in time order (copies)."""
         n = int(self.filled[row])
-        cols = self.slots(np.array([row]), np.zeros(1, np.int64), n)[0]
-        return self.ts[row, cols].astype(np.int64) + self.base[row], self.vals[row, cols]
+        rows = np.array([row], dtype=np.int64)
+        cols = self.slots(rows, np.zeros(1, np.int64), n)
+        return self.slot_ts(rows, cols)[0], self.slot_vals(rows, cols)[0]
 
     def unsealed_samples(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """The samples of ``row`` that are in no block yet, oldest first (copies)."""
@@ -122,32 +267,26 @@ class Head:
 
     def rank(self, rows: np.ndarray, t: int) -> np.ndarray:
         """How many ring samples of each row are at or before ``t`` (ms): a binary search of every
-        row at once, log2(capacity) rounds of one gathered element per row (the slot digests'
+        row at once, log2(capacity) rounds of one timestamp per row (the slot digests'
         statistics, metricsd/store/query.py: series_stats)."""
         rows = np.asarray(rows, dtype=np.int64)
         count = self.filled[rows].astype(np.int64)
-        rel = t - self.base[rows]
         out = count.copy()
         if len(rows) == 0:
             return out
         cap = self.capacity
         first = self.pos[rows].astype(np.int64) - count  # slot of logical position 0, before wrapping
-        flat = self.ts.reshape(-1)
-        row_at = rows * cap
-
-        def at(i: np.ndarray) -> np.ndarray:  # the timestamp offset at logical position i of each row
-            return flat[row_at + (first + i) % cap]
-
         # Fast path: a query at the present has every sample of most rows at or before t.
-        search = np.flatnonzero((count > 0) & (at(np.maximum(count, 1) - 1) > rel))
+        newest = self.slot_ts(rows, (first + np.maximum(count, 1) - 1) % cap)
+        search = np.flatnonzero((count > 0) & (newest > t))
         if len(search) == 0:
             return out
-        count, rel, first, row_at = count[search], rel[search], first[search], row_at[search]
+        rows, count, first = rows[search], count[search], first[search]
         pos = np.zeros(len(search), dtype=np.int64)
         step = 1 << (int(cap).bit_length() - 1)
         while step:
             cand = np.minimum(pos + step, count)
-            pos = np.where(at(cand - 1) <= rel, cand, pos)
+            pos = np.where(self.slot_ts(rows, (first + cand - 1) % cap) <= t, cand, pos)
             step >>= 1
         out[search] = pos
         return out
@@ -158,38 +297,122 @@ class Head:
               vals: np.ndarray) -> None:
         """Push segment i (``counts[i]`` samples of ``ts``/``vals`` from ``starts[i]``) into the ring
         of distinct ``rows[i]``: only its newest ``capacity`` can stay. The caller has checked with
-        ``fit`` that the ring's base reaches them, and keeps ``unsealed`` itself."""
+        ``fit`` that the ring takes them (a regular row stays on its step, a wide row's base
+        reaches them), and keeps ``unsealed`` itself."""
         if len(rows) == 0:
             return
         cap = self.capacity
         counts = np.asarray(counts, dtype=np.int64)
         kept = np.minimum(counts, cap)
         first = starts + counts - kept  # the samples that can survive in the ring
-        empty = (self.filled[rows] == 0) | (counts >= cap)
-        if bool(empty.any()):
-            self.base[rows[empty]] = ts[first[empty]]
-        if bool((counts == 1).all()):  # one sample a series (the agents' shape)
-            slot = self.pos[rows]
-            self.ts[rows, slot] = ts[starts] - self.base[rows]
-            self.vals[rows, slot] = vals[starts]
+        filled = self.filled[rows]
+        newest = ts[starts + counts - 1]
+        one = bool((counts == 1).all())  # one sample a series (the agents' shape)
+        if one:
+            self._write_vals(rows, filled, counts, starts, None, starts, self.pos[rows], vals)
         else:
-            sample_rows = np.repeat(rows, kept)
+            owner = np.repeat(np.arange(len(rows)), kept)
             offset = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
-            src = np.repeat(first, kept) + offset
-            slot = (np.repeat(self.pos[rows].astype(np.int64) + counts - kept, kept) + offset) % cap
-            self.ts[sample_rows, slot] = ts[src] - self.base[sample_rows]
-            self.vals[sample_rows, slot] = vals[src]
+            src = first[owner] + offset
+            slot = ((self.pos[rows].astype(np.int64) + counts - kept)[owner] + offset) % cap
+            self._write_vals(rows, filled, counts, first, owner, src, slot, vals)
+        reg, r_counts, r_starts, r_kept, r_filled, r_newest = rows, counts, starts, kept, filled, newest
+        if self.n_wide:
+            wide = self.wide[rows]
+            if bool(wide.any()):
+                w = np.flatnonzero(wide)
+                self._write_wide(rows[w], counts[w], starts[w], kept[w], first[w], filled[w] == 0, ts)
+                r = np.flatnonzero(wide == 0)
+                reg, r_counts, r_starts, r_kept, r_filled, r_newest = (
+                    rows[r], counts[r], starts[r], kept[r], filled[r], newest[r])
+        # Regular rows: the newest timestamp, and the step back to the one before it.
+        if one:
+            prev = self.base[reg]
+            has_two = r_filled > 0
+        else:
+            prev = np.where(r_kept >= 2, ts[np.maximum(r_starts + r_counts - 2, 0)], self.base[reg])
+            has_two = (r_kept >= 2) | ((r_filled > 0) & (r_counts < cap))
+        gap = r_newest - prev
+        new = gap != self.step[reg]  # most rows: on their step already
+        if bool(new.any()):
+            new &= has_two & (gap > 0) & (gap <= self.step_max)
+            self.step[reg[new]] = gap[new]
+        self.base[reg] = r_newest
         self.pos[rows] = (self.pos[rows].astype(np.int64) + counts) % cap
-        self.filled[rows] = np.minimum(self.filled[rows].astype(np.int64) + counts, cap)
-        self.last_ts[rows] = ts[starts + counts - 1]
+        self.filled[rows] = np.minimum(filled.astype(np.int64) + counts, cap)
+        self.last_ts[rows] = newest
+
+    def _write_wide(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, kept: np.ndarray,
+                    first: np.ndarray, empty: np.ndarray, ts: np.ndarray) -> None:
+        """``write``'s timestamps of wide rows: int32 offsets from their base."""
+        cap = self.capacity
+        fresh = empty | (counts >= cap)
+        if bool(fresh.any()):
+            self.base[rows[fresh]] = ts[first[fresh]]
+        w = self.wide[rows].astype(np.int64) - 1
+        if bool((counts == 1).all()):  # the agents' shape
+            self.wide_ts[w, self.pos[rows]] = ts[starts] - self.base[rows]
+            return
+        sample_w = np.repeat(w, kept)
+        offset = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
+        src = np.repeat(first, kept) + offset
+        slot = (np.repeat(self.pos[rows].astype(np.int64) + counts - kept, kept) + offset) % cap
+        self.wide_ts[sample_w, slot] = ts[src] - np.repeat(self.base[rows], kept)
 
     def fit(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        """Before ``write``: move each row's base forward so that every sample its ring keeps
-        afterwards is an int32 offset from it. Returns whether each row can take its segment; a
-        row that cannot (the samples it would keep span more than OFFSET_MAX ms: a series written
-        once in weeks) goes to the engine's slow path, untouched here."""
+        """Before ``write``: a regular row whose segment leaves its step becomes wide, and a wide
+        row's base moves forward so that every sample its ring keeps afterwards is an int32 offset
+        from it. Returns whether each row can take its segment; a row that cannot (a wide row whose
+        samples would span more than OFFSET_MAX ms: a series written once in weeks) goes to the
+        engine's slow path, untouched here."""
         rows = np.asarray(rows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
+        if self.n_wide:
+            regular = np.flatnonzero(self.wide[rows] == 0)
+            off = regular[~self._on_step(rows[regular], counts[regular], starts[regular], ts)]
+        else:
+            off = np.flatnonzero(~self._on_step(rows, counts, starts, ts))
+        self._widen(rows[off])
+        ok = np.ones(len(rows), dtype=bool)
+        if not self.n_wide:
+            return ok
+        w = np.flatnonzero(self.wide[rows])
+        if len(w):
+            ok[w] = self._fit_wide(rows[w], counts[w], starts[w], ts)
+        return ok
+
+    def _on_step(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Whether each regular row's ring stays evenly spaced (by at most step_max) with its
+        segment written: every gap between the samples it keeps equals its step."""
+        cap = self.capacity
+        filled = self.filled[rows]
+        fresh = (filled == 0) | (counts >= cap)  # the ring becomes the segment's newest samples
+        lim = self.step_max
+        if bool((counts == 1).all()):  # the agents' shape: one comparison a row
+            gap = ts[starts] - self.base[rows]
+            on = gap == self.step[rows]  # a step is 0 or one that was checked, so this is enough
+            if bool(on.all()):
+                return on
+            return fresh | ((gap > 0) & (gap <= lim) & ((filled < 2) | on))
+        kept = np.minimum(counts, cap)
+        first = starts + counts - kept
+        n = int(kept.sum())
+        owner = np.repeat(np.arange(len(rows)), kept)
+        offset = np.arange(n) - np.repeat(np.cumsum(kept) - kept, kept)
+        src = np.repeat(first, kept) + offset
+        joined = offset > 0
+        prev = np.where(joined, ts[np.maximum(src - 1, 0)], self.base[rows][owner])
+        gap = ts[src] - prev
+        counted = joined | ~fresh[owner]  # a fresh ring's oldest sample has no gap before it
+        # the step each row must keep: its own (two or more samples stay), else its first gap
+        first_gap = np.where(fresh, ts[np.minimum(first + 1, len(ts) - 1)] - ts[first],
+                             ts[first] - self.base[rows])
+        want = np.where(~fresh & (filled >= 2), self.step[rows].astype(np.int64), first_gap)
+        bad = counted & ((gap != want[owner]) | (gap <= 0) | (gap > lim))
+        return np.bincount(owner[bad], minlength=len(rows)) == 0
+
+    def _fit_wide(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """``fit`` for wide rows: move each base forward so every kept sample is an int32 offset."""
         newest = ts[starts + counts - 1]
         # Fast path: the base reaches the newest sample (every kept one lies between the two).
         quick = newest - self.base[rows] <= OFFSET_MAX
@@ -211,36 +434,80 @@ class Head:
         move = np.flatnonzero(fits & (n_old > 0))
         if len(move):
             rr = rows[move]
+            w = self.wide[rr].astype(np.int64) - 1
             shift = oldest[move] - self.base[rr]
             # samples older than the new base go negative: this write overwrites them
-            shifted = self.ts[rr].astype(np.int64) - shift[:, None]
-            self.ts[rr] = np.clip(shifted, np.iinfo(np.int32).min, OFFSET_MAX).astype(np.int32)
+            shifted = self.wide_ts[w].astype(np.int64) - shift[:, None]
+            self.wide_ts[w] = np.clip(shifted, np.iinfo(np.int32).min, OFFSET_MAX).astype(np.int32)
             self.base[rr] = oldest[move]
         return ok
 
     def ts_at(self, rows: np.ndarray, logical: np.ndarray) -> np.ndarray:
         """The timestamp at logical position ``logical`` (0: the oldest) of each row's ring."""
+        rows = np.asarray(rows, dtype=np.int64)
         slot = (self.pos[rows].astype(np.int64) - self.filled[rows] + logical) % self.capacity
-        return self.ts[rows, slot].astype(np.int64) + self.base[rows]
+        return self.slot_ts(rows, slot)
 
     def replace_row(self, row: int, ts: np.ndarray, vals: np.ndarray, unsealed: int) -> None:
         """Set a row's ring to the newest ``capacity`` of ``ts``/``vals`` (recovery, merges; the rare
         path), the last ``unsealed`` of them in no block yet. Raises ValueError when they do not fit
         (more unsealed samples than the ring holds, or a span past OFFSET_MAX)."""
         keep = min(len(ts), self.capacity)
-        ts, vals = ts[len(ts) - keep :], vals[len(vals) - keep :]
+        ts = np.asarray(ts[len(ts) - keep :], dtype=np.int64)
+        vals = vals[len(vals) - keep :]
         if unsealed > keep:
             raise ValueError("more unsealed samples than the ring holds")
         if keep and int(ts[-1]) - int(ts[0]) > OFFSET_MAX:
             raise ValueError("ring content spans more than the head's offsets reach")
+        self.load(np.array([row]), np.array([keep]), np.array([unsealed]), ts, vals)
         if keep:
-            self.base[row] = int(ts[0])
-            self.ts[row, :keep] = np.asarray(ts, dtype=np.int64) - int(ts[0])
-            self.vals[row, :keep] = vals
             self.last_ts[row] = max(int(self.last_ts[row]), int(ts[-1]))
-        self.filled[row] = keep
-        self.pos[row] = keep % self.capacity
-        self.unsealed[row] = unsealed
+
+    def load(self, rows: np.ndarray, filled: np.ndarray, unsealed: np.ndarray, ts: np.ndarray,
+             vals: np.ndarray) -> None:
+        """Set the rings of distinct ``rows`` at once (a snapshot's restore): row i takes
+        ``filled[i]`` samples of ``ts``/``vals`` (row after row, oldest first, at most capacity,
+        spanning at most OFFSET_MAX ms), the last ``unsealed[i]`` of them in no block yet. Evenly
+        spaced rings are regular; the others are wide."""
+        rows = np.asarray(rows, dtype=np.int64)
+        filled = np.asarray(filled, dtype=np.int64)
+        cap = self.capacity
+        ends = np.cumsum(filled)
+        starts = ends - filled
+        owner = np.repeat(np.arange(len(rows)), filled)
+        offset = np.arange(len(ts)) - starts[owner]
+        if len(ts):  # every ring begins again: flat when all its values have the same bits
+            vals = np.ascontiguousarray(vals, dtype=np.float64)
+            self._write_vals(rows, np.zeros(len(rows), np.int64), filled, np.minimum(starts, len(ts) - 1), owner,
+                             np.arange(len(ts)), offset, vals)
+        self.filled[rows] = filled
+        self.unsealed[rows] = unsealed
+        self.pos[rows] = filled % cap
+        two = filled >= 2
+        last = max(len(ts) - 1, 0)
+        step = np.where(two, ts[np.minimum(starts + 1, last)] - ts[np.minimum(starts, last)], 0) if len(ts) else \
+            np.zeros(len(rows), np.int64)
+        gap = np.diff(ts, prepend=ts[:1]) if len(ts) else np.zeros(0, np.int64)
+        bad = (offset > 0) & ((gap != step[owner]) | (gap <= 0) | (gap > self.step_max))
+        even = np.bincount(owner[bad], minlength=len(rows)) == 0
+        was_wide = self.wide[rows] != 0
+        some = filled > 0
+        # regular: the newest and the step (a wide row stays wide)
+        reg = np.flatnonzero(even & ~was_wide)
+        self.base[rows[reg[some[reg]]]] = ts[ends[reg[some[reg]]] - 1]
+        self.step[rows[reg]] = np.where(two[reg], step[reg], 0)
+        wide = np.flatnonzero(~(even & ~was_wide))
+        if len(wide) == 0:
+            return
+        new = wide[~was_wide[wide]]
+        self.filled[rows[new]] = 0  # nothing to write out: their samples are set below
+        self._widen(rows[new])
+        self.filled[rows[new]] = filled[new]
+        wr = rows[wide]
+        self.base[wr[some[wide]]] = ts[starts[wide[some[wide]]]]
+        mine = np.repeat(np.isin(np.arange(len(rows)), wide), filled)
+        w = self.wide[rows[owner[mine]]].astype(np.int64) - 1
+        self.wide_ts[w, offset[mine]] = (ts[mine] - self.base[rows[owner[mine]]]).astype(np.int32)
 
     def _check(self, rows: int) -> None:
         for r in range(rows):
@@ -250,7 +517,9 @@ class Head:
             t, _ = self.samples(r)
             if f > 1:
                 assert bool(np.all(np.diff(t) > 0)), f"row {r} timestamps not increasing"
-            if f:
-                off = self.ts[r, self.slots(np.array([r]), np.zeros(1, np.int64), f)[0]]
+            if f and self.wide[r]:
+                rr = np.array([r])
+                off = self.wide_ts[int(self.wide[r]) - 1, self.slots(rr, np.zeros(1, np.int64), f)[0]]
                 assert int(off.min()) >= 0, f"row {r} has a sample before its base"
+            if f:
                 assert int(self.last_ts[r]) >= int(t[-1])

@@ -73,9 +73,8 @@ def _seal_blocks(head: Head, chunks: Chunks, rows: np.ndarray, counts: np.ndarra
             in_ring = e < unsealed[sel][:, None]
             slot = (ring_first[sel][:, None] + e) % head.capacity
             src = np.where(in_ring, 0, starts[sel][:, None] + e - unsealed[sel][:, None])
-            rr = r[:, None]
-            t = np.where(in_ring, head.ts[rr, slot].astype(np.int64) + head.base[rr], ts[src])
-            v = np.where(in_ring, head.vals[rr, slot], vals[src])
+            t = np.where(in_ring, head.slot_ts(r, slot), ts[src])
+            v = np.where(in_ring, head.slot_vals(r, slot), vals[src])
             _append_blocks(chunks, r, t, v)
 
 

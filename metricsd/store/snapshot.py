@@ -443,13 +443,7 @@ def _restore_head(store: Store, img: StoreImage) -> None:
     last[some] = img.head_ts[ends[some] - 1]
     same_shape = img.meta.head_keep == h.capacity and img.meta.chunk_samples == c.chunk_samples
     if same_shape and bool(np.all(last - first <= OFFSET_MAX)):
-        h.filled[:n] = filled
-        h.unsealed[:n] = img.head_unsealed
-        h.pos[:n] = filled % h.capacity
-        h.base[:n] = first
-        mask = np.arange(h.capacity)[None, :] < filled[:, None]
-        h.ts[:n][mask] = img.head_ts - np.repeat(first, filled)
-        h.vals[:n][mask] = img.head_vals
+        h.load(np.arange(n), filled, img.head_unsealed, img.head_ts, img.head_vals)
         return
     log.warning("snapshot head (%d samples a block, chunks of %d) does not fit the settings' (%d, %d): "
                 "closing its open chunks and sealing the rings again", img.meta.head_keep, img.meta.chunk_samples,

@@ -25,7 +25,9 @@ def _head(gaps_per_row: list[list[int]], bases: list[int], turn: int = 0) -> tup
         rows = np.array([row])
         for part in (older, ts):
             if len(part):
-                head.write(rows, np.array([len(part)]), np.zeros(1, np.int64), part, np.zeros(len(part)))
+                seg = (rows, np.array([len(part)]), np.zeros(1, np.int64), part)
+                assert head.fit(*seg).all()  # write's contract: fit first (a row off its step turns wide)
+                head.write(*seg, np.zeros(len(part)))
         if len(ts) < CAPACITY:  # keep only ts in the ring: the older ones were a way to turn it
             head.replace_row(row, ts, np.zeros(len(ts)), 0) if turn == 0 else _keep_last(head, row, len(ts))
         absolute.append(ts)
