@@ -6,11 +6,11 @@ method, a connection that breaks)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
+from test_rpc_read_port import Served as ReadPortServed
 
 from metricsd.model import make_labels, series_id
 from metricsd.proto import metricsd_pb2 as pb
@@ -33,13 +33,8 @@ from metricsd.store.engine import Store
 TOKENS = {"proxy": ("read,write", "p-token"), "reader": ("read", "r-token")}
 
 
-@dataclass
-class Served:
-    store: Store
-    port: int
-    grpc_address: str
-    server: ReadPortServer
-    pki: LocalPKI
+class Served(ReadPortServed):
+    """test_rpc_read_port's store, with the proxy's write end."""
 
     def security(self, token: str = "p-token") -> ClientSecurity:
         return ClientSecurity(ClientTLS(self.pki.ca, self.pki.cert, self.pki.key), token)
