@@ -33,7 +33,6 @@ the connection (the transport's write buffer limits).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -50,13 +49,12 @@ from multidict import MultiDict
 from yarl import URL
 
 from metricsd.clock import Clock
-from metricsd.http.auth import refusal
+from metricsd.http.hotroute import Answer, HotRoute
 from metricsd.http.hotwrite import MAX_WRITE_BODY, WRITE_PATH, HotWrites
-from metricsd.http.params import Params, error_body
+from metricsd.http.params import Params
 from metricsd.http.settings import HttpSettings
 from metricsd.rpc import consistency
-from metricsd.rpc.consistency import CONSISTENCY_HEADER, CONSISTENCY_PARAM, Consistency
-from metricsd.rpc.missing import collecting
+from metricsd.rpc.consistency import CONSISTENCY_PARAM, Consistency
 from metricsd.security.auth import Authenticator
 
 __all__ = ["GZIP_ON_LOOP", "MAX_BODY", "MAX_HEAD", "MAX_PENDING", "HotQueries", "HotServer", "HotSite", "parse_request",
@@ -78,7 +76,6 @@ _WRITE_LINE = b"POST /api/v1/write "
 _UNSAFE = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
 _UNPRINTABLE = re.compile(rb"[^\t\x20-\x7e]")
 _FORM = "application/x-www-form-urlencoded"
-_CONSISTENCY_HEADER = CONSISTENCY_HEADER.lower().encode()
 
 
 class HotRequest:
@@ -161,63 +158,37 @@ def parse_request(buf: bytes, max_body: int = MAX_BODY, max_write_body: int = 0)
                       lines[0].decode("ascii"), size)
 
 
-class HotQueries:
+class HotQueries(HotRoute[Params]):
     """The two routes' answers from a parsed request: the steps of server.py's middleware, the auth
     middleware, the whole-query middleware and promapi.py's handlers, without aiohttp's objects."""
 
     def __init__(self, bodies: dict[str, Callable[[Params], Awaitable[bytes]]],
                  whole: Callable[[Params, bool], Awaitable[bytes | None]] | None, settings: HttpSettings,
                  counter: Any, auth: Authenticator | None, clock: Clock) -> None:
+        super().__init__(settings, counter, auth, clock)
         self.bodies = bodies  # path -> the Prometheus API's body for its parameters
         self.whole = whole
-        self.settings = settings
-        self.counter = counter  # server.py's RequestMetrics
-        self.auth = auth
-        self.clock = clock
         self.writes: HotWrites | None = None  # remote write on the hot path (build_app sets it)
-        from metricsd.http import server  # late: server.py imports this module
-        self.body_with_missing = server.body_with_missing
-        self.consistency_of = server.consistency_of
-        self.error_of = server.error_of
 
-    async def answer(self, req: HotRequest, peer: str) -> tuple[int, bytes, str]:
-        """(status, JSON body, extra header lines) for ``req``."""
+    async def answer(self, req: HotRequest, peer: str) -> Answer:
         if req.name == WRITE_PATH and self.writes is not None:
             return await self.writes.answer(req, peer)
-        started = self.clock.monotonic()
-        extra = ""
-        try:
-            params, text = req.params()
-            chosen = self.consistency_of(text or req.headers.get(_CONSISTENCY_HEADER), req.name)
-            with collecting() as missing, consistency.reading_with(chosen):
-                async with asyncio.timeout(self.settings.request_timeout_s):
-                    body = await self._run(req, params, peer)
-            if isinstance(body, tuple):
-                status, error_type, message = body
-                body = json.dumps(error_body(error_type, message)).encode()
-                extra = 'WWW-Authenticate: Bearer realm="metricsd"\r\n' if status == 401 else ""
-            else:
-                status = 200
-                if missing:
-                    body = self.body_with_missing(body, missing, False)
-        except Exception as e:
-            err = self.error_of(e, self.settings, f"{req.method} {req.name}")
-            status, body = err.status, json.dumps(error_body(err.error_type, err.message)).encode()
-        self.counter.count(req.name, status)
-        self.counter.observe(req.name, self.clock.monotonic() - started)
-        return status, body, extra
+        return await super().answer(req, peer)
 
-    async def _run(self, req: HotRequest, params: Params, peer: str) -> bytes | tuple[int, str, str]:
-        if self.auth is not None:
-            got = await refusal(self.auth, req.method, req.name, req.headers.get(b"authorization"), peer)
-            if isinstance(got, tuple):
-                return got
+    def prepare(self, req: HotRequest) -> tuple[str | None, Params]:
+        params, text = req.params()
+        return text, params
+
+    async def run(self, req: HotRequest, params: Params, peer: str) -> Answer:
+        refused = await self.identity(req, peer)
+        if isinstance(refused, tuple):
+            return refused
         instant = _INSTANT[req.name]
         if self.whole is not None and consistency.current() is Consistency.ONE:
             body = await self.whole(params, instant)
             if body is not None:
-                return body
-        return await self.bodies[req.name](params)
+                return 200, body, ""
+        return 200, await self.bodies[req.name](params), ""
 
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}

@@ -3,7 +3,7 @@
 repeating the steps of build_app's middlewares (timeouts, errors, gzip, metrics, tokens, a proxy's
 whole query) through the functions they share. A middleware or response signal added to build_app
 later would silently not apply to those routes; these tests fail when the app's request pipeline
-changes, so that whoever changes it mirrors the step in HotQueries and HotWrites (or makes the hot
+changes, so that whoever changes it mirrors the step in HotRoute (hotroute.py) or its routes (or makes the hot
 path hand such requests to aiohttp) and then lists it here."""
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from metricsd.store.engine import Store
 
 # Every middleware build_app can install, by qualified name, and where the hot path mirrors it.
 MIRRORED = {
-    "_middleware.<locals>.handle": "HotQueries.answer/_run: timeout, error_of, gzip, RequestMetrics; "
-                                   "HotWrites.answer (remote write): consistency, timeout, error_of, RequestMetrics",
-    "auth_middleware.<locals>.check": "HotQueries.answer, HotWrites._run: metricsd.http.auth.refusal",
-    "whole_query_middleware.<locals>.handle": "HotQueries._run: metricsd.http.wholehttp.whole_answer",
+    "_middleware.<locals>.handle": "HotRoute.answer (metricsd/http/hotroute.py, both routes): consistency, "
+                                   "timeout, error_of, RequestMetrics; HotProtocol: gzip",
+    "auth_middleware.<locals>.check": "HotRoute.identity: metricsd.http.auth.refusal",
+    "whole_query_middleware.<locals>.handle": "HotQueries.run: metricsd.http.wholehttp.whole_answer",
 }
 WHERE = ("build_app's request pipeline changed: metricsd/http/hotpath.py HotQueries answers /api/v1/query "
          "and /api/v1/query_range WITHOUT aiohttp's middlewares and signals; mirror the new step there (or "
