@@ -182,9 +182,11 @@ async def test_a_leased_key_vanishes_when_its_owner_stops_keeping_it_alive(
 
 @pytest.mark.slow
 async def test_keep_alive_holds_a_leased_key_past_its_ttl(kv: KV, prefix: str) -> None:
-    lease = await kv.grant(2)
+    # a TTL of 3 s, refreshed every second, each refresh given a second: on a loaded 2-core machine a
+    # TTL of 2 s (0.67 s a refresh) once ran out 25 ms before a late refresh succeeded
+    lease = await kv.grant(3)
     await kv.put(prefix + "member", b"alive", lease=lease)
-    await asyncio.sleep(4.5)  # more than twice the TTL, in etcd's real time
+    await asyncio.sleep(6.5)  # more than twice the TTL, in etcd's real time
     assert await kv.get(prefix + "member") is not None
     assert lease.alive
     await lease.revoke()
@@ -242,10 +244,10 @@ async def test_a_lease_is_kept_alive_on_one_stream_reopened_after_etcd_restarts(
     private_etcd: EtcdServer, etcd_client: EtcdClient, prefix: str
 ) -> None:
     kv = etcd_client(private_etcd)
-    lease = await kv.grant(1)  # refreshed every 1/3 s
+    lease = await kv.grant(2)  # refreshed every 2/3 s; etcd's restart must take less than the TTL
     await kv.put(prefix + "member", b"alive", lease=lease)
     streams, sent = _lease_keep_alive_counts(private_etcd)
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + 15.0
     while sent < 6:  # etcd's real time: six refreshes
         assert time.monotonic() < deadline, f"only {sent} keep-alives reached etcd"
         await asyncio.sleep(0.2)
@@ -253,7 +255,7 @@ async def test_a_lease_is_kept_alive_on_one_stream_reopened_after_etcd_restarts(
     assert streams == 1  # one stream for all of them (aetcd's refresh_lease opens one a refresh)
     private_etcd.stop()
     await private_etcd.start_async()
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + 15.0
     while _lease_keep_alive_counts(private_etcd)[1] < 3:  # the counters restart with etcd
         assert time.monotonic() < deadline, "no keep-alive reached etcd after its restart"
         await asyncio.sleep(0.2)

@@ -214,7 +214,8 @@ async def test_a_stream_needs_a_token_with_the_write_role(pki: LocalPKI, tmp_pat
 
     def backend(token: str | None) -> StreamingBackend:
         sec = ClientSecurity(ClientTLS(pki.ca, pki.cert, pki.key), token)
-        return StreamingBackend(open_channel(f"127.0.0.1:{port}", sec), timeout_s=5.0)
+        # 30 s: a loaded machine's TLS handshakes once outlasted 5
+        return StreamingBackend(open_channel(f"127.0.0.1:{port}", sec), timeout_s=30.0)
 
     anonymous, graf, agent = backend(None), backend("r-token"), backend("w-token")
     try:
