@@ -15,7 +15,8 @@ queries (metricsd/http/hotroute.py): the read consistency (``consistency`` param
 bad value a 400), bearer tokens (metricsd/http/auth.py ``refusal``, the write role), the request
 timeout, the receiver's own checks and decode (metricsd/http/remote_write.py ``respond``: snappy and
 its bomb limit, the request limits, 1.0 and 2.0, the 400 naming refused samples), the error mapping
-and request metrics of metricsd/http/server.py. tests/http/test_http_hotpath_guard.py lists the middlewares this mirrors.
+and request metrics of metricsd/http/server.py. tests/http/test_http_hotpath_guard.py lists the
+middlewares this mirrors.
 """
 
 from __future__ import annotations
