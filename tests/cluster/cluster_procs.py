@@ -112,7 +112,12 @@ class Procs:
         return "\n".join(f"----- {p.name} -----\n{p.output()[-3000:]}" for p in self.procs)
 
 
-async def wait_listening(proc: Proc, timeout_s: float = 20.0) -> None:
+# Waits for a process to come up: on a 2-core machine running other suites (load average 15), three
+# stores starting at once once took more than 20 s to register; a wait that ends early is as exact.
+STARTUP_S = 60.0
+
+
+async def wait_listening(proc: Proc, timeout_s: float = STARTUP_S) -> None:
     assert proc.port is not None
     deadline = time.monotonic() + timeout_s
     while True:
@@ -130,7 +135,7 @@ async def wait_listening(proc: Proc, timeout_s: float = 20.0) -> None:
 
 
 async def wait_map(kv: KV, layout: KeyLayout, predicate: Callable[[ShardMap], bool],
-                   timeout_s: float = 20.0) -> ShardMap:
+                   timeout_s: float = STARTUP_S) -> ShardMap:
     """Poll the map key until ``predicate`` holds (polling keeps this independent of the watch
     code under test)."""
     deadline = time.monotonic() + timeout_s
