@@ -16,16 +16,17 @@ import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["ENV", "loop_factory", "run"]
+__all__ = ["DEFAULT", "ENV", "loop_factory", "run"]
 
 ENV = "METRICSD_EVENT_LOOP"
+DEFAULT = "asyncio"
 T = TypeVar("T")
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """None for asyncio's default loop, or uvloop's factory with ``METRICSD_EVENT_LOOP=uvloop``.
     Raises ValueError for another value, or for uvloop when it is not installed."""
-    choice = os.environ.get(ENV, "asyncio").strip().lower() or "asyncio"
+    choice = os.environ.get(ENV, DEFAULT).strip().lower() or DEFAULT
     if choice == "asyncio":
         return None
     if choice != "uvloop":
