@@ -33,7 +33,7 @@ from metricsd.proxy.backend import ProxyBackend
 from metricsd.proxy.latency import HedgeSettings, LatencyTracker
 from metricsd.proxy.members import MemberClient
 from metricsd.proxy.settings import HealthSettings
-from metricsd.proxy.wholequery import SPILL_IN_FLIGHT, first_place, hedge_delay, whole_order
+from metricsd.proxy.wholequery import GRACE_S, SPILL_IN_FLIGHT, first_place, hedge_delay, whole_order
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.backend import BadRequest
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
@@ -267,6 +267,31 @@ async def test_one_proxy_asks_the_same_store_each_time_while_it_has_room(harness
     assert [a - b for a, b in zip(last, after, strict=True)] == [0, 4, 0]
 
 
+async def test_a_query_no_store_answers_ends_at_its_deadline_with_the_stores_counted_failed(harness: Harness) -> None:
+    """Every store stalls: the query ends at its timeout and GRACE_S, hedges included (one deadline
+    for the whole path), with the API's timeout answer, and each store asked is counted failed."""
+    released = asyncio.Event()
+    for node in harness.nodes.values():
+        assert node.service is not None
+
+        async def stall(body: bytes, answer: Any = node.service.answer) -> bytes:
+            await released.wait()
+            return bytes(await answer(body))
+
+        node.servers[0].query = stall
+    t0 = time.monotonic()
+    try:
+        status, body = await harness.get("/api/v1/query", query=QUERIES[0], time=AT, timeout="200ms")
+    finally:
+        released.set()
+    took = time.monotonic() - t0
+    assert (status, body["errorType"]) == (503, "timeout"), body
+    assert 0.2 + GRACE_S <= took < 0.2 + GRACE_S + 3.0, took  # a loaded machine's seconds at most
+    asked = 1 + harness.counter("whole_query_hedges")
+    assert asked >= 2  # the initial delay (50 ms) passed: the next store was asked too
+    assert sum(harness.proxy.view.health.failed(m) for m in harness.nodes) == asked
+
+
 async def _together(h: Harness, n: int) -> list[Any]:
     """``n`` whole queries of one pod's rate started in the same turn of the loop (a dashboard's
     panels, or concurrency n); their answers (None where the proxy would evaluate it itself)."""
@@ -282,6 +307,7 @@ async def test_concurrent_queries_started_in_one_turn_go_to_different_stores(har
     """Three queries started together (a dashboard's panels): the first store takes one, the
     others one each, as each query counts against its store from the moment it is picked."""
     nodes = list(harness.nodes.values())
+    _learn_slow(harness, harness.proxy.whole_queries.latency.settings.max_s)  # no hedge under load
     before = [n.service.answered for n in nodes if n.service is not None]
     answers = await _together(harness, 3)
     assert all(a is not None and a.data for a in answers), answers
