@@ -3,6 +3,7 @@
 
     .venv/bin/python perf/compare.py            # full: 10,000 pods, 40,000 series, 2 h (about 10 min)
     .venv/bin/python perf/compare.py --quick    # 2,000 pods, 60 queries (about 1.5 min)
+    .venv/bin/python perf/compare.py --event-loop asyncio,uvloop   # every metricsd process on each loop, one run
 
 1. Starts metricsd (`metricsd up --no-simulate --no-consumers`, one store process), a metricsd
    cluster (`metricsd cluster up --no-simulate`: 3 stores, RF 3, W 2, R 2, one proxy, etcd and a
