@@ -39,7 +39,7 @@ import compare_peers
 from compare import grpc_sender, ingest, remote_write_sender, server_cpu, wait_cluster_ready
 from compare_http import http_questions, interleaved_cpu, profile_pids
 from compare_peers import Processes, Server
-from compare_queries import promql_get, summarise
+from compare_queries import Question, promql_get, summarise
 from compare_workload import Workload, WorkloadConfig
 
 from metricsd.rpc.channel import open_channel
@@ -132,8 +132,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         files = {k: prof / f"bench_reads_{q.key}_{k}.txt" for k in own}
                         async with profile_pids(own, lambda k, files=files: files[k]):
                             t0 = time.monotonic()
-                            while time.monotonic() - t0 < args.profile:
-                                await promql_get(http, urls[name], q)
+
+                            async def ask(url: str = urls[name], q: Question = q, t0: float = t0) -> None:
+                                while time.monotonic() - t0 < args.profile:
+                                    await promql_get(http, url, q)
+
+                            await asyncio.gather(*(ask() for _ in range(max(conc))))  # at the top concurrency
                         for k, f in files.items():
                             if f.exists():
                                 print(f"--- ({q.key}) {k}: {f}\n" + "\n".join(_folded_top(f)), flush=True)
@@ -187,7 +191,8 @@ def main() -> int:
     p.add_argument("--queries", type=int, default=200, help="per system, question, concurrency and round")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
-                   help="py-spy each metricsd process while asking each question back to back")
+                   help="py-spy each metricsd process while asking each question back to back, at the "
+                        "highest --concurrency")
     p.add_argument("--profile-dir", default=str(HERE / "results" / "profiles"),
                    help="where --profile writes py-spy's raw stacks (METRICSD_PYSPY_RATE: samples a second)")
     p.add_argument("--no-cluster", action="store_true")

@@ -3,6 +3,7 @@
 
     .venv/bin/python perf/compare.py            # full: 10,000 pods, 40,000 series, 2 h (about 10 min)
     .venv/bin/python perf/compare.py --quick    # 2,000 pods, 60 queries (about 1.5 min)
+    .venv/bin/python perf/compare.py --event-loop asyncio,uvloop   # every metricsd process on each loop, one run
 
 1. Starts metricsd (`metricsd up --no-simulate --no-consumers`, one store process), a metricsd
    cluster (`metricsd cluster up --no-simulate`: 3 stores, RF 3, W 2, R 2, one proxy, etcd and a
@@ -49,7 +50,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_http import HTTP_SYSTEMS, check_http_answers, http_questions, profile_pids, time_http
-from compare_peers import Processes, Server, ensure_installed, package_version
+from compare_peers import Processes, Server, armed, check_loops, ensure_installed, package_version, server_of
 from compare_queries import (
     Comparison,
     Question,
@@ -61,11 +62,12 @@ from compare_queries import (
     questions,
     summarise,
 )
-from compare_report import latency_chart, markdown, measure, ratios, replace_section
+from compare_report import latency_chart, loop_ab, markdown, measure, ratios, replace_section
 from compare_workload import Batch, Workload, WorkloadConfig
 from procstat import cpu_seconds, peak_rss_bytes, rss_bytes
 
 from metricsd import __version__
+from metricsd.cmd import eventloop
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import MetricsClient, StreamingBackend
 
@@ -82,6 +84,10 @@ def server_cpu(server: Server) -> dict[str, float]:
     by_role = {role: sum(cpu_seconds(p) for p in pids) for role, pids in server.pids().items()}
     by_role["all"] = sum(by_role.values())
     return by_role
+
+
+def _cpu_of(server: Server) -> Callable[[], dict[str, float]]:
+    return lambda: server_cpu(server)
 
 
 def server_rss(server: Server, peak: bool = False) -> int:
@@ -201,7 +207,7 @@ def _ask(name: str, q: Question, clients: dict[str, MetricsClient], http: aiohtt
     if name in clients:
         client = clients[name]
         return lambda: client.aggregate(q.aggregate)
-    url = servers["metricsd" if name == "metricsd-promql" else name].url
+    url = servers[server_of(name)].url
     return lambda: promql_get(http, url, q)
 
 
@@ -255,19 +261,24 @@ async def http_phase(res: dict[str, Any], ms: list[dict[str, Any]], wl: Workload
             counts[p.namespace] = counts.get(p.namespace, 0) + 1
     qs = http_questions(at, pods[0].pod, max(sorted(counts), key=lambda k: counts[k]))
     res["http_questions"] = [{"key": q.key, "title": q.title, "promql": q.promql} for q in qs]
-    systems = [n for n, server in HTTP_SYSTEMS.items() if server in servers]
-    urls = {n: servers[HTTP_SYSTEMS[n]].url for n in systems}
+    loops = args.event_loop
+    systems = [s for n in HTTP_SYSTEMS for s in ([armed(n, loop, loops) for loop in loops]
+                                                 if n.startswith("metricsd") else [n]) if server_of(s) in servers]
+    urls = {n: servers[server_of(n)].url for n in systems}
     print("checking the HTTP questions' answers against Prometheus ...", flush=True)
     res["http_answers"], failures = await check_http_answers(qs, systems, http, urls, RTOL)
     if failures:
         return failures
-    cpu = {n: (lambda s=servers[HTTP_SYSTEMS[n]]: server_cpu(s)) for n in systems}
+    cpu = {n: _cpu_of(servers[server_of(n)]) for n in systems}
     profile = None
     if prof is not None:
-        pids = {"store": servers["metricsd"].pid}
-        if "metricsd-cluster" in servers:
-            roles = servers["metricsd-cluster"].pids()
-            pids.update({"cluster_proxy": roles["proxy"][0], "cluster_store": roles["store"][0]})
+        pids: dict[str, int] = {}
+        for loop in loops:
+            tail = "" if loop == loops[0] else f"_{loop}"
+            pids[f"store{tail}"] = servers[armed("metricsd", loop, loops)].pid
+            if armed("metricsd-cluster", loop, loops) in servers:
+                roles = servers[armed("metricsd-cluster", loop, loops)].pids()
+                pids.update({f"cluster_proxy{tail}": roles["proxy"][0], f"cluster_store{tail}": roles["store"][0]})
 
         def profile(key: str) -> Any:
             if key not in ("1", "b"):
@@ -312,26 +323,36 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     prof = HERE / "results" / "profiles" if args.profile else None
     if prof is not None:
         prof.mkdir(parents=True, exist_ok=True)
+    loops = args.event_loop
+    res["event_loops"] = loops
     with Processes() as procs:
-        servers = {"metricsd": procs.start_metricsd(data_dir=args.metricsd_data_dir)}
-        if not args.no_remote_write:
-            servers["metricsd-rw"] = procs.start_metricsd("metricsd-rw")
-        if not args.no_cluster:
-            servers["metricsd-cluster"] = procs.start_metricsd_cluster()
-            res["cluster_mode"] = "metricsd cluster up: 3 stores, RF 3, W 2, R 2, 1 proxy, etcd, 1 config server"
+        servers: dict[str, Server] = {}
+        for loop in loops:  # every metricsd process of an arm on its loop, children included
+            env = {eventloop.ENV: loop}
+            name = armed("metricsd", loop, loops)
+            servers[name] = procs.start_metricsd(name, data_dir=args.metricsd_data_dir, env=env)
+            if not args.no_remote_write:
+                name = armed("metricsd-rw", loop, loops)
+                servers[name] = procs.start_metricsd(name, env=env)
+            if not args.no_cluster:
+                name = armed("metricsd-cluster", loop, loops)
+                servers[name] = procs.start_metricsd_cluster(name, env=env)
+                res["cluster_mode"] = "metricsd cluster up: 3 stores, RF 3, W 2, R 2, 1 proxy, etcd, 1 config server"
         servers["prometheus"] = procs.start_prometheus()
         servers["victoriametrics"] = procs.start_victoria_metrics()
         md = servers["metricsd"]
         ours = {n: s for n, s in servers.items() if n.startswith("metricsd")}
-        grpc = {n: s for n, s in servers.items() if n in ("metricsd", "metricsd-cluster")}
+        grpc = {n: s for n, s in servers.items() if n.partition("@")[0] in ("metricsd", "metricsd-cluster")}
         async with AsyncExitStack() as stack:
             clients = {n: await stack.enter_async_context(MetricsClient(s.grpc_address, timeout_s=120))
                        for n, s in grpc.items()}
             client = clients["metricsd"]
             http = await stack.enter_async_context(aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=64), timeout=aiohttp.ClientTimeout(total=300)))
-            if "metricsd-cluster" in clients:
-                await wait_cluster_ready(clients["metricsd-cluster"], "metricsd-cluster")
+            for n in clients:
+                if n.startswith("metricsd-cluster"):
+                    await wait_cluster_ready(clients[n], n)
+            check_loops(servers, loops)
             duplicates: dict[str, int] = res.setdefault("duplicates_reported", {})
             writers = {n: StreamingBackend(open_channel(s.grpc_address), timeout_s=120) for n, s in grpc.items()}
             for w in writers.values():
@@ -375,13 +396,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             qs = questions(at, pods[0].pod, namespace)
             res["questions"] = [{"key": q.key, "title": q.title, "promql": q.promql} for q in qs]
             print("checking answers against Prometheus ...", flush=True)
-            systems = ["metricsd", "metricsd-promql", *(n for n in servers if n != "metricsd")]
+            ours_first = [armed(n, loop, loops) for loop in loops for n in ("metricsd", "metricsd-promql")]
+            systems = [*ours_first, *(n for n in servers if n.partition("@")[0] != "metricsd")]
             res["answers"], failures = await check_answers(qs, systems, clients, http, servers)
             res["measures"] = ms
             if failures:
                 res["failures"] = failures
                 return res
-            timed = ["metricsd", "metricsd-promql", *(["metricsd-cluster"] if "metricsd-cluster" in clients else []),
+            timed = [*ours_first, *(n for n in clients if n.startswith("metricsd-cluster")),
                      "prometheus", "victoriametrics"]
             for q in qs:
                 async with profiled({"metricsd": md}, prof, f"query_{q.key}"):
@@ -405,8 +427,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 ms.append(measure(n, "disk.bytes_per_sample", servers[n].disk_bytes() / samples, "bytes"))
                 ms.append(measure(n, "disk.mib", servers[n].disk_bytes() / 2**20, "MiB"))
     res["ratios"] = ratios(ms)
+    if len(loops) > 1:
+        res["event_loop_ab"] = loop_ab(ms, loops)
     res["duration_s"] = time.monotonic() - started
     return res
+
+
+def _loops(text: str) -> list[str]:
+    loops = [w.strip().lower() for w in text.split(",") if w.strip()]
+    if not loops or len(set(loops)) != len(loops) or not set(loops) <= {"asyncio", "uvloop"}:
+        raise argparse.ArgumentTypeError(f"{text!r}: asyncio, uvloop or asyncio,uvloop")
+    return loops
 
 
 def main() -> int:
@@ -415,8 +446,8 @@ def main() -> int:
     p.add_argument("--scale", type=float, default=1.0, help="multiply the pods (1.0: 10,000 pods, 40,000 series)")
     p.add_argument("--hours", type=float, default=2.0, help="hours of data at 10 s")
     p.add_argument("--live-ticks", type=int, default=60, help="the last ticks go in the live shape")
-    p.add_argument("--queries", type=int, default=200, help="timed queries per system, question and concurrency")
-    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--queries", type=int, help="timed queries per system, question and concurrency (200; --quick 60)")
+    p.add_argument("--warmup", type=int, help="untimed queries first (20; --quick 10)")
     p.add_argument("--no-remote-write", action="store_true", help="skip the metricsd fed by remote write")
     p.add_argument("--no-cluster", action="store_true", help="skip the metricsd cluster (3 stores, RF 3, a proxy)")
     p.add_argument("--no-http-questions", action="store_true",
@@ -424,12 +455,19 @@ def main() -> int:
     p.add_argument("--profile", action="store_true",
                    help="record the metricsd server with py-spy (raw folded stacks in perf/results/)")
     p.add_argument("--no-write", action="store_true", help="print the section; leave RESULTS.md alone")
+    p.add_argument("--event-loop", type=_loops, default=[eventloop.DEFAULT], metavar="LOOP[,LOOP]",
+                   help=f"metricsd's processes' event loop ({eventloop.ENV}): asyncio or uvloop, default "
+                        f"{eventloop.DEFAULT}; two (asyncio,uvloop) start every metricsd system once per loop and "
+                        "time both arms interleaved in one run (an A/B table, perf/results/event_loop_ab.md; "
+                        "RESULTS.md's section is left alone)")
     p.add_argument("--metricsd-data-dir", action="store_true",
                    help="the one-store metricsd keeps a WAL and snapshots (its data directory is measured, its "
                         "ingest CPU then includes the WAL's)")
     args = p.parse_args()
     if args.quick:
-        args.scale, args.queries, args.warmup, args.live_ticks = min(args.scale, 0.2), 60, 10, 30
+        args.scale, args.live_ticks = min(args.scale, 0.2), 30
+    args.queries = args.queries or (60 if args.quick else 200)
+    args.warmup = args.warmup if args.warmup is not None else (10 if args.quick else 20)
     ensure_installed()
     res = asyncio.run(run(args))
     out = HERE / "results"
@@ -443,7 +481,10 @@ def main() -> int:
     latency_chart(res, out / "compare_latency.png")
     section = markdown(res)
     print(section)
-    if not args.no_write:
+    if res.get("event_loop_ab"):
+        (out / "event_loop_ab.md").write_text("\n".join(res["event_loop_ab"]) + "\n")
+        print("\n".join(res["event_loop_ab"]))
+    elif not args.no_write:
         path = HERE / "RESULTS.md"
         path.write_text(replace_section(path.read_text(), section))
     return 0

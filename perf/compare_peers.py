@@ -23,7 +23,8 @@ from pathlib import Path
 
 from metricsd.ports import free_port, free_range
 
-__all__ = ["PACKAGES", "Processes", "Server", "ensure_installed", "free_port", "free_port_block", "package_version"]
+__all__ = ["PACKAGES", "Processes", "Server", "armed", "check_loops", "ensure_installed", "free_port",
+           "free_port_block", "package_version", "server_of", "uses_uvloop"]
 
 PACKAGES = {"prometheus": "prometheus", "victoria-metrics": "victoria-metrics"}  # binary -> Debian package
 METRICSD = Path(sys.executable).parent / "metricsd"
@@ -122,6 +123,38 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def uses_uvloop(pid: int) -> bool:
+    """Whether the process has uvloop's extension mapped: metricsd imports it only to run on it
+    (metricsd/cmd/eventloop.py), so this tells which loop a started server really runs."""
+    try:
+        return "uvloop" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def armed(name: str, loop: str, loops: list[str]) -> str:
+    """A metricsd system's name on ``loop``: the run's first loop keeps the report's names, the
+    others' are suffixed (``metricsd-cluster@uvloop``)."""
+    return name if loop == loops[0] else f"{name}@{loop}"
+
+
+def server_of(system: str) -> str:
+    """The server a system asks (a metricsd PromQL endpoint is its server's HTTP port)."""
+    return system.replace("-promql", "")
+
+
+def check_loops(servers: dict[str, Server], loops: list[str]) -> None:
+    """Raises unless every metricsd process runs the loop its arm names (an A/B of nothing else)."""
+    for name, server in servers.items():
+        if not name.startswith("metricsd"):
+            continue
+        want = name.partition("@")[2] or loops[0]
+        for role, pids in server.pids().items():
+            for pid in pids if role != "control" or not server.tree else []:
+                if uses_uvloop(pid) != (want == "uvloop"):
+                    raise RuntimeError(f"{name}: {role} process {pid} does not run on {want}")
+
+
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
@@ -155,11 +188,14 @@ class Processes:
         raise SystemExit(128 + signum)
 
     def _start(self, name: str, argv: list[str], url: str, ready_path: str, data_dir: Path,
-               grpc_address: str = "", tree: bool = False) -> Server:
+               grpc_address: str = "", tree: bool = False, env: dict[str, str] | None = None) -> Server:
+        """Starts ``argv`` with ``env`` added to this process' environment (a cluster's children
+        inherit it) and waits until ``url + ready_path`` answers 200."""
         log_path = self._tmp / f"{name}.log"
         with open(log_path, "wb") as log:
             # A new session: Ctrl-C reaches this script only, which then stops the servers in order.
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, **(env or {})})
         server = Server(name, url, proc, data_dir, grpc_address, log_path, tree)
         self.servers.append(server)
         deadline = time.monotonic() + 60
@@ -190,9 +226,10 @@ class Processes:
         return self._start("victoria-metrics", argv, f"http://127.0.0.1:{port}", "/health", d)
 
     def start_metricsd(self, name: str = "metricsd", data_dir: bool = False,
-                       snapshot_every_s: float | None = None) -> Server:
+                       snapshot_every_s: float | None = None, env: dict[str, str] | None = None) -> Server:
         """``metricsd up``; with ``data_dir`` it keeps a WAL and snapshots in the server's directory
-        (every ``snapshot_every_s``, default the store's 10 minutes)."""
+        (every ``snapshot_every_s``, default the store's 10 minutes); ``env`` is added to its
+        environment (``METRICSD_EVENT_LOOP``)."""
         d = self._tmp / name
         d.mkdir()
         grpc_port, http_port = free_port(), free_port()
@@ -206,10 +243,10 @@ class Processes:
         if snapshot_every_s is not None:
             argv += ["--snapshot-every", str(snapshot_every_s)]
         return self._start(name, argv, f"http://127.0.0.1:{http_port}", "/api/v1/status/buildinfo",
-                           d / "data" if data_dir else d, grpc_address=f"127.0.0.1:{grpc_port}")
+                           d / "data" if data_dir else d, grpc_address=f"127.0.0.1:{grpc_port}", env=env)
 
     def start_metricsd_cluster(self, name: str = "metricsd-cluster", stores: int = 3, rf: int = 3, w: int = 2,
-                               r: int = 2) -> Server:
+                               r: int = 2, env: dict[str, str] | None = None) -> Server:
         """``metricsd cluster up`` without the simulated agent and without TLS (loopback only, as
         every other server here): etcd, one config server, ``stores`` stores and one proxy. The
         Server's URL and gRPC address are the proxy's. ``BENCH_CLUSTER_ARGS`` (environment) adds
@@ -222,7 +259,7 @@ class Processes:
                 "--plaintext", "--base-port", str(base), "--data-dir", str(d),
                 *shlex.split(os.environ.get("BENCH_CLUSTER_ARGS", ""))]
         return self._start(name, argv, f"http://127.0.0.1:{base}", "/api/v1/status/buildinfo", d,
-                           grpc_address=f"127.0.0.1:{base + 1}", tree=True)
+                           grpc_address=f"127.0.0.1:{base + 1}", tree=True, env=env)
 
     def print_logs(self, lines: int = 25) -> None:
         """The end of every server's log (a cluster's: each of its processes'), to see why a run failed."""

@@ -334,3 +334,27 @@ def latency_chart(result: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def loop_ab(measures: list[Measure], loops: list[str]) -> list[str]:
+    """A Markdown table of an event-loop A/B (perf/compare.py ``--event-loop asyncio,uvloop``):
+    every measure of metricsd's systems on each loop, the later loops' ratio to the first's, and
+    ``worse`` where a later loop is more than 10% worse."""
+    idx = _index(measures)
+    first, later = loops[0], loops[1:]
+    lines = [f"| system | measure | {' | '.join(loops)} | {' | '.join(f'{lp} / {first}' for lp in later)} |",
+             "| --- | --- |" + " ---: |" * (len(loops) + len(later))]
+    for m in measures:
+        system, name = m["system"], m["measure"]
+        if "@" in system or not system.startswith("metricsd"):
+            continue
+        values = [idx.get((system if lp == first else f"{system}@{lp}", name)) for lp in loops]
+        if any(v is None for v in values) or not values[0]:
+            continue
+        cells = []
+        for v in values[1:]:
+            r = v / values[0]  # type: ignore[operator]
+            worse = r < 1 / 1.1 if name.endswith(HIGHER_IS_BETTER) else r > 1.1
+            cells.append(f"{r:.2f}{' worse' if worse else ''}")
+        lines.append(f"| {system} | {name} | {' | '.join(f'{v:.4g}' for v in values)} | {' | '.join(cells)} |")
+    return lines

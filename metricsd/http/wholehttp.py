@@ -10,7 +10,6 @@ are read as promapi.py reads them, in the same order, so a bad parameter gets th
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -33,7 +32,7 @@ _PATHS = {"/api/v1/query": True, "/api/v1/query_range": False}  # path -> instan
 
 class WholeQueries(Protocol):
     """What a proxy offers (metricsd/proxy/wholequery.py WholeQueryPath): the store's answer, or
-    None to evaluate the query here."""
+    None to evaluate the query here; TimeoutError past ``timeout_s`` and a grace (its own deadline)."""
 
     async def run(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
                   settings: RunnerSettings) -> QueryAnswer | None: ...
@@ -70,10 +69,9 @@ def whole_answer(path: WholeQueries, settings: HttpSettings, metrics: SelfMetric
             start, end, step = range_ms(params)
         started = clock.monotonic()
         timeout = query_timeout_s(params, settings.request_timeout_s)
-        try:
-            async with asyncio.timeout(timeout + 1.0):
-                got = await path.run(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step,
-                                     timeout_s=timeout, settings=runner)
+        try:  # under the path's own deadline, the timeout and a grace for the store's timeout answer
+            got = await path.run(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step,
+                                 timeout_s=timeout, settings=runner)
         except TimeoutError:
             raise ApiError("timeout", "query timed out in expression evaluation") from None
         if got is None:

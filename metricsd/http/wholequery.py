@@ -23,9 +23,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from metricsd.columns import SeriesColumns
-from metricsd.http.jsonbody import dumps
 from metricsd.http.params import STATUS_OF
-from metricsd.promql import PromQLError, to_prometheus_json
+from metricsd.promql import PromQLError, to_prometheus_data
 from metricsd.promql.limits import QueryLimitError, QueryLimits
 from metricsd.promql.queries import QueryRunner
 from metricsd.proto import metricsd_pb2 as pb
@@ -42,6 +41,7 @@ log = logging.getLogger("metricsd.http.wholequery")
 TIMED_OUT = "query timed out in expression evaluation"  # the HTTP API's words (metricsd/http/promapi.py)
 MAX_RUNNERS = 8  # distinct proxy settings kept (one per proxy configuration; bounded against a flood)
 
+_DATA = bytes([ANSWER_DATA])
 _SLOTS: contextvars.ContextVar[pb.SlotFilter | None] = contextvars.ContextVar("metricsd_query_slots", default=None)
 
 
@@ -188,4 +188,4 @@ class QueryService:
             log.exception("query %r failed", frame.query)
             return error_answer("internal", f"internal error: {type(e).__name__}", 500)
         self.answered += 1
-        return bytes([ANSWER_DATA]) + dumps(to_prometheus_json(result))
+        return _DATA + to_prometheus_data(result)

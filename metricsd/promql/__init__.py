@@ -14,6 +14,7 @@ from metricsd.promql.values import (
     String,
     Vector,
     to_prometheus_body,
+    to_prometheus_data,
     to_prometheus_json,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "String",
     "Vector",
     "to_prometheus_body",
+    "to_prometheus_data",
     "to_prometheus_json",
 ]

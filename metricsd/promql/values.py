@@ -37,6 +37,7 @@ __all__ = [
     "format_labels",
     "format_times",
     "to_prometheus_body",
+    "to_prometheus_data",
     "to_prometheus_json",
 ]
 
@@ -212,7 +213,17 @@ def to_prometheus_body(result: Result) -> bytes:
     :func:`to_prometheus_json`'s ``data``, as UTF-8 JSON: the same bytes as jsonbody.dumps of it,
     with a range query's points handed to orjson as the tuples zip makes (orjson writes a tuple
     as an array) instead of a list made per point (~10 us of (b)'s 121 points, issue 23 session 38)."""
-    doc = {"status": "success", "data": to_prometheus_json(result, pairs=_as_tuples)}
+    return _encoded({"status": "success", "data": to_prometheus_json(result, pairs=_as_tuples)})
+
+
+def to_prometheus_data(result: Result) -> bytes:
+    """:func:`to_prometheus_json`'s ``data`` alone as UTF-8 JSON, the bytes jsonbody.dumps writes
+    of it, the points handed to orjson as tuples like :func:`to_prometheus_body`: a store's answer
+    to a whole query (metricsd/http/wholequery.py), which the proxy wraps as the body."""
+    return _encoded(to_prometheus_json(result, pairs=_as_tuples))
+
+
+def _encoded(doc: dict[str, Any]) -> bytes:
     try:
         return orjson.dumps(doc)
     except orjson.JSONEncodeError:  # what orjson refuses (a lone surrogate in a label): jsonbody's fallback

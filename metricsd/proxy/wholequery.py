@@ -57,8 +57,8 @@ from metricsd.rpc.wholequery import (
     encode_request,
 )
 
-__all__ = ["SPILL_IN_FLIGHT", "UNSUPPORTED_RETRY_S", "WholeQueryPath", "first_place", "hedge_delay", "whole_holders",
-           "whole_order"]
+__all__ = ["GRACE_S", "SPILL_IN_FLIGHT", "UNSUPPORTED_RETRY_S", "WholeQueryPath", "first_place", "hedge_delay",
+           "whole_holders", "whole_order"]
 
 log = logging.getLogger("metricsd.proxy.wholequery")
 
@@ -141,7 +141,8 @@ class WholeQueryPath:
 
     async def run(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
                   settings: RunnerSettings) -> QueryAnswer | None:
-        """The store's answer (data or the query's error), or None: evaluate it on the proxy."""
+        """The store's answer (data or the query's error), or None: evaluate it on the proxy.
+        Raises TimeoutError when no store answered within ``timeout_s`` and GRACE_S."""
         if not self.enabled:
             return None
         try:
@@ -168,9 +169,25 @@ class WholeQueryPath:
         return whole_order(full, ok, self.in_flight, self.first, self.view.rotation())
 
     async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame) -> QueryAnswer | None:
+        """Asks ``holders`` in turn as the module says, under one deadline: the frame's timeout and
+        GRACE_S for the store's own timeout answer to arrive. Past it the stores still asked are
+        counted failed and TimeoutError is raised (the caller answers the API's timeout).
+
+        One timer and one future a wait, no ``asyncio.wait`` and no timeout per store: a query had
+        three timers (the caller's, each store's, the hedge's wait), the store's never the first
+        to fire."""
         body = encode_request(frame)
         clock = self.view.clock
-        timeout = frame.timeout_s + GRACE_S
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + frame.timeout_s + GRACE_S
+        tasks: dict[asyncio.Future[QueryAnswer], str] = {}
+        landed: list[asyncio.Future[QueryAnswer]] = []  # asks that ended, in order, not yet looked at
+        waiter: list[asyncio.Future[None]] = []  # what the loop below sleeps on, while it does
+
+        def on_landed(fut: asyncio.Future[QueryAnswer]) -> None:
+            landed.append(fut)
+            if waiter and not waiter[0].done():
+                waiter[0].set_result(None)
 
         async def ask(member: str) -> QueryAnswer:
             t0 = clock.monotonic()
@@ -179,12 +196,7 @@ class WholeQueryPath:
             if query is None:
                 raise NotSupported(f"{member}: its connection cannot send a whole query")
             try:
-                async with asyncio.timeout(timeout):
-                    answer = decode_answer(await query(body))
-            except TimeoutError:
-                err = Unavailable(f"{member}: no answer to a whole query within {timeout:g} s")
-                self.view.health.failure(member, str(err))
-                raise err from None
+                answer = decode_answer(await query(body))
             except asyncio.CancelledError:
                 self.latency.record(member, clock.monotonic() - t0)  # a hedge won: at least this long
                 raise
@@ -197,47 +209,66 @@ class WholeQueryPath:
             self.view.health.success(member)
             return answer
 
-        tasks: dict[asyncio.Future[QueryAnswer], str] = {}
         waiting = list(holders)
         try:
             while waiting or tasks:
-                if waiting:  # the first store, a hedge past the last one's delay, or a failed one's replacement
+                if waiting and not landed:  # the first store, a hedge past the last one's delay, or a replacement
                     member = waiting.pop(0)
                     if tasks:
                         self.counters["whole_query_hedges"] += 1
-                    started: asyncio.Future[QueryAnswer] = asyncio.ensure_future(ask(member))
+                    started = loop.create_task(ask(member))
                     started.add_done_callback(consume)
+                    started.add_done_callback(on_landed)
                     delay = hedge_delay(self.latency, member, self.in_flight[member])
                     # counted from now, not from when the task first runs: queries parsed in the same
                     # turn of the loop would all see the same counts and pick the same store
                     self.in_flight[member] += 1
                     started.add_done_callback(functools.partial(_landed, self.in_flight, member))
                     tasks[started] = member
-                done, _ = await asyncio.wait(set(tasks), timeout=delay if waiting else None,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                for fut in done:
-                    member = tasks.pop(fut)
-                    exc = fut.exception()
-                    if exc is None:
-                        self.counters["whole_queries"] += 1
-                        return fut.result()
-                    if isinstance(exc, NotSupported):
-                        self._unsupported[member] = clock.monotonic()
-                        self.counters["whole_query_unsupported"] += 1
-                        return None
-                    if isinstance(exc, SlotNotHeld):  # the maps differ: the proxy's path retries with a fresh one
-                        self.counters["whole_query_stale_map"] += 1
-                        self.view.refresh_soon()
-                        return None
-                    if isinstance(exc, BadRequest):  # a frame the store finds out of format: not the query's fault
-                        log.warning("%s refused a whole query frame: %s", member, exc)
-                        return None
-                    if isinstance(exc, NoReadPort):  # the next store, at once; this one again next query
-                        self.counters["whole_query_no_port"] += 1
-                    log.debug("whole query: %s failed: %s", member, exc)
+                if not landed:
+                    now = loop.time()
+                    if now >= deadline:
+                        for member in tasks.values():
+                            self.view.health.failure(member, f"{member}: no answer to a whole query within "
+                                                             f"{frame.timeout_s + GRACE_S:g} s")
+                        raise TimeoutError
+                    woken: asyncio.Future[None] = loop.create_future()
+                    waiter.append(woken)
+                    timer = loop.call_at(min(deadline, now + delay) if waiting else deadline, _wake, woken)
+                    try:
+                        await woken
+                    finally:
+                        timer.cancel()
+                        waiter.clear()
+                    continue
+                fut = landed.pop(0)
+                member = tasks.pop(fut)
+                exc = fut.exception()
+                if exc is None:
+                    self.counters["whole_queries"] += 1
+                    return fut.result()
+                if isinstance(exc, NotSupported):
+                    self._unsupported[member] = clock.monotonic()
+                    self.counters["whole_query_unsupported"] += 1
+                    return None
+                if isinstance(exc, SlotNotHeld):  # the maps differ: the proxy's path retries with a fresh one
+                    self.counters["whole_query_stale_map"] += 1
+                    self.view.refresh_soon()
+                    return None
+                if isinstance(exc, BadRequest):  # a frame the store finds out of format: not the query's fault
+                    log.warning("%s refused a whole query frame: %s", member, exc)
+                    return None
+                if isinstance(exc, NoReadPort):  # the next store, at once; this one again next query
+                    self.counters["whole_query_no_port"] += 1
+                log.debug("whole query: %s failed: %s", member, exc)
             self.counters["whole_query_failed"] += 1
             return None
         finally:
             for fut in tasks:
                 if not fut.done():
                     fut.cancel()
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -11,8 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "perf"))
 
+from compare_peers import armed, server_of
 from compare_queries import compare_answers, from_aggregate, from_prometheus_json, rel_diff, summarise
-from compare_report import BEGIN, END, behind, markdown, measure, ratios, replace_section
+from compare_report import BEGIN, END, behind, loop_ab, markdown, measure, ratios, replace_section
 
 from metricsd.proto import metricsd_pb2 as pb
 
@@ -132,3 +133,23 @@ def test_the_cluster_column_and_its_ratio_to_victoriametrics() -> None:
     assert "| ingest, live shape: of which the cluster's proxy | - | - | 1.00 | - | - | - | - | - |" in text
     assert ("ingest, live shape: server CPU s per million samples: metricsd cluster (3 stores RF 3, a proxy) 3.00 "
             "vs VictoriaMetrics 1.50 (2.00x)") in text
+
+
+def test_an_event_loop_ab_names_each_arm_and_flags_what_is_more_than_10_percent_worse() -> None:
+    loops = ["asyncio", "uvloop"]
+    assert [armed("metricsd-cluster", lp, loops) for lp in loops] == ["metricsd-cluster", "metricsd-cluster@uvloop"]
+    assert server_of("metricsd-cluster-promql@uvloop") == "metricsd-cluster@uvloop"
+    assert server_of("metricsd-promql") == "metricsd" and server_of("prometheus") == "prometheus"
+    ms = [measure("metricsd-cluster-promql", "http.b.c8.cpu_ms", 1.0, "ms"),
+          measure("metricsd-cluster-promql@uvloop", "http.b.c8.cpu_ms", 0.8, "ms"),
+          measure("metricsd", "ingest.live.samples_per_s", 100.0, "samples/s"),
+          measure("metricsd@uvloop", "ingest.live.samples_per_s", 85.0, "samples/s"),
+          measure("metricsd", "freshness.ms", 2.0, "ms"),
+          measure("metricsd@uvloop", "freshness.ms", 2.3, "ms"),
+          measure("metricsd-rw", "memory.rss_mib", 100.0, "MiB"),  # no uvloop arm: no row
+          measure("victoriametrics", "freshness.ms", 1.0, "ms")]
+    rows = loop_ab(ms, loops)
+    assert rows[0] == "| system | measure | asyncio | uvloop | uvloop / asyncio |"
+    assert rows[2:] == ["| metricsd-cluster-promql | http.b.c8.cpu_ms | 1 | 0.8 | 0.80 |",
+                        "| metricsd | ingest.live.samples_per_s | 100 | 85 | 0.85 worse |",
+                        "| metricsd | freshness.ms | 2 | 2.3 | 1.15 worse |"]

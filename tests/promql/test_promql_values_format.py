@@ -22,6 +22,7 @@ from metricsd.promql.values import (
     format_floats,
     format_times,
     to_prometheus_body,
+    to_prometheus_data,
     to_prometheus_json,
 )
 
@@ -104,6 +105,7 @@ def test_a_body_is_the_bytes_of_its_json_data_for_any_result(points: list[tuple[
     v0 = float(vals[0]) if vals.size else 0.0
     for result in (matrix, Vector(t0, [Sample(lab, v0)] * series), Scalar(t0, v0), String(t0, "x\u00e9\"")):
         assert to_prometheus_body(result) == _dumps_of_json(result)
+        assert to_prometheus_data(result) == dumps(to_prometheus_json(result))  # a store's whole-query answer
         assert json.loads(to_prometheus_body(result)) == json.loads(json.dumps(
             {"status": "success", "data": to_prometheus_json(result)}))
 
@@ -112,4 +114,5 @@ def test_a_label_orjson_refuses_falls_back_to_the_standard_encoder() -> None:
     """A lone surrogate is not UTF-8: orjson refuses it, json escapes it (jsonbody.dumps' fallback)."""
     result = Matrix([Series((("pod", "a\ud800"),), np.array([1000], dtype=np.int64), np.array([1.5]))])
     assert to_prometheus_body(result) == _dumps_of_json(result)
+    assert to_prometheus_data(result) == dumps(to_prometheus_json(result))
     assert json.loads(to_prometheus_body(result))["data"]["result"][0]["values"] == [[1, "1.5"]]
