@@ -21,7 +21,7 @@ from metricsd.rpc.backend import BadRequest, MetricsBackend, NotOwner, Unavailab
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import StreamingBackend, parts_results
 from metricsd.rpc.frames import Method
-from metricsd.rpc.readport import ReadPortClient
+from metricsd.rpc.readport_client import ReadPortClient
 from metricsd.rpc.server import GRPC_OPTIONS
 from metricsd.rpc.wholequery import NoReadPort, NotSupported
 from metricsd.rpc.wire import length_delimited

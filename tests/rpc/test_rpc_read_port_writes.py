@@ -19,7 +19,8 @@ from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.frames import Method
 from metricsd.rpc.health import start_cluster_grpc
-from metricsd.rpc.readport import AdvertisedReadPort, ReadPortClient, ReadPortServer
+from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
+from metricsd.rpc.readport_client import ReadPortClient
 from metricsd.rpc.servicer import MAX_WRITE_PARTS, MetricsServicer
 from metricsd.rpc.wire import labels_to_pb, length_delimited
 from metricsd.security.auth import Authenticator
