@@ -13,8 +13,9 @@ a frame a fraction (perf/RESULTS.md issue 24 session 38); checked against the wr
 writes, Health and the rest stay on gRPC.
 
 Limits: a body over 64 MiB (as gRPC's) or a header out of format closes the connection; a client
-has ``max_in_flight`` requests served at once, past which its frames are not read (TCP pushes
-back); a connection that sends no hello within ``hello_timeout_s`` is closed. Other connections
+has ``max_in_flight`` requests served at once, and ``max_writes_in_flight`` write messages (as
+a WriteStream's receiver: rpc/stream.py STREAM_IN_FLIGHT), past which its frames are not read (TCP
+pushes back); a connection that sends no hello within ``hello_timeout_s`` is closed. Other connections
 keep being served.
 """
 
@@ -34,6 +35,7 @@ from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotO
 from metricsd.rpc.corked import Corked
 from metricsd.rpc.frames import METHODS, FrameError, Kind, Method, encode, take_frames
 from metricsd.rpc.servicer import _status_of
+from metricsd.rpc.stream import STREAM_IN_FLIGHT
 from metricsd.rpc.wire import batch_bytes, length_delimited
 from metricsd.security.auth import Authenticator, Identity, PermissionDenied, Unauthenticated
 from metricsd.security.policy import grpc_role
@@ -48,6 +50,7 @@ class ReadPortServer:
     """Serves ``backend``'s reads on a port of its own. Start with :meth:`start`, stop with :meth:`stop`."""
 
     def __init__(self, backend: MetricsBackend, security: ServerSecurity | None = None, *, max_in_flight: int = 64,
+                 max_writes_in_flight: int = STREAM_IN_FLIGHT,
                  hello_timeout_s: float = 10.0, query: Callable[[bytes], Awaitable[bytes]] | None = None,
                  write_parts: Callable[[bytes, str], Awaitable[bytes]] | None = None) -> None:
         self.backend = backend
@@ -57,6 +60,7 @@ class ReadPortServer:
         self.write_parts = write_parts
         self.security = security
         self.max_in_flight = max_in_flight
+        self.max_writes_in_flight = max_writes_in_flight
         self.hello_timeout_s = hello_timeout_s
         self._server: asyncio.Server | None = None
         self._conns: set[_ServerConnection] = set()
@@ -144,9 +148,10 @@ class _ServerConnection(asyncio.Protocol):
     bytes as they arrive and each request's task started there, without a reader task woken per
     frame and a second loop turn to start the request (StreamReader's way: ~2 loop turns and a
     future a frame; perf/RESULTS.md, issue 23 session 38). The first frame must be HELLO within
-    ``hello_timeout_s``; past ``max_in_flight`` requests under way, reading pauses until one is
-    answered (TCP pushes back); a client that does not read its answers pauses the requests
-    (``writable``) once the transport's buffer is past its high-water mark."""
+    ``hello_timeout_s``; past ``max_in_flight`` requests (or ``max_writes_in_flight`` writes) under
+    way, reading pauses until one is answered (TCP pushes back); a client that does not read its
+    answers pauses the requests (``writable``) once the transport's buffer is past its high-water
+    mark."""
 
     def __init__(self, server: ReadPortServer) -> None:
         self.server = server
@@ -160,6 +165,7 @@ class _ServerConnection(asyncio.Protocol):
         self.ready = False  # the hello was answered: requests are taken
         self.hello: asyncio.Task[None] | None = None  # the token being checked
         self.tasks: set[asyncio.Task[None]] = set()
+        self.writes: set[asyncio.Task[None]] = set()  # those of tasks answering WRITE_PARTS
         self.reading_paused = False
         self.writable: asyncio.Future[None] | None = None  # while writing is paused: done when it resumes
         self.timer: asyncio.TimerHandle | None = None
@@ -199,8 +205,10 @@ class _ServerConnection(asyncio.Protocol):
                     raise FrameError(f"a {kind.name} frame after the hello")
                 t = asyncio.get_running_loop().create_task(self.server._answer(self, request_id, method, body))
                 self.tasks.add(t)
+                if method == Method.WRITE_PARTS:
+                    self.writes.add(t)
                 t.add_done_callback(self._finished)
-                if len(self.tasks) >= self.server.max_in_flight:
+                if self._full():
                     self._pause()
                     return
         except FrameError as e:
@@ -239,6 +247,10 @@ class _ServerConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.write(encode(Kind.RESPONSE, request_id, 0, b""))
 
+    def _full(self) -> bool:
+        """As many requests, or write messages, under way as may be: read no more frames."""
+        return len(self.tasks) >= self.server.max_in_flight or len(self.writes) >= self.server.max_writes_in_flight
+
     def _pause(self) -> None:
         if not self.reading_paused and self.transport is not None:
             self.transport.pause_reading()
@@ -246,7 +258,8 @@ class _ServerConnection(asyncio.Protocol):
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        if self.reading_paused and len(self.tasks) < self.server.max_in_flight and self.transport is not None:
+        self.writes.discard(task)
+        if self.reading_paused and not self._full() and self.transport is not None:
             self.reading_paused = False
             self.transport.resume_reading()
             self._take()
