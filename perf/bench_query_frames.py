@@ -33,7 +33,7 @@ from metricsd.promql.limits import QueryLimits
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import MetricsClient, StreamingBackend
 from metricsd.rpc.frames import Method
-from metricsd.rpc.readport import ReadPortClient
+from metricsd.rpc.readport_client import ReadPortClient
 from metricsd.rpc.wholequery import LIMIT_NAMES, QueryFrame, RunnerSettings, encode_request
 
 

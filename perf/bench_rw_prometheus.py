@@ -7,6 +7,7 @@ by one Prometheus, side by side (a documented command, not a test).
     .venv/bin/python perf/bench_rw_prometheus.py --profile              # plus py-spy of the stores and the proxy
     .venv/bin/python perf/bench_rw_prometheus.py --cluster              # a third queue: a cluster's proxy
     .venv/bin/python perf/bench_rw_prometheus.py --base /tmp/main       # an A/B: a second store from that code
+    .venv/bin/python perf/bench_rw_prometheus.py --cluster --cluster-b="--no-writes-on-read-port"  # two clusters
 
 perf/bench_remote_write.py builds its remote-write bodies itself, each series in the same request
 slot every time: the best case of the receiver's layout memo (metricsd/http/remote_write_layout.py).
@@ -179,6 +180,20 @@ def start_base(procs: Processes, code: Path) -> Server:
             os.environ["PYTHONPATH"] = before
 
 
+def start_cluster_b(procs: Processes, flags: str) -> Server:
+    """A second cluster whose ``cluster up`` also gets ``flags`` (e.g. ``--no-writes-on-read-port``):
+    an A/B of a cluster setting, both fed by the same Prometheus in the same run."""
+    before = os.environ.get("BENCH_CLUSTER_ARGS")
+    os.environ["BENCH_CLUSTER_ARGS"] = f"{before or ''} {flags}"
+    try:
+        return procs.start_metricsd_cluster("metricsd-cluster-b")
+    finally:
+        if before is None:
+            del os.environ["BENCH_CLUSTER_ARGS"]
+        else:
+            os.environ["BENCH_CLUSTER_ARGS"] = before
+
+
 def _sys_seconds(pid: int) -> float:
     """The kernel (system) CPU seconds of a process so far (/proc/PID/stat's stime)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -223,8 +238,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 servers["base"] = start_base(procs, args.base)
             if args.cluster:
                 servers["cluster"] = procs.start_metricsd_cluster()
-                async with MetricsClient(servers["cluster"].grpc_address, timeout_s=60) as probe:
-                    await wait_cluster_ready(probe, "cluster")
+            if args.cluster_b is not None:
+                servers["cluster_b"] = start_cluster_b(procs, args.cluster_b)
+            for name in ("cluster", "cluster_b"):
+                if name in servers:
+                    async with MetricsClient(servers[name].grpc_address, timeout_s=60) as probe:
+                        await wait_cluster_ready(probe, name)
 
             def cpu_now() -> dict[str, float]:
                 return {n: server_cpu(s)["all"] for n, s in servers.items()}
@@ -232,8 +251,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             def sys_now() -> dict[str, float]:  # kernel CPU seconds of single-process receivers
                 return {n: _sys_seconds(s.pid) for n, s in servers.items() if not s.tree}
 
-            def roles_now() -> dict[str, float]:  # the cluster's CPU by role (proxy, store, control)
-                return server_cpu(servers["cluster"]) if "cluster" in servers else {}
+            def roles_now() -> dict[str, dict[str, float]]:  # each cluster's CPU by role (proxy, store, control)
+                return {n: server_cpu(s) for n, s in servers.items() if s.tree}
 
             cpu0 = cpu_now()
             await asyncio.sleep(args.idle)
@@ -245,7 +264,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if prom.poll() is not None:
                 raise RuntimeError(f"prometheus exited: {(tmp / 'prometheus.log').read_text()[-2000:]}")
             counts = {"store": metricsd_counts, "base": metricsd_counts, "cluster": metricsd_counts,
-                      "victoriametrics": vm_counts}
+                      "cluster_b": metricsd_counts, "victoriametrics": vm_counts}
             c0 = {n: await asyncio.to_thread(counts[n], s.url) for n, s in servers.items()}
             spies = start_profiles(servers) if args.profile else []
             t0 = time.monotonic()
@@ -275,8 +294,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                           "samples_per_request": d["samples"] / max(1.0, d["requests"])}
                 if n in sys1:
                     out[n]["system_share"] = (sys1[n] - sys0[n]) / max(1e-9, cpu)
-                if n == "cluster":
-                    out[n]["by_role"] = {r: (v - roles0.get(r, 0.0)) / samples * 1e6 for r, v in roles1.items()
+                if n in roles1:
+                    out[n]["by_role"] = {r: (v - roles0[n].get(r, 0.0)) / samples * 1e6 for r, v in roles1[n].items()
                                          if r != "all"}
                 if n != "victoriametrics":
                     out[n]["layouts"] = c1[n]["layouts"]
@@ -317,7 +336,7 @@ def markdown(res: dict[str, Any]) -> str:
     shares = ", ".join(f"{n} {r['system_share']:.0%}" for n, r in w.items() if "system_share" in r)
     if shares:
         lines += ["", f"Kernel (system) share of each process' CPU in the window: {shares}."]
-    for n in ("store", "base", "cluster"):
+    for n in ("store", "base", "cluster", "cluster_b"):
         if (st := w.get(n)) is not None:
             lines += ["", f"Layout memo of the {n}'s receiver in the window: {st['hits']:,.0f} hits, "
                           f"{st['misses']:,.0f} misses of {st['requests']:,.0f} write requests (hit rate "
@@ -337,6 +356,8 @@ def main() -> int:
     ap.add_argument("--shards", type=int, default=0, help="min_shards = max_shards (0: Prometheus' own scaling)")
     ap.add_argument("--cluster", action="store_true", help="a third queue: a local cluster (RF 3)")
     ap.add_argument("--base", type=Path, help="also a store running this checkout's code (an A/B in one run)")
+    ap.add_argument("--cluster-b", metavar="FLAGS",
+                    help="also a second cluster whose `cluster up` gets these flags (an A/B of a cluster setting)")
     ap.add_argument("--profile", action="store_true", help="py-spy the stores and the proxy (not a timing run)")
     ap.add_argument("--json", type=Path, default=HERE / "results" / "bench_rw_prometheus.json")
     args = ap.parse_args()

@@ -110,8 +110,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--write-linger", type=float, default=None, metavar="MS",
                    help="every proxy's --write-linger: how long a client batch bound for an idle store waits for "
                         "others to share its message (0-1000 ms; default: the proxy's own)")
-    u.add_argument("--writes-on-read-port", action="store_true",
-                   help="every proxy's --writes-on-read-port: write parts to the stores over their read ports")
+    u.add_argument("--writes-on-read-port", action=argparse.BooleanOptionalAction, default=None,
+                   help="every proxy's --writes-on-read-port or --no-writes-on-read-port: write parts to the "
+                        "stores over their read ports or their WriteStreams (default: the proxy's own, on)")
     add_remote_write_arguments(u)
     add_onward_arguments(u)
     s = sub.add_parser("status", help="members, slots per member, map version, leader and health")
@@ -127,7 +128,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def proxies_argv(args: argparse.Namespace) -> tuple[str, ...]:
     """The flags every proxy gets: remote write in and out, --parquet-dir (the proxies elect the
     one that writes: metricsd/onward/hourly.py ElectedParquet), --write-linger and
-    --writes-on-read-port when given.
+    --[no-]writes-on-read-port when given.
 
     Raises ValueError for a linger the proxies would refuse, before any process starts."""
     return remote_write_argv(args) + onward_argv(args) + parquet_argv(args) + _linger_argv(args)
@@ -135,7 +136,9 @@ def proxies_argv(args: argparse.Namespace) -> tuple[str, ...]:
 
 def _linger_argv(args: argparse.Namespace) -> tuple[str, ...]:
     linger = getattr(args, "write_linger", None)
-    out: tuple[str, ...] = ("--writes-on-read-port",) if getattr(args, "writes_on_read_port", False) else ()
+    on_port = getattr(args, "writes_on_read_port", None)
+    out: tuple[str, ...] = () if on_port is None else \
+        ("--writes-on-read-port",) if on_port else ("--no-writes-on-read-port",)
     if linger is None:
         return out
     if not 0 <= linger <= 1000:

@@ -75,7 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--writes-on-read-port", action=argparse.BooleanOptionalAction,
                    default=ProxySettings.writes_on_read_port,
                    help="send write parts to the stores over their read ports instead of their WriteStreams "
-                        "(less CPU a message at both ends; default %(default)s)")
+                        "(less CPU a message at both ends; --no-writes-on-read-port: the WriteStreams; "
+                        "default %(default)s)")
     p.add_argument("--whole-queries", action=argparse.BooleanOptionalAction, default=ProxySettings.whole_queries,
                    help="send a dashboard's PromQL query that reads series whole to one store that holds every slot "
                         "instead of evaluating it here (README: Read consistency; default %(default)s)")

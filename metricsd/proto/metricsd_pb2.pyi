@@ -92,10 +92,12 @@ class WriteResponse(_message.Message):
     def __init__(self, samples_written: _Optional[int] = ..., unknown_ids: _Optional[_Iterable[int]] = ..., rejected_too_old: _Optional[int] = ..., rejected_duplicate: _Optional[int] = ..., rejected_too_far_ahead: _Optional[int] = ..., refused: _Optional[str] = ...) -> None: ...
 
 class WritePartsRequest(_message.Message):
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "timeout_ms")
     PARTS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     parts: _containers.RepeatedCompositeFieldContainer[WriteRequest]
-    def __init__(self, parts: _Optional[_Iterable[_Union[WriteRequest, _Mapping]]] = ...) -> None: ...
+    timeout_ms: int
+    def __init__(self, parts: _Optional[_Iterable[_Union[WriteRequest, _Mapping]]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class WritePartResult(_message.Message):
     __slots__ = ("code", "message", "response")

@@ -19,12 +19,11 @@ from metricsd.cluster.shardmap import ShardMap
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, MetricsBackend, NotOwner, Unavailable
 from metricsd.rpc.channel import open_channel
-from metricsd.rpc.client import StreamingBackend, parts_results
+from metricsd.rpc.client import StreamingBackend, parts_body, parts_results
 from metricsd.rpc.frames import Method
-from metricsd.rpc.readport import ReadPortClient
+from metricsd.rpc.readport_client import ReadPortClient
 from metricsd.rpc.server import GRPC_OPTIONS
 from metricsd.rpc.wholequery import NoReadPort, NotSupported
-from metricsd.rpc.wire import length_delimited
 from metricsd.security.settings import ClientSecurity
 
 __all__ = [
@@ -144,7 +143,7 @@ class MemberClient(StreamingBackend):
         client = await self._read_port() if self.writes_over_port else None
         if client is None:
             return await super().write_parts(parts)
-        body = b"".join(length_delimited(1, p) for p in parts)
+        body = parts_body(parts, self.timeout_s)
         try:
             answer = await client.call_raw(Method.WRITE_PARTS, body, "WriteParts")
         except NotSupported:  # a store that predates writes on its read port

@@ -100,10 +100,10 @@ class ProxySettings:
         the sequential queries of many proxies spread over the stores instead of all landing on one.
     writes_on_read_port: write parts go to a store over its read port (WRITE_PARTS frames,
         metricsd/rpc/readport.py) instead of its WriteStream: a frame costs each end a fraction of
-        a grpc.aio stream message (perf/RESULTS.md issue 24 session 38). Off by default: with it on,
-        a store restarted empty under live writes and read repair lost its etcd lease in 3 of 4
-        runs of tests/cluster/test_cluster_proxies.py (its event loop held by merges), not yet
-        understood.
+        a grpc.aio stream message (perf/RESULTS.md issue 24 sessions 38 and 39). Each message
+        carries the call's timeout, past which the store writes none of it (a timed-out frame
+        cannot be cancelled as a cut stream is); off (``--no-writes-on-read-port``): the
+        WriteStream.
     """
 
     w: int = 2
@@ -122,7 +122,7 @@ class ProxySettings:
     hedge: HedgeSettings = field(default_factory=HedgeSettings)
     whole_queries: bool = True
     whole_first: int | None = None
-    writes_on_read_port: bool = False
+    writes_on_read_port: bool = True
 
     def __post_init__(self) -> None:
         if self.w < 1 or self.r < 1:

@@ -32,7 +32,7 @@ class StoreNodeServicer(MetricsServicer):
     """MetricsServicer(backend) with CatchUp and Digest served from ``api.store``."""
 
     def __init__(self, backend: MetricsBackend, api: StoreAPI) -> None:
-        super().__init__(backend)
+        super().__init__(backend, writes_in_turn=True)  # a store's writes hold its loop: one part at a time
         self.api = api
         self.pages_served = 0
         self.digests_served = 0

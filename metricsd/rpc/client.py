@@ -19,10 +19,11 @@ from metricsd.rpc.backend import BadRequest, LimitExceeded, Unavailable
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.status import error_of, part_error
 from metricsd.rpc.stream import StreamUnsupported, WriteStreamClient
-from metricsd.rpc.wire import length_delimited
+from metricsd.rpc.wire import length_delimited, varint
 from metricsd.security.settings import ClientSecurity
 
-__all__ = ["GrpcBackend", "MetricsClient", "StreamingBackend", "error_of", "part_error", "parts_results", "write_each"]
+__all__ = ["GrpcBackend", "MetricsClient", "StreamingBackend", "error_of", "part_error", "parts_body", "parts_results",
+           "write_each"]
 
 
 class MetricsClient:
@@ -164,7 +165,7 @@ class StreamingBackend(GrpcBackend):
     async def write_parts(self, parts: Sequence[bytes]) -> list[pb.WriteResponse | Exception]:
         """Serialized WriteRequests as one message: per part its response, or the error a Write of it
         alone would have raised. Raises, for every part, what ``write`` raises for the call."""
-        body = b"".join(length_delimited(1, p) for p in parts)
+        body = parts_body(parts, self.timeout_s)
         if self.stream.supported:
             try:
                 return parts_results(await self.stream.send(body), len(parts))
@@ -184,6 +185,15 @@ class StreamingBackend(GrpcBackend):
     async def close(self) -> None:
         await self.stream.close()
         await self.channel.close(None)
+
+
+def parts_body(parts: Sequence[bytes], timeout_s: float) -> bytes:
+    """A serialized WritePartsRequest of serialized WriteRequests, with the sender's ``timeout_s``
+    (timeout_ms, field 2: the receiver writes no part once it has passed, the sender having given up
+    on the message and handed it off)."""
+    body = b"".join(length_delimited(1, p) for p in parts)
+    timeout_ms = min(int(timeout_s * 1000), 2**32 - 1)
+    return body + b"\x10" + varint(timeout_ms) if timeout_ms > 0 else body
 
 
 def parts_results(resp: pb.WritePartsResponse, n_parts: int) -> list[pb.WriteResponse | Exception]:

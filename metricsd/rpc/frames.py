@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Iterator
 
 import grpc
 from google.protobuf.message import Message
 
 from metricsd.proto import metricsd_pb2 as pb
 
-__all__ = ["HEADER", "MAX_BODY", "METHODS", "FrameError", "Kind", "Method", "decode_header", "encode"]
+__all__ = ["HEADER", "MAX_BODY", "METHODS", "FrameError", "Kind", "Method", "decode_header", "encode", "take_frames"]
 
 HEADER = struct.Struct("<IQBBH")  # body length, request id, kind, method or status code, reserved
 MAX_BODY = 64 * 1024 * 1024  # as gRPC's message limit (rpc/server.py GRPC_OPTIONS)
@@ -71,6 +72,20 @@ def decode_header(header: bytes) -> tuple[int, int, Kind, int]:
         return length, request_id, Kind(kind), code
     except ValueError:
         raise FrameError(f"unknown frame kind {kind}") from None
+
+
+def take_frames(buf: bytearray) -> Iterator[tuple[int, Kind, int, bytes]]:
+    """The whole frames at the start of ``buf`` (request id, kind, method or code, body), each
+    taken off it as it is yielded; a frame not yet whole stays. Raises FrameError for a header
+    out of format (the caller closes the connection)."""
+    while len(buf) >= HEADER.size:
+        length, request_id, kind, code = decode_header(bytes(buf[:HEADER.size]))
+        end = HEADER.size + length
+        if len(buf) < end:
+            return
+        body = bytes(buf[HEADER.size:end])
+        del buf[:end]
+        yield request_id, kind, code, body
 
 
 def status_code(value: int) -> grpc.StatusCode:

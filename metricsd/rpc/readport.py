@@ -4,8 +4,8 @@ length-prefixed protobuf frames over one TLS connection per client, multiplexed 
 roles (metricsd/security/policy.py): the client's first frame carries its bearer token, checked
 once per connection; each request is checked against the role its method needs.
 
-:class:`ReadPortServer` serves a MetricsBackend (a store's, with its ownership checks);
-:class:`ReadPortClient` is the proxy's end, and :class:`AdvertisedReadPort` puts the port in the
+:class:`ReadPortServer` serves a MetricsBackend (a store's, with its ownership checks); the
+proxy's end is rpc/readport_client.py's ReadPortClient; :class:`AdvertisedReadPort` puts the port in the
 store's Health answer, where a proxy finds it (HealthResponse.read_port). A proxy's writes to a store
 (WRITE_PARTS: a WritePartsRequest, answered by its WritePartsResponse) may come here too when the
 store serves them (``write_parts``): a WriteStream message costs each end 100-250 us of grpc.aio,
@@ -13,8 +13,9 @@ a frame a fraction (perf/RESULTS.md issue 24 session 38); checked against the wr
 writes, Health and the rest stay on gRPC.
 
 Limits: a body over 64 MiB (as gRPC's) or a header out of format closes the connection; a client
-has ``max_in_flight`` requests served at once, past which its frames are not read (TCP pushes
-back); a connection that sends no hello within ``hello_timeout_s`` is closed. Other connections
+has ``max_in_flight`` requests served at once, and ``max_writes_in_flight`` write messages (as
+a WriteStream's receiver: rpc/stream.py STREAM_IN_FLIGHT), past which its frames are not read (TCP
+pushes back); a connection that sends no hello within ``hello_timeout_s`` is closed. Other connections
 keep being served.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import grpc
@@ -31,61 +32,25 @@ from google.protobuf.message import DecodeError, Message
 from metricsd.columns import SeriesColumns
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
-from metricsd.rpc.frames import HEADER, METHODS, FrameError, Kind, Method, decode_header, encode, status_code
+from metricsd.rpc.corked import Corked
+from metricsd.rpc.frames import METHODS, FrameError, Kind, Method, encode, take_frames
 from metricsd.rpc.servicer import _status_of
-from metricsd.rpc.status import error_of
-from metricsd.rpc.wholequery import NotSupported
+from metricsd.rpc.stream import STREAM_IN_FLIGHT
 from metricsd.rpc.wire import batch_bytes, length_delimited
 from metricsd.security.auth import Authenticator, Identity, PermissionDenied, Unauthenticated
 from metricsd.security.policy import grpc_role
-from metricsd.security.settings import ClientSecurity, ServerSecurity
+from metricsd.security.settings import ServerSecurity
 
-__all__ = ["AdvertisedReadPort", "ReadPortClient", "ReadPortServer"]
+__all__ = ["AdvertisedReadPort", "ReadPortServer"]
 
 log = logging.getLogger("metricsd.rpc.readport")
-
-
-class _Corked:
-    """Frames written to one connection within one turn of the event loop go out as one write
-    (one send on the socket) at the end of that turn: at concurrency, several reads asked or
-    answered in the same turn cost one system call and one wake-up of the peer, not one each. A
-    lone frame waits no longer than the rest of the turn."""
-
-    def __init__(self, transport: asyncio.WriteTransport) -> None:
-        self.transport = transport
-        self._parts: list[bytes] = []
-
-    def write(self, frame: bytes) -> None:
-        if not self._parts:
-            asyncio.get_running_loop().call_soon(self.flush)
-        self._parts.append(frame)
-
-    def flush(self) -> None:
-        if not self._parts:
-            return
-        parts, self._parts = self._parts, []
-        if not self.transport.is_closing():
-            self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
-
-
-def _frames(buf: bytearray) -> Iterator[tuple[int, Kind, int, bytes]]:
-    """The whole frames at the start of ``buf`` (request id, kind, method or code, body), each
-    taken off it as it is yielded; a frame not yet whole stays. Raises FrameError for a header
-    out of format (the caller closes the connection)."""
-    while len(buf) >= HEADER.size:
-        length, request_id, kind, code = decode_header(bytes(buf[:HEADER.size]))
-        end = HEADER.size + length
-        if len(buf) < end:
-            return
-        body = bytes(buf[HEADER.size:end])
-        del buf[:end]
-        yield request_id, kind, code, body
 
 
 class ReadPortServer:
     """Serves ``backend``'s reads on a port of its own. Start with :meth:`start`, stop with :meth:`stop`."""
 
     def __init__(self, backend: MetricsBackend, security: ServerSecurity | None = None, *, max_in_flight: int = 64,
+                 max_writes_in_flight: int = STREAM_IN_FLIGHT,
                  hello_timeout_s: float = 10.0, query: Callable[[bytes], Awaitable[bytes]] | None = None,
                  write_parts: Callable[[bytes, str], Awaitable[bytes]] | None = None) -> None:
         self.backend = backend
@@ -95,6 +60,7 @@ class ReadPortServer:
         self.write_parts = write_parts
         self.security = security
         self.max_in_flight = max_in_flight
+        self.max_writes_in_flight = max_writes_in_flight
         self.hello_timeout_s = hello_timeout_s
         self._server: asyncio.Server | None = None
         self._conns: set[_ServerConnection] = set()
@@ -182,14 +148,15 @@ class _ServerConnection(asyncio.Protocol):
     bytes as they arrive and each request's task started there, without a reader task woken per
     frame and a second loop turn to start the request (StreamReader's way: ~2 loop turns and a
     future a frame; perf/RESULTS.md, issue 23 session 38). The first frame must be HELLO within
-    ``hello_timeout_s``; past ``max_in_flight`` requests under way, reading pauses until one is
-    answered (TCP pushes back); a client that does not read its answers pauses the requests
-    (``writable``) once the transport's buffer is past its high-water mark."""
+    ``hello_timeout_s``; past ``max_in_flight`` requests (or ``max_writes_in_flight`` writes) under
+    way, reading pauses until one is answered (TCP pushes back); a client that does not read its
+    answers pauses the requests (``writable``) once the transport's buffer is past its high-water
+    mark."""
 
     def __init__(self, server: ReadPortServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
-        self.corked: _Corked
+        self.corked: Corked
         self.buf = bytearray()
         self.peer = "?"
         self.host = ""  # the client's address, for a write's sender (WRITE_PARTS)
@@ -198,13 +165,14 @@ class _ServerConnection(asyncio.Protocol):
         self.ready = False  # the hello was answered: requests are taken
         self.hello: asyncio.Task[None] | None = None  # the token being checked
         self.tasks: set[asyncio.Task[None]] = set()
+        self.writes: set[asyncio.Task[None]] = set()  # those of tasks answering WRITE_PARTS
         self.reading_paused = False
         self.writable: asyncio.Future[None] | None = None  # while writing is paused: done when it resumes
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.corked = _Corked(self.transport)
+        self.corked = Corked(self.transport)
         peername = transport.get_extra_info("peername")
         self.peer = str(peername)
         self.host = str(peername[0]) if isinstance(peername, tuple) and peername else ""
@@ -224,7 +192,7 @@ class _ServerConnection(asyncio.Protocol):
         if self.transport is None or self.reading_paused or (self.greeted and not self.ready):
             return  # closed, at max_in_flight, or the token still being checked
         try:
-            for request_id, kind, method, body in _frames(self.buf):
+            for request_id, kind, method, body in take_frames(self.buf):
                 if not self.ready:
                     if kind is not Kind.HELLO:
                         raise FrameError(f"the first frame is {kind.name}, not HELLO")
@@ -237,8 +205,10 @@ class _ServerConnection(asyncio.Protocol):
                     raise FrameError(f"a {kind.name} frame after the hello")
                 t = asyncio.get_running_loop().create_task(self.server._answer(self, request_id, method, body))
                 self.tasks.add(t)
+                if method == Method.WRITE_PARTS:
+                    self.writes.add(t)
                 t.add_done_callback(self._finished)
-                if len(self.tasks) >= self.server.max_in_flight:
+                if self._full():
                     self._pause()
                     return
         except FrameError as e:
@@ -277,6 +247,10 @@ class _ServerConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.write(encode(Kind.RESPONSE, request_id, 0, b""))
 
+    def _full(self) -> bool:
+        """As many requests, or write messages, under way as may be: read no more frames."""
+        return len(self.tasks) >= self.server.max_in_flight or len(self.writes) >= self.server.max_writes_in_flight
+
     def _pause(self) -> None:
         if not self.reading_paused and self.transport is not None:
             self.transport.pause_reading()
@@ -284,7 +258,8 @@ class _ServerConnection(asyncio.Protocol):
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        if self.reading_paused and len(self.tasks) < self.server.max_in_flight and self.transport is not None:
+        self.writes.discard(task)
+        if self.reading_paused and not self._full() and self.transport is not None:
             self.reading_paused = False
             self.transport.resume_reading()
             self._take()
@@ -323,157 +298,6 @@ class _Refused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-class ReadPortClient:
-    """One connection to a store's read port, opened on first use and never again once it has
-    ended (the store may listen elsewhere now: ask its Health), many requests in flight on it. A
-    request cancelled by its caller (a timeout) leaves its late
-    answer to be dropped. Raises Unavailable when the connection cannot be had or breaks, and the
-    store's errors as GrpcBackend does (BadRequest, NotOwner, LimitExceeded, Unavailable)."""
-
-    def __init__(self, host: str, port: int, security: ClientSecurity | None = None,
-                 connect_timeout_s: float = 5.0) -> None:
-        self.host, self.port = host, port
-        self.security = security
-        self.connect_timeout_s = connect_timeout_s
-        self._conn: _ClientConnection | None = None
-        self._corked: _Corked | None = None
-        self._connecting = asyncio.Lock()
-        self._waiting: dict[int, asyncio.Future[tuple[Kind, int, bytes]]] = {}
-        self._next_id = 0
-        self._broken: str | None = None  # why the connection ended, once it has
-
-    async def call(self, method: Method, request: Message) -> Any:
-        name, _, response_type, _ = METHODS[method]
-        body = await self.call_raw(method, request.SerializeToString(), name)
-        try:
-            return response_type.FromString(body)
-        except DecodeError as e:
-            raise Unavailable(f"{name}: a malformed answer from the read port: {e}") from None
-
-    async def call_raw(self, method: Method, body: bytes, name: str = "Query") -> bytes:
-        """One request of ``method`` with ``body`` as it is; the answer's body. Raises as call(),
-        and NotSupported when the store does not know the method (ERROR 12)."""
-        corked = await self._connection()
-        self._next_id += 1
-        request_id = self._next_id
-        answer: asyncio.Future[tuple[Kind, int, bytes]] = asyncio.get_running_loop().create_future()
-        self._waiting[request_id] = answer
-        try:
-            corked.write(encode(Kind.REQUEST, request_id, method, body))
-            kind, code, out = await answer
-        finally:
-            self._waiting.pop(request_id, None)
-        if kind is Kind.ERROR:
-            status, text = status_code(code), out.decode(errors="replace")
-            if status == grpc.StatusCode.UNIMPLEMENTED:
-                raise NotSupported(f"{name}: {status.name}: {text}")
-            raise error_of(name, status, text)
-        return out
-
-    async def _connection(self) -> _Corked:
-        corked = self._corked
-        if corked is not None:
-            if not corked.transport.is_closing():
-                return corked  # the usual case: no lock to take
-            if self._conn is not None:  # closing (the store's end went away), not yet reported lost
-                self._ended(self._conn, self._conn.why or "closed")
-        async with self._connecting:
-            if self._corked is not None and not self._corked.transport.is_closing():
-                return self._corked
-            if self._broken is not None:
-                # Not dialled again: a restarted store listens on another port (0 picks one), and
-                # another process may have this one now. The owner asks the store's Health again.
-                raise Unavailable(f"read port {self.host}:{self.port}: the connection broke ({self._broken})")
-            tls = self.security.tls if self.security is not None else None
-            ctx = tls.ssl_context() if tls is not None else None
-            server_name = (tls.server_name or self.host) if tls is not None else None
-            where = f"read port {self.host}:{self.port}"
-            conn = _ClientConnection(self)
-            try:
-                await asyncio.wait_for(asyncio.get_running_loop().create_connection(
-                    lambda: conn, self.host, self.port, ssl=ctx, server_hostname=server_name), self.connect_timeout_s)
-                assert conn.transport is not None
-                token = (self.security.bearer() if self.security is not None else None) or ""
-                conn.transport.write(encode(Kind.HELLO, 0, 0, token.encode()))
-                kind, code, body = await asyncio.wait_for(conn.hello, self.connect_timeout_s)
-            except (OSError, TimeoutError, FrameError) as e:
-                conn.close()
-                raise Unavailable(f"{where}: cannot connect: {type(e).__name__}: {e}") from None
-            if kind is Kind.ERROR:
-                conn.close()
-                raise error_of("read port", status_code(code), body.decode(errors="replace"))
-            assert conn.transport is not None
-            self._conn, self._corked = conn, _Corked(conn.transport)
-            return self._corked
-
-    def _ended(self, conn: _ClientConnection, why: str) -> None:
-        """The connection ``conn`` is over: every request waiting on it fails, and no new one is dialled."""
-        if self._conn is not conn:
-            return  # one that never finished its hello: the next call dials again
-        self._conn = self._corked = None
-        self._broken = why
-        err = Unavailable(f"read port {self.host}:{self.port}: the connection broke ({why})")
-        for fut in list(self._waiting.values()):
-            if not fut.done():
-                fut.set_exception(err)
-
-    async def close(self) -> None:
-        conn = self._conn
-        if conn is not None:
-            self._ended(conn, "closed")
-            conn.close()
-
-
-class _ClientConnection(asyncio.Protocol):
-    """A ReadPortClient's connection, as an asyncio Protocol: each answer is taken off the bytes as
-    they arrive and handed to its request's future there, without a reader task woken per frame
-    (StreamReader's way; perf/RESULTS.md, issue 23 session 38)."""
-
-    def __init__(self, client: ReadPortClient) -> None:
-        self.client = client
-        self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
-        self.hello: asyncio.Future[tuple[Kind, int, bytes]] = asyncio.get_running_loop().create_future()
-        self.why: str | None = None  # why it ended, the first reason given
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        waiting = self.client._waiting
-        try:
-            for request_id, kind, code, body in _frames(self.buf):
-                if not self.hello.done():
-                    self.hello.set_result((kind, code, body))
-                    continue
-                fut = waiting.get(request_id)
-                if fut is not None and not fut.done():
-                    fut.set_result((kind, code, body))
-                elif request_id == 0 and kind is Kind.ERROR:
-                    self._end(body.decode(errors="replace"))
-                    return
-        except FrameError as e:
-            self._end(f"FrameError: {e}")
-
-    def _end(self, why: str) -> None:
-        if self.why is None:
-            self.why = why
-        if not self.hello.done():
-            self.hello.set_exception(ConnectionError(f"closed before the hello was answered ({why})"))
-        self.client._ended(self, self.why)
-        self.close()
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-            self.buf.clear()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._end(f"{type(exc).__name__}: {exc}" if exc is not None else "closed")
-        self.transport = None
 
 
 class AdvertisedReadPort:

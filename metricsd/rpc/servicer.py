@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TypeVar
 
 import grpc
@@ -60,9 +60,17 @@ class MetricsServicer(pb_grpc.MetricsServicer):
     so clients cannot tell them apart.
     """
 
-    def __init__(self, backend: MetricsBackend) -> None:
+    def __init__(self, backend: MetricsBackend, *, writes_in_turn: bool = False) -> None:
         self.backend = backend
         self.refusals = SenderRefusals("gRPC write")  # samples not stored, per peer (rpc/refusals.py)
+        # A store's (cmd/store.py): the parts of all its write messages are written one at a time,
+        # in the order they asked, each a turn of the event loop of its own. A part's write holds
+        # the loop (the engine needs no lock: nothing awaits inside it); eight messages of tens of
+        # merging parts each, started together, took it in turns part by part, so that one turn of
+        # the loop was eight writes long, and the store's lease keep-alive (a few turns) went
+        # unanswered for the lease's whole TTL (perf/RESULTS.md issue 24 session 39). Not a
+        # proxy's: its writes wait on its stores, and must overlap.
+        self._turn: asyncio.Lock | None = asyncio.Lock() if writes_in_turn else None
 
     async def _run(self, context: grpc.aio.ServicerContext, method: str, call: Awaitable[T]) -> T:
         try:
@@ -100,11 +108,19 @@ class MetricsServicer(pb_grpc.MetricsServicer):
             raise BadRequest(f"WriteParts: a malformed request: {e}") from None
         return (await self._write_parts(request, sender)).SerializeToString()
 
+    def _deadline(self, request: pb.WritePartsRequest) -> float | None:
+        """When (on the event loop's clock) the sender gives up on ``request``: its timeout_ms from
+        now, the message having just arrived. None: no limit."""
+        if not request.timeout_ms:
+            return None
+        return asyncio.get_running_loop().time() + request.timeout_ms / 1000
+
     async def _write_parts(self, request: pb.WritePartsRequest, sender: str = "") -> pb.WritePartsResponse:
         """Each part as a Write of its own, in order, yielding to the event loop between parts so that a
         call of many parts does not hold it for all of them at once. Raises BadRequest for too many
         parts; a part's own error goes into its result, and samples it did not store into its
-        response (rejected_*, refused), counted against ``sender``.
+        response (rejected_*, refused), counted against ``sender``. A part whose turn comes after
+        the message's deadline (its timeout_ms) is not written: DEADLINE_EXCEEDED.
 
         A backend with ``write_together`` (a store: store/api.py) may write several consecutive
         parts as one write, answering each as its own Write would have; the parts it does not
@@ -112,31 +128,50 @@ class MetricsServicer(pb_grpc.MetricsServicer):
         parts = request.parts
         if len(parts) > MAX_WRITE_PARTS:
             raise BadRequest(f"{len(parts)} parts in one WriteParts message; at most {MAX_WRITE_PARTS}")
-        together = getattr(self.backend, "write_together", None)
+        deadline = self._deadline(request)
         out = pb.WritePartsResponse()
         i = 0
         while i < len(parts):
             if i:
                 await asyncio.sleep(0)
-            if together is not None and len(parts) - i > 1:
-                answers = await together(parts[i:])
-                for resp in answers:
-                    out.results.add().response.CopyFrom(resp)
-                    self.refusals.record(sender, resp)
-                if answers:
-                    i += len(answers)
-                    continue
-            part = parts[i]
-            result = out.results.add()
-            try:
-                result.response.CopyFrom(await self.backend.write(part))
-                self.refusals.record(sender, result.response)
-            except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
-                code = _refused(f"WriteParts part {i + 1} of {len(parts)}", e)
-                result.code = code.value[0]
-                result.message = str(e)
-            i += 1
+            if self._turn is None:
+                i = await self._write_from(parts, i, out, sender, deadline)
+                continue
+            async with self._turn:
+                i = await self._write_from(parts, i, out, sender, deadline)
         return out
+
+    async def _write_from(self, parts: Sequence[pb.WriteRequest], i: int, out: pb.WritePartsResponse, sender: str,
+                          deadline: float | None) -> int:
+        """Write part ``i`` (or, with the backend's write_together, it and those after it) into
+        ``out``, or every part from ``i`` on as DEADLINE_EXCEEDED once ``deadline`` has passed;
+        the index of the next part to write."""
+        if deadline is not None and asyncio.get_running_loop().time() > deadline:
+            for j in range(i, len(parts)):
+                result = out.results.add()
+                result.code = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+                result.message = (f"WriteParts: the sender's deadline passed before part {j + 1} of {len(parts)} "
+                                  "was written; nothing of it stored")
+            log.info("WriteParts from %s: %d of %d parts not written, the sender's deadline passed", sender or "?",
+                     len(parts) - i, len(parts))
+            return len(parts)
+        together = getattr(self.backend, "write_together", None)
+        if together is not None and len(parts) - i > 1:
+            answers = await together(parts[i:])
+            for resp in answers:
+                out.results.add().response.CopyFrom(resp)
+                self.refusals.record(sender, resp)
+            if answers:
+                return i + len(answers)
+        result = out.results.add()
+        try:
+            result.response.CopyFrom(await self.backend.write(parts[i]))
+            self.refusals.record(sender, result.response)
+        except (BadRequest, LimitExceeded, NotOwner, Unavailable) as e:
+            code = _refused(f"WriteParts part {i + 1} of {len(parts)}", e)
+            result.code = code.value[0]
+            result.message = str(e)
+        return i + 1
 
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadResponse:
         return await self._run(context, "Read", self.backend.read(request))

@@ -184,7 +184,7 @@ def test_cluster_up_hands_write_linger_to_every_proxy_and_refuses_a_bad_one(caps
         assert p.parse_args(list(spec.args)).write_linger == 25.0
     assert all("--write-linger" not in s.args for s in plan.store_specs())
     assert "--write-linger" not in proxies_argv(_up_args())  # not given: the proxy's own default
-    for flags, on in ((("--writes-on-read-port",), True), ((), False)):
+    for flags, on in ((("--writes-on-read-port",), True), (("--no-writes-on-read-port",), False), ((), True)):
         plan = ClusterPlan(stores=1, proxies=1, config_servers=1, proxy_args=proxies_argv(_up_args(*flags)))
         assert p.parse_args(list(plan.proxy_specs()[0].args)).writes_on_read_port is on
     assert cluster_run(_up_args("--write-linger", "1001", "--base-port", "7400")) == 2

@@ -35,7 +35,8 @@ async def _serve_and_ask() -> tuple[int, bytes, int]:
     from metricsd.http.settings import HttpSettings
     from metricsd.proto import metricsd_pb2 as pb
     from metricsd.rpc.frames import Method
-    from metricsd.rpc.readport import ReadPortClient, ReadPortServer
+    from metricsd.rpc.readport import ReadPortServer
+    from metricsd.rpc.readport_client import ReadPortClient
     from metricsd.store.api import LocalBackend, StoreAPI
     from metricsd.store.engine import Store
 

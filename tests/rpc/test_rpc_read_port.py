@@ -21,7 +21,8 @@ from metricsd.rpc.backend import BadRequest, LimitExceeded, Unavailable
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.frames import HEADER, MAX_BODY, FrameError, Kind, Method, decode_header, encode
 from metricsd.rpc.health import start_cluster_grpc
-from metricsd.rpc.readport import AdvertisedReadPort, ReadPortClient, ReadPortServer
+from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
+from metricsd.rpc.readport_client import ReadPortClient
 from metricsd.rpc.servicer import MetricsServicer
 from metricsd.rpc.wire import columns_from_list, columns_from_read, labels_from_pb, labels_to_pb, matchers_to_pb
 from metricsd.security.auth import Authenticator

@@ -1,11 +1,14 @@
 """A proxy's writes over a store's read port (WRITE_PARTS, metricsd/rpc/readport.py) on a real store
 over real TLS sockets on 127.0.0.1: what the WriteStream stores and answers, the write role, bad
-and hostile messages storing nothing, and the fall-backs to gRPC (a store that predates the
-method, a connection that breaks)."""
+and hostile messages storing nothing, the fall-backs to gRPC (a store that predates the method, a
+connection that breaks), and the bounds that keep a busy store's loop its own (write messages in
+flight per connection, a message past its sender's deadline not written)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -17,10 +20,13 @@ from metricsd.proto import metricsd_pb2 as pb
 from metricsd.proxy.members import MemberClient
 from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.channel import open_channel
+from metricsd.rpc.client import parts_body
 from metricsd.rpc.frames import Method
 from metricsd.rpc.health import start_cluster_grpc
-from metricsd.rpc.readport import AdvertisedReadPort, ReadPortClient, ReadPortServer
+from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
+from metricsd.rpc.readport_client import ReadPortClient
 from metricsd.rpc.servicer import MAX_WRITE_PARTS, MetricsServicer
+from metricsd.rpc.stream import STREAM_IN_FLIGHT
 from metricsd.rpc.wire import labels_to_pb, length_delimited
 from metricsd.security.auth import Authenticator
 from metricsd.security.certs import LocalPKI
@@ -33,8 +39,11 @@ from metricsd.store.engine import Store
 TOKENS = {"proxy": ("read,write", "p-token"), "reader": ("read", "r-token")}
 
 
+@dataclass
 class Served(ReadPortServed):
-    """test_rpc_read_port's store, with the proxy's write end."""
+    """test_rpc_read_port's store, with the proxy's write end and the store's servicer."""
+
+    servicer: MetricsServicer | None = None
 
     def security(self, token: str = "p-token") -> ClientSecurity:
         return ClientSecurity(ClientTLS(self.pki.ca, self.pki.cert, self.pki.key), token)
@@ -55,12 +64,12 @@ async def _serve(pki: LocalPKI, tmp_path: Path, writes: bool) -> tuple[Served, g
     backend = LocalBackend(StoreAPI(store))
     server = ReadPortServer(backend, security)
     port = await server.start("127.0.0.1", 0)
-    servicer = MetricsServicer(AdvertisedReadPort(backend, port))
+    servicer = MetricsServicer(AdvertisedReadPort(backend, port), writes_in_turn=True)  # as a store's
     if writes:
         server.write_parts = servicer.write_parts_body
     grpc_server, grpc_port = await start_cluster_grpc(servicer, AdvertisedReadPort(backend, port), "127.0.0.1", 0,
                                                       security)
-    return Served(store, port, f"127.0.0.1:{grpc_port}", server, pki), grpc_server
+    return Served(store, port, f"127.0.0.1:{grpc_port}", server, pki, servicer), grpc_server
 
 
 @pytest.fixture
@@ -182,3 +191,56 @@ async def test_without_the_setting_writes_stay_on_the_stream(served: Served) -> 
         assert member._port_client is not None  # reads took the port, writes did not
     finally:
         await member.close()
+
+
+async def test_a_message_whose_senders_deadline_passed_while_it_waited_is_not_written(served: Served) -> None:
+    """A message with a 1 ms timeout waits its turn behind another write (the store's turn held for
+    50 ms): it is answered DEADLINE_EXCEEDED part by part and none of it is stored. Its sender had
+    given up on it and handed it off: writing it anyway is work a busy store cannot spare (a store
+    restarted under tests/cluster/test_cluster_proxies.py lost its lease to such writes)."""
+    assert served.servicer is not None and served.servicer._turn is not None
+    client = ReadPortClient("127.0.0.1", served.port, served.security())
+    try:
+        await client.call_raw(Method.WRITE_PARTS, parts_body([_part(range(2), 1000)], 5.0), "WriteParts")
+        async with served.servicer._turn:  # the store busy with another write
+            late = asyncio.ensure_future(client.call_raw(
+                Method.WRITE_PARTS, parts_body([_part(range(2, 5), 1000), _part(range(5, 7), 1000)], 0.001),
+                "WriteParts"))
+            await asyncio.sleep(0.05)
+        results = pb.WritePartsResponse.FromString(await late).results
+        assert [r.code for r in results] == [grpc.StatusCode.DEADLINE_EXCEEDED.value[0]] * 2
+        assert "deadline passed before part 2 of 2" in results[1].message
+        assert served.store.stats()["samples"] == 2
+        # the same parts with time to spare are written
+        ok = pb.WritePartsResponse.FromString(await client.call_raw(
+            Method.WRITE_PARTS, parts_body([_part(range(2, 5), 1000), _part(range(5, 7), 1000)], 5.0), "WriteParts"))
+        assert [r.response.samples_written for r in ok.results] == [3, 2]
+    finally:
+        await client.close()
+
+
+async def test_a_connection_has_at_most_a_streams_worth_of_write_messages_under_way(served: Served) -> None:
+    """Past STREAM_IN_FLIGHT write messages under way on one connection, the store reads no more of
+    its frames (TCP holds the sender back), as a WriteStream's receiver does; each is answered once
+    the store's writes go on."""
+    assert served.servicer is not None and served.servicer._turn is not None
+    client = ReadPortClient("127.0.0.1", served.port, served.security())
+    try:
+        await client.call_raw(Method.WRITE_PARTS, parts_body([_part(range(1), 1000)], 5.0), "WriteParts")
+        conn = next(iter(served.server._conns))
+        async with served.servicer._turn:  # the store busy with another write
+            calls = [asyncio.ensure_future(client.call_raw(
+                Method.WRITE_PARTS, parts_body([_part(range(i, i + 1), 1000)], 30.0), "WriteParts"))
+                for i in range(1, STREAM_IN_FLIGHT + 5)]
+            for _ in range(200):
+                if len(conn.writes) >= STREAM_IN_FLIGHT:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+            assert len(conn.writes) == STREAM_IN_FLIGHT and conn.reading_paused
+        answers = await asyncio.gather(*calls)
+        assert [pb.WritePartsResponse.FromString(a).results[0].response.samples_written for a in answers] == \
+            [1] * (STREAM_IN_FLIGHT + 4)
+        assert served.store.stats()["samples"] == STREAM_IN_FLIGHT + 5
+    finally:
+        await client.close()
