@@ -80,12 +80,12 @@ def workload(scale: float, hours: float, live_ticks: int) -> Workload:
     return Workload(WorkloadConfig(ticks=round(hours * 360), live_ticks=live_ticks).scaled(scale))
 
 
-def load(wl: Workload) -> tuple[Store, int, float]:
+def load(wl: Workload, settings: StoreSettings) -> tuple[Store, int, float]:
     """The workload in a fresh store: (store, samples, ingest CPU s)."""
     ticks, live_ticks = wl.config.ticks, wl.config.live_ticks
     labels, ids = wl.series, wl.source.series_ids.astype(np.uint64)
     n = len(labels)
-    store = Store(StoreSettings(retention_ms=ticks * 10_000 * 2))
+    store = Store(settings)
     cpu = 0.0
     sent, first = 0, True
     while sent < ticks:
@@ -189,6 +189,8 @@ def main() -> int:
     p.add_argument("--series", type=int, default=200_000, help="compare.py's workload scaled to this many series")
     p.add_argument("--hours", type=float, default=2.0, help="of samples at 10 s; the last --live-ticks live")
     p.add_argument("--live-ticks", type=int, default=60)
+    p.add_argument("--head-keep", type=int, default=StoreSettings().head_keep,
+                   help="samples a block and a ring (default: the store's); an A/B of the ring's size")
     p.add_argument("--trace", action="store_true", help="tracemalloc the ingest (slow)")
     p.add_argument("--json", type=Path, default=HERE / "results" / "bench_heap.json")
     a = p.parse_args()
@@ -202,7 +204,7 @@ def main() -> int:
         import tracemalloc
 
         tracemalloc.start()
-    store, samples, cpu = load(wl)
+    store, samples, cpu = load(wl, StoreSettings(retention_ms=round(a.hours * 3600_000) * 2, head_keep=a.head_keep))
     store.gc()  # two retention passes, as the server's loop makes a minute apart: the newest closed
     store.gc()  # hour of rollups is packed by the second
     gc.collect()
