@@ -32,6 +32,7 @@ from metricsd.columns import LabelColumns
 from metricsd.maths.slots import pod_hash
 from metricsd.model import Labels, pod_key
 from metricsd.selector import Matcher, MatchOp
+from metricsd.store.postings import EMPTY_ROWS, LabelColumn, grown
 
 __all__ = ["SeriesIndex"]
 
@@ -60,79 +61,6 @@ name, not once per question); past it they are cleared."""
 
 MAX_MATCH_TABLE_BYTES = 16 * 1024 * 1024
 """Bytes the kept tables hold together (a byte per value: 160 tables over 100,000 pod names)."""
-
-_EMPTY = np.zeros(0, dtype=np.int32)
-
-
-def _grown(arr: np.ndarray, n: int, fill: int | bool = 0) -> np.ndarray:
-    """``arr`` with room for at least ``n`` rows, growing by a quarter (doubling wastes up to half)."""
-    if n <= len(arr):
-        return arr
-    out = np.full(max(n, len(arr) + max(1024, len(arr) // 4)), fill, dtype=arr.dtype)
-    out[: len(arr)] = arr
-    return out
-
-
-class _LabelColumn:
-    """One label name: its distinct values, a code per row, and postings by code."""
-
-    __slots__ = ("built", "codes", "ids", "post_rows", "post_start", "values")
-
-    def __init__(self, capacity: int) -> None:
-        self.values: list[str] = []  # code -> value; append-only (selections share it)
-        self.ids: dict[str, int] = {}
-        self.codes = np.full(capacity, -1, dtype=np.int32)
-        # postings of rows [0, built): rows by (code, row); code c: post_rows[post_start[c]:post_start[c + 1]]
-        self.built = 0
-        self.post_rows = _EMPTY
-        self.post_start = np.zeros(1, dtype=np.int64)
-
-    def value_id(self, value: str) -> int:
-        vid = self.ids.get(value)
-        if vid is None:
-            vid = self.ids[value] = len(self.values)
-            self.values.append(value)
-        return vid
-
-    def build(self, n_rows: int) -> None:
-        codes = self.codes[:n_rows]
-        has = np.flatnonzero(codes >= 0)
-        order = np.argsort(codes[has], kind="stable")
-        self.post_rows = has[order].astype(np.int32)
-        counts = np.bincount(codes[has], minlength=len(self.values))
-        self.post_start = np.zeros(len(self.values) + 1, dtype=np.int64)
-        np.cumsum(counts, out=self.post_start[1 : len(counts) + 1])
-        self.post_start[len(counts) + 1 :] = self.post_start[len(counts)]
-        self.built = n_rows
-
-    def refresh(self, n_rows: int) -> None:
-        """Rebuild the postings once the rows added since are more than an eighth of all (their
-        codes are scanned meanwhile): O(n log n) now and then instead of a list per value."""
-        if n_rows - self.built > max(1024, n_rows // 8):
-            self.build(n_rows)
-
-    def postings(self, hits: np.ndarray, n_rows: int) -> np.ndarray:
-        """Increasing rows whose code is one of ``hits`` (sorted codes), dead rows included."""
-        self.refresh(n_rows)
-        known = hits[hits < len(self.post_start) - 1]
-        parts = [self.post_rows[self.post_start[h] : self.post_start[h + 1]] for h in known.tolist()]
-        if self.built < n_rows:
-            tail = self.codes[self.built : n_rows]
-            want = np.zeros(len(self.values) + 1, dtype=bool)
-            want[hits] = True
-            parts.append((np.flatnonzero(want[tail]) + self.built).astype(np.int32))
-        if not parts:
-            return _EMPTY
-        if len(parts) == 1:
-            return parts[0]
-        return np.sort(np.concatenate(parts))
-
-    def postings_size(self, hits: np.ndarray, n_rows: int) -> int:
-        """At least len(postings(hits)): the built postings' share, and every row added since."""
-        self.refresh(n_rows)
-        known = hits[hits < len(self.post_start) - 1]
-        built = int((self.post_start[known + 1] - self.post_start[known]).sum())
-        return built + (n_rows - self.built)
 
 
 class _Rows(Sequence[int]):
@@ -191,7 +119,7 @@ class SeriesIndex:
         self.pod_hash = np.zeros(0, dtype=np.uint64)  # pod_hash(namespace/pod) per row
         self.alive = np.zeros(0, dtype=bool)
         self.n_alive = 0
-        self.columns: dict[str, _LabelColumn] = {}
+        self.columns: dict[str, LabelColumn] = {}
         self.ids = _Rows(self)
         self.labels = _LabelView(self)
         self.by_id = _ById(self)
@@ -302,12 +230,12 @@ class SeriesIndex:
     def _grow(self, n: int) -> None:
         if n <= len(self.alive):
             return
-        self.alive = _grown(self.alive, n, False)
+        self.alive = grown(self.alive, n, False)
         cap = len(self.alive)
-        self.id_column = _grown(self.id_column, cap)
-        self.pod_hash = _grown(self.pod_hash, cap)
+        self.id_column = grown(self.id_column, cap)
+        self.pod_hash = grown(self.pod_hash, cap)
         for col in self.columns.values():
-            col.codes = _grown(col.codes, cap, -1)
+            col.codes = grown(col.codes, cap, -1)
 
     def add(self, sid: int, labels: Labels) -> int:
         """Register a new series and return its row. Raises KeyError if the id is known."""
@@ -325,7 +253,7 @@ class SeriesIndex:
         for name, value in labels:
             col = self.columns.get(name)
             if col is None:
-                col = self.columns[name] = _LabelColumn(len(self.alive))
+                col = self.columns[name] = LabelColumn(len(self.alive))
                 self._names = sorted(self.columns)
             col.codes[row] = col.value_id(value)
         return row
@@ -371,7 +299,7 @@ class SeriesIndex:
 
     # --- selection -------------------------------------------------------------------------
 
-    def _table(self, col: _LabelColumn, m: Matcher) -> np.ndarray:
+    def _table(self, col: LabelColumn, m: Matcher) -> np.ndarray:
         """For each value code of the column (+1: index 0 is 'absent'), does it match. A regex's
         table is kept and extended with the values added since, so it runs once per value."""
         n = len(col.values)
@@ -408,26 +336,26 @@ class SeriesIndex:
         through their lookup tables. Without such a matcher the candidates are every live row."""
         n = self._n
         # (column, code for an equality, or the lookup table, whether it needs the label)
-        conds: list[tuple[_LabelColumn, int, np.ndarray | None, bool]] = []
-        cond: tuple[_LabelColumn, int, np.ndarray | None, bool]
+        conds: list[tuple[LabelColumn, int, np.ndarray | None, bool]] = []
+        cond: tuple[LabelColumn, int, np.ndarray | None, bool]
         seed_at, seed_size = -1, n + 1
         for m in matchers:
             col = self.columns.get(m.name)
             if col is None:
                 if not m.matches(""):
-                    return _EMPTY.copy()
+                    return EMPTY_ROWS.copy()
                 continue  # every series lacks the label, and the empty value matches
             if m.op is MatchOp.EQ and m.value:
                 vid = col.ids.get(m.value)
                 if vid is None:
-                    return _EMPTY.copy()
+                    return EMPTY_ROWS.copy()
                 hits, cond = np.array([vid]), (col, vid, None, True)
             else:
                 lut = self._table(col, m)
                 cond = (col, -1, lut, not lut[0])
                 hits = np.flatnonzero(lut[1:]) if not lut[0] else np.zeros(0, np.int64)
                 if not lut[0] and len(hits) == 0:
-                    return _EMPTY.copy()
+                    return EMPTY_ROWS.copy()
             if cond[3]:
                 size = col.postings_size(hits, n) if len(hits) <= 64 else n
                 if size < seed_size:

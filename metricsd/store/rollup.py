@@ -4,13 +4,14 @@ They feed the overcommit advisor's weekly peaks and the HPA's "same hour yesterd
 long after raw samples are gone. The open hour of every series lives in NumPy columns and is
 updated in bulk on each write. Closed hours are kept by hour, not by series: one block of
 columns per hour (the rows that had samples in it, sorted, and their min, max, sum, last and
-count), 40 bytes a series and hour with no Python object per series. Every hour but the newest
-closed one is packed into LZ4 frames of 1,024 rows (metricsd/store/rollpack.py, ~8.7 bytes a
-series and hour: a day of them was 0.11 of a store's 1.28 bytes a sample): by the write that opens
-the next hour, or, for hours restored from a snapshot, by the retention passes a budget at a
-time. A read decodes only the frames that hold its rows. A write that moves many series into a
-new hour closes their previous hours with a few NumPy calls, retention drops whole hours, and a
-read of many series gathers each hour's values for all of them at once.
+count), 40 bytes a series and hour with no Python object per series. Every closed hour is packed
+into LZ4 frames of 1,024 rows (metricsd/store/rollpack.py, ~8.7 bytes a series and hour: a day of
+them was 0.11 of a store's 1.28 bytes a sample): by the write that opens the next hour, or, for
+hours restored from a snapshot, by the retention passes a budget at a time; the newest closed one
+by the first retention pass after a minute in which no series closed a record into it. A read
+decodes only the frames that hold its rows. A write that moves many series into a new hour closes
+their previous hours with a few NumPy calls, retention drops whole hours, and a read of many
+series gathers each hour's values for all of them at once.
 NaN samples and stale markers are not folded in (a NaN would poison the sum).
 
 Updates are folded per run of samples with the same (row, hour): ``reduceat`` over runs, then
@@ -65,6 +66,7 @@ class HourBlock:
     count: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     packed: Packed | None = None
+    closings: int = 0  # writes that closed records into this hour (Rollups.pack_old: is it quiet)
 
     def settle(self) -> None:
         if not self.parts:
@@ -158,6 +160,7 @@ class Rollups:
         self.blocks: list[HourBlock] = []  # closed hours, oldest first
         self.packing = True  # pack closed hours past the newest (off: tests' plain reference)
         self._hours: list[int] = []  # their starts, for bisect
+        self._newest_seen: tuple[int, int] | None = None  # (hour, closings) of the newest plain block, last pass
 
     def ensure_rows(self, n: int) -> None:
         have = len(self.hour)
@@ -254,7 +257,9 @@ class Rollups:
         had = len(self.blocks)
         for h in np.unique(hours).tolist():
             sel = hours == h
-            self._block(int(h)).parts.append((rows[sel].astype(np.int32), vals[sel], count[sel]))
+            block = self._block(int(h))
+            block.parts.append((rows[sel].astype(np.int32), vals[sel], count[sel]))
+            block.closings += 1
         if len(self.blocks) != had and self.packing:
             for block in self.blocks[-3:-1]:  # the hours just past the newest closed one: ~1 ms / 10,000
                 if block.packed is None:
@@ -263,7 +268,11 @@ class Rollups:
     def pack_old(self, budget: int) -> int:
         """Pack the closed hours but the newest that are still plain (restored from a snapshot, or
         made by an out-of-order sample), up to about ``budget`` records; the retention pass calls
-        it, so a restart does not pay for packing and no pass stalls writes for long. Returns the
+        it, so a restart does not pay for packing and no pass stalls writes for long. The newest
+        closed hour too, once no write closed a record into it between two calls (a minute apart
+        in a store): every series has moved on to the next hour, so a late one that closes into
+        it afterwards (re-encoding a frame) is rare. Plain, it held 40 bytes a series where
+        packed holds ~9: 6 MiB at 200,000 series (perf/RESULTS.md, session 39). Returns the
         records packed."""
         done = 0
         for block in self.blocks[:-1]:
@@ -272,6 +281,13 @@ class Rollups:
             if block.packed is None:
                 done += len(block)
                 block.pack()
+        if self.blocks and self.packing and done < budget and self.blocks[-1].packed is None:
+            newest = self.blocks[-1]
+            seen = (newest.hour, newest.closings)
+            if seen == self._newest_seen:
+                done += len(newest)
+                newest.pack()
+            self._newest_seen = seen
         return done
 
     def _merge_closed(self, row: int, hour: int, mn: float, mx: float, sm: float, cnt: float) -> None:

@@ -128,3 +128,55 @@ def test_packed_rollups_answer_as_plain(seed: int, monkeypatch: pytest.MonkeyPat
     assert sum(b.packed is not None for b in again.blocks) == len(again.blocks) - 1
     for x, y in zip(again.closed_of(np.arange(40)), ref, strict=True):
         assert x.view(np.uint8).tolist() == y.view(np.uint8).tolist()
+
+
+def _two_hours(ro: Rollups, rows: np.ndarray, late: tuple[int, ...]) -> None:
+    """Hours 0 and 1 closed by writes in hour 2, except the ``late`` rows', which have not written in hour 2 yet."""
+    ro.ensure_rows(len(rows))
+    for t in range(0, 2 * HOUR_MS + 60_000, 600_000):
+        live = rows if t < 2 * HOUR_MS else rows[~np.isin(rows, late)]
+        ro.add(live, np.full(len(live), t, np.int64), (live * 1.5 + t / 1e6).round(3))
+
+
+def _points(ro: Rollups, rows: np.ndarray) -> list[list[int]]:
+    out = []
+    for p in ro.points_many(rows, 0, 10**13):
+        out += [getattr(p, f).view(np.int64).tolist() for f in ("hour", "min", "max", "sum", "count", "last")]
+    return out
+
+
+def test_the_newest_closed_hour_is_packed_once_no_series_closes_into_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rollpack, "FRAME", 4)
+    rows = np.arange(30)
+    packed, plain = Rollups(), Rollups()
+    plain.packing = False
+    for ro in (packed, plain):
+        _two_hours(ro, rows, late=(7,))
+    newest = packed.blocks[-1]
+    assert newest.hour == HOUR_MS and newest.packed is None
+    packed.pack_old(10**9)
+    assert newest.packed is None  # one pass: not yet known to be quiet
+    packed.add(np.array([3]), np.array([2 * HOUR_MS + 70_000]), np.array([1.0]))  # row 3 writes again: no closing
+    plain.add(np.array([3]), np.array([2 * HOUR_MS + 70_000]), np.array([1.0]))
+    packed.pack_old(10**9)
+    assert newest.packed is not None  # nothing closed into it between the two passes
+    assert _points(packed, rows) == _points(plain, rows)
+    for ro in (packed, plain):  # the late series closes into the packed hour
+        ro.add(np.array([7]), np.array([2 * HOUR_MS + 80_000]), np.array([2.5]))
+    assert _points(packed, rows) == _points(plain, rows)
+    packed._check()
+    for x, y in zip(packed.closed_of(rows), plain.closed_of(rows), strict=True):
+        assert x.view(np.uint8).tolist() == y.view(np.uint8).tolist()
+
+
+def test_the_newest_closed_hour_stays_plain_while_series_close_into_it() -> None:
+    ro = Rollups()
+    _two_hours(ro, np.arange(30), late=(7, 8, 9))
+    for late in (7, 8, 9):  # a series closes into the newest hour between each two passes
+        ro.pack_old(10**9)
+        ro.add(np.array([late]), np.array([2 * HOUR_MS + 90_000]), np.array([1.0]))
+        assert ro.blocks[-1].packed is None
+    ro.pack_old(10**9)  # sees the last closing
+    assert ro.blocks[-1].packed is None
+    ro.pack_old(10**9)  # a quiet pass since
+    assert ro.blocks[-1].packed is not None
