@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -50,6 +51,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -166,32 +168,33 @@ def start_prometheus(tmp: Path, config: str) -> tuple[subprocess.Popen[bytes], s
     return proc, f"http://127.0.0.1:{port}"
 
 
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` in this process's environment (which the processes started inherit)
+    for the block, then as it was."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
 def start_base(procs: Processes, code: Path) -> Server:
     """A second store run from another checkout's code (``code`` first on its PYTHONPATH, e.g. a
     ``git archive`` of main unpacked): the A/B's other side, fed by the same Prometheus in the same run."""
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(code.resolve())
-    try:
+    with _env("PYTHONPATH", str(code.resolve())):
         return procs.start_metricsd("base")
-    finally:
-        if before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = before
 
 
 def start_cluster_b(procs: Processes, flags: str) -> Server:
     """A second cluster whose ``cluster up`` also gets ``flags`` (e.g. ``--no-writes-on-read-port``):
     an A/B of a cluster setting, both fed by the same Prometheus in the same run."""
-    before = os.environ.get("BENCH_CLUSTER_ARGS")
-    os.environ["BENCH_CLUSTER_ARGS"] = f"{before or ''} {flags}"
-    try:
+    with _env("BENCH_CLUSTER_ARGS", f"{os.environ.get('BENCH_CLUSTER_ARGS') or ''} {flags}"):
         return procs.start_metricsd_cluster("metricsd-cluster-b")
-    finally:
-        if before is None:
-            del os.environ["BENCH_CLUSTER_ARGS"]
-        else:
-            os.environ["BENCH_CLUSTER_ARGS"] = before
 
 
 def _sys_seconds(pid: int) -> float:
