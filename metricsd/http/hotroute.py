@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from metricsd.clock import Clock
@@ -41,7 +42,7 @@ def refused_answer(status: int, error_type: str, message: str) -> Answer:
     return status, json.dumps(error_body(error_type, message)).encode(), _UNAUTHORIZED if status == 401 else ""
 
 
-class HotRoute(Generic[S]):
+class HotRoute(ABC, Generic[S]):
     """A hot route's answer inside server.py's envelope. A subclass says how to read the request
     (:meth:`prepare`: the consistency text and what :meth:`run` needs, raising for a bad request) and
     how to answer it (:meth:`run`, inside the consistency, the missing-cluster collection and the
@@ -61,12 +62,13 @@ class HotRoute(Generic[S]):
         self.consistency_of = server.consistency_of
         self.error_of = server.error_of
 
+    @abstractmethod
     def prepare(self, req: HotRequest) -> tuple[str | None, S]:
         """(the ``consistency`` parameter's text, or None; what :meth:`run` needs)."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def run(self, req: HotRequest, state: S, peer: str) -> Answer:
-        raise NotImplementedError
+        """The route's answer, inside the envelope's consistency, missing-cluster collection and timeout."""
 
     async def answer(self, req: HotRequest, peer: str) -> Answer:
         """(status, JSON body or b"" for a 204, extra header lines) for ``req``."""
