@@ -45,6 +45,7 @@ from metricsd.cluster.shardmap import ShardMap
 from metricsd.proxy.fanout import consume, readable
 from metricsd.proxy.latency import LatencyTracker
 from metricsd.proxy.members import SlotNotHeld
+from metricsd.proxy.settings import ProxySettings
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.wholequery import (
@@ -65,10 +66,11 @@ log = logging.getLogger("metricsd.proxy.wholequery")
 UNSUPPORTED_RETRY_S = 60.0  # a store that did not know the frame is asked again after this (it may be upgraded)
 GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to arrive
 # The first store with this many of the proxy's whole queries under way passes the next to the
-# others. 1: queries in a row stay on one store (warm), concurrent ones spread at once. At 4 (two
-# stores took concurrency 8, the third idled) and at 1 with ties to the first in order, c8's p50
-# was above the stores in turn in 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36).
-SPILL_IN_FLIGHT = 1
+# others (ProxySettings.whole_spill, ``metricsd proxy --spill-in-flight``). 1: queries in a row stay
+# on one store (warm), concurrent ones spread at once. At 4 (two stores took concurrency 8, the
+# third idled) and at 1 with ties to the first in order, c8's p50 was above the stores in turn in
+# 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36).
+SPILL_IN_FLIGHT = ProxySettings.whole_spill
 
 
 def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offset: int) -> list[str]:
@@ -136,6 +138,7 @@ class WholeQueryPath:
         self.latency = latency
         self.counters = counters
         self.enabled = view.settings.whole_queries
+        self.spill = view.settings.whole_spill  # whole_order's: so many under way on the first store, then others
         self._unsupported: dict[str, float] = {}  # member -> monotonic time it said it does not know the frame
         self._full: tuple[ShardMap | None, list[str]] = (None, [])  # (map, its members holding every slot)
 
@@ -166,7 +169,7 @@ class WholeQueryPath:
         if self._unsupported:
             now = self.view.clock.monotonic()
             ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
-        return whole_order(full, ok, self.in_flight, self.first, self.view.rotation())
+        return whole_order(full, ok, self.in_flight, self.first, self.view.rotation(), self.spill)
 
     async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame) -> QueryAnswer | None:
         """Asks ``holders`` in turn as the module says, under one deadline: the frame's timeout and

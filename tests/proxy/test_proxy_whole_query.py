@@ -6,7 +6,6 @@ loopback. The maps the proxy and the stores hold are set apart to make a stale m
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import time
 from collections.abc import AsyncIterator
@@ -303,17 +302,28 @@ async def _together(h: Harness, n: int) -> list[Any]:
         for _ in range(n)))
 
 
-async def test_concurrent_queries_started_in_one_turn_go_to_different_stores(harness: Harness) -> None:
-    """Three queries started together (a dashboard's panels): the first store takes one, the
-    others one each, as each query counts against its store from the moment it is picked."""
+@pytest.mark.parametrize(("harness", "together", "spread"),
+                         [({"settings": {"whole_spill": 1}}, 3, [1, 1, 1]),
+                          ({"settings": {"whole_spill": 3}}, 5, [3, 1, 1]),
+                          ({"settings": {"whole_spill": 8}}, 8, [8, 0, 0])], indirect=["harness"])
+async def test_concurrent_queries_started_in_one_turn_spread_past_the_spill(harness: Harness, together: int,
+                                                                            spread: list[int]) -> None:
+    """Queries started together (a dashboard's panels): the first store takes ``whole_spill`` of
+    them (``metricsd proxy --spill-in-flight``), the rest go to the others in turn, as each query
+    counts against its store from the moment it is picked."""
     nodes = list(harness.nodes.values())
     _learn_slow(harness, harness.proxy.whole_queries.latency.settings.max_s)  # no hedge under load
     before = [n.service.answered for n in nodes if n.service is not None]
-    answers = await _together(harness, 3)
+    answers = await _together(harness, together)
     assert all(a is not None and a.data for a in answers), answers
     after = [n.service.answered for n in nodes if n.service is not None]
-    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+    assert [a - b for a, b in zip(after, before, strict=True)] == spread
     assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
+
+
+def test_the_spill_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="whole_spill"):
+        fast_settings(whole_spill=0)
 
 
 async def test_concurrent_queries_while_a_stores_read_port_is_learnt_all_go_whole(harness: Harness) -> None:
@@ -369,8 +379,8 @@ async def test_a_store_without_a_read_port_is_passed_over_for_the_next(harness: 
     assert status == 200 and nodes[0].service is not None and nodes[0].service.answered == 1
 
 
-async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_turn(
-        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("harness", [{"settings": {"whole_spill": 10}}], indirect=True)  # all on store-0
+async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_turn(harness: Harness) -> None:
     """Four queries at once kept on store-0, which answers one at a time in 0.25 s each (a store
     bound by its CPU), with a learnt delay of 0.6 s: the third and fourth wait 0.75 and 1 s for
     their turn, past one query's delay, and were each asked of a second store too. Waiting for
@@ -379,9 +389,6 @@ async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_t
     The margins are for a loaded machine: each query may spend 0.35 s beyond its 0.25 s turn before
     its (scaled) delay runs out; the tracker's ceiling is raised to 2 s so that the bound of
     ``hedge_delay`` does not cut the fourth query's 2.4 s (that bound has its own test below)."""
-    import metricsd.proxy.wholequery as wq
-
-    monkeypatch.setattr(wq, "whole_order", functools.partial(whole_order, spill=10))  # all on store-0
     harness.proxy.whole_queries.latency = LatencyTracker(HedgeSettings(max_s=2.0))
     node = harness.nodes["store-0"]
     assert node.service is not None
