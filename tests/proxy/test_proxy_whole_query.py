@@ -321,6 +321,18 @@ async def test_concurrent_queries_started_in_one_turn_spread_past_the_spill(harn
     assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
 
 
+async def test_an_answer_is_taken_as_it_lands_not_at_the_hedge_delay(harness: Harness) -> None:
+    """A store's answer wakes the query at once: with a 20 s hedging delay learnt (and 10 s of
+    timeout), a query waiting for a timer instead of the answer would take 11 s."""
+    harness.proxy.whole_queries.latency = LatencyTracker(HedgeSettings(max_s=30.0))
+    _learn_slow(harness, 20.0)
+    assert all(a is not None and a.data for a in await _together(harness, 1))  # its connection warm
+    t0 = time.monotonic()
+    assert all(a is not None and a.data for a in await _together(harness, 3))
+    assert time.monotonic() - t0 < 5.0
+    assert harness.counter("whole_query_hedges") == 0
+
+
 def test_the_spill_is_at_least_one() -> None:
     with pytest.raises(ValueError, match="whole_spill"):
         fast_settings(whole_spill=0)
