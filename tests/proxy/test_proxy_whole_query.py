@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,7 +39,7 @@ from metricsd.rpc.backend import BadRequest
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.servicer import MetricsServicer
-from metricsd.rpc.wholequery import LIMIT_NAMES, RunnerSettings
+from metricsd.rpc.wholequery import LIMIT_NAMES, QueryFrame, RunnerSettings, decode_request, encode_request
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
@@ -233,6 +234,23 @@ async def test_a_frame_out_of_format_is_refused_and_changes_nothing(harness: Har
             await node.service.answer(body)
 
 
+
+
+def test_a_frames_settings_decode_in_any_order_and_a_wrong_type_is_refused() -> None:
+    limits = QueryLimits()
+    settings = RunnerSettings(300_000, 1000, True, 10.0, tuple((k, int(getattr(limits, k))) for k in LIMIT_NAMES))
+    frame = QueryFrame(QUERIES[3], False, 1, 60_000, 15_000, 5.0, SLOTS, None, settings)
+    doc = orjson.loads(encode_request(frame))
+    assert decode_request(encode_request(frame)) == frame
+    doc["settings"] = dict(reversed(doc["settings"].items()))  # another proxy's order: the same settings
+    doc["settings"]["limits"] = dict(reversed(doc["settings"]["limits"].items()))
+    assert decode_request(orjson.dumps(doc)) == frame
+    for where, value in (("settings", [1]), ("limits", [1]), ("settings", {"x": 1}), ("limits", "8")):
+        bad = orjson.loads(encode_request(frame))
+        target = bad["settings"] if where == "settings" else bad["settings"]["limits"]
+        target["max_samples" if where == "settings" else LIMIT_NAMES[0]] = value
+        with pytest.raises(ValueError, match="query frame"):
+            decode_request(orjson.dumps(bad))
 
 def _learn_slow(h: Harness, seconds: float, members: list[str] | None = None) -> None:
     """Every store's (or ``members``') hedging delay learnt at ``seconds`` (its p99 of a full
