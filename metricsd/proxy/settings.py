@@ -101,8 +101,11 @@ class ProxySettings:
     whole_spill: the first store's count of this proxy's whole queries under way at which the
         next goes to the least busy store instead (proxy/wholequery.py ``whole_order``): 1 spreads
         concurrent queries over every store at once; more keeps them on one store, which then
-        answers more of them a loop turn for less CPU each, the others idle (perf/RESULTS.md,
-        issue 23 session 40).
+        answers more of them a loop turn for less CPU each, the others idle. 1 by measurement
+        (perf/RESULTS.md, "Session 40, s40-23", loaded, interleaved): at 8, the cluster's CPU per
+        rate() of one pod at concurrency 8 fell from 1.5-2.1x one store's to 1.25-1.44x, but its
+        p50 rose 6-24%, and heavier queries queued behind each other on the one store: p50 of the
+        top 10 pods, the HPA's question and the workloads' average memory +41-68% at concurrency 8.
     writes_on_read_port: write parts go to a store over its read port (WRITE_PARTS frames,
         metricsd/rpc/readport.py) instead of its WriteStream: a frame costs each end a fraction of
         a grpc.aio stream message (perf/RESULTS.md issue 24 sessions 38 and 39). Each message

@@ -69,7 +69,8 @@ GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to
 # others (ProxySettings.whole_spill, ``metricsd proxy --spill-in-flight``). 1: queries in a row stay
 # on one store (warm), concurrent ones spread at once. At 4 (two stores took concurrency 8, the
 # third idled) and at 1 with ties to the first in order, c8's p50 was above the stores in turn in
-# 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36).
+# 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36). At 8, heavier queries wait
+# for each other on the one store (ProxySettings says by how much, session 40).
 SPILL_IN_FLIGHT = ProxySettings.whole_spill
 
 

@@ -33,7 +33,7 @@ from metricsd.proxy.backend import ProxyBackend
 from metricsd.proxy.latency import HedgeSettings, LatencyTracker
 from metricsd.proxy.members import MemberClient
 from metricsd.proxy.settings import HealthSettings
-from metricsd.proxy.wholequery import GRACE_S, SPILL_IN_FLIGHT, first_place, hedge_delay, whole_order
+from metricsd.proxy.wholequery import GRACE_S, first_place, hedge_delay, whole_order
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.backend import BadRequest
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
@@ -356,6 +356,7 @@ def test_the_spill_is_at_least_one() -> None:
         fast_settings(whole_spill=0)
 
 
+@pytest.mark.parametrize("harness", [{"settings": {"whole_spill": 1}}], indirect=True)  # spread: two each
 async def test_concurrent_queries_while_a_stores_read_port_is_learnt_all_go_whole(harness: Harness) -> None:
     """Six queries at once to a proxy that has read nothing yet: each store's read port is still
     being asked for (its Health) when its second query arrives. That query waits for the answer
@@ -474,22 +475,25 @@ def test_each_proxy_starts_from_a_store_of_its_own_unless_configured() -> None:
 
 
 def test_whole_order_keeps_the_first_store_while_it_is_free_then_the_least_busy_in_turn() -> None:
+    def order(*args: Any, **kw: Any) -> list[str]:  # the spill at 1: spread at once
+        return whole_order(*args, **kw, spill=1)
+
     full = ["s0", "s1", "s2"]
     every = set(full)
-    assert whole_order(full, every, {}, 0) == ["s0", "s1", "s2"]
-    assert whole_order(full, every, {}, 4, turn=7) == ["s1", "s2", "s0"]  # a proxy's place: first % 3
-    assert whole_order(full, {"s0", "s2"}, {}, 1) == ["s2", "s0"]  # s1 down: the next in order, not a jump
-    assert whole_order(full, every, {"s0": SPILL_IN_FLIGHT - 1, "s1": 3}, 0, turn=1) == ["s0", "s1", "s2"]
-    busy = {"s0": SPILL_IN_FLIGHT}
-    assert whole_order(full, every, busy, 0, turn=0) == ["s1", "s0", "s2"]  # the others free: taken in turn
-    assert whole_order(full, every, busy, 0, turn=2) == ["s2", "s0", "s1"]
-    assert whole_order(full, every, {"s0": 9, "s1": 9}, 0, turn=0) == ["s2", "s0", "s1"]
-    assert whole_order(full, every, {"s0": 9, "s1": 7, "s2": 8}, 0, turn=2) == ["s1", "s0", "s2"]  # least busy
+    assert order(full, every, {}, 0) == ["s0", "s1", "s2"]
+    assert order(full, every, {}, 4, turn=7) == ["s1", "s2", "s0"]  # a proxy's place: first % 3
+    assert order(full, {"s0", "s2"}, {}, 1) == ["s2", "s0"]  # s1 down: the next in order, not a jump
+    assert order(full, every, {"s0": 0, "s1": 3}, 0, turn=1) == ["s0", "s1", "s2"]
+    busy = {"s0": 1}
+    assert order(full, every, busy, 0, turn=0) == ["s1", "s0", "s2"]  # the others free: taken in turn
+    assert order(full, every, busy, 0, turn=2) == ["s2", "s0", "s1"]
+    assert order(full, every, {"s0": 9, "s1": 9}, 0, turn=0) == ["s2", "s0", "s1"]
+    assert order(full, every, {"s0": 9, "s1": 7, "s2": 8}, 0, turn=2) == ["s1", "s0", "s2"]  # least busy
     for turn, want in ((0, "s0"), (1, "s1"), (2, "s2"), (3, "s0")):  # all equally busy: each in turn
-        assert whole_order(full, every, {"s0": 5, "s1": 5, "s2": 5}, 0, turn=turn)[0] == want
-    assert whole_order(full, every, {"s0": 1, "s1": 2, "s2": 2}, 0, turn=1) == ["s0", "s1", "s2"]  # first least
-    assert whole_order(full, {"s1"}, {"s1": 99}, 0) == ["s1"]
-    assert whole_order(full, set(), {}, 0) == [] and whole_order([], every, {}, 0) == []
+        assert order(full, every, {"s0": 5, "s1": 5, "s2": 5}, 0, turn=turn)[0] == want
+    assert order(full, every, {"s0": 1, "s1": 2, "s2": 2}, 0, turn=1) == ["s0", "s1", "s2"]  # first least
+    assert order(full, {"s1"}, {"s1": 99}, 0) == ["s1"]
+    assert order(full, set(), {}, 0) == [] and order([], every, {}, 0) == []
 
 
 @given(st.integers(1, 6), st.sets(st.integers(0, 5)), st.dictionaries(st.integers(0, 5), st.integers(0, 9)),
