@@ -41,11 +41,30 @@ from compare_http import http_questions, interleaved_cpu, profile_pids
 from compare_peers import Processes, Server
 from compare_queries import Question, promql_get, summarise
 from compare_workload import Workload, WorkloadConfig
+from procstat import cpu_seconds
 
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import MetricsClient, StreamingBackend
 
 HERE = Path(__file__).resolve().parent
+
+
+async def idle_cpu(servers: dict[str, Server], seconds: float) -> dict[str, dict[str, float]]:
+    """Each metricsd server's CPU milliseconds a second while nothing writes or asks, per process
+    (``role pid``) and ``all``: the background work (heartbeats, lease keep-alives, the map's watch,
+    the stores' housekeeping) that every question's CPU window also counts."""
+    mine = {n: s for n, s in servers.items() if n.startswith("metricsd")}
+    before = {n: {(r, p): cpu_seconds(p) for r, ps in s.pids().items() for p in ps} for n, s in mine.items()}
+    t0 = time.monotonic()
+    await asyncio.sleep(seconds)
+    took = time.monotonic() - t0
+    out: dict[str, dict[str, float]] = {}
+    for n, procs in before.items():
+        row = {f"{r} {p}": (cpu_seconds(p) - v) / took * 1000 for (r, p), v in procs.items()}
+        row["all"] = sum(row.values())
+        out[n] = row
+        print(f"idle {n}: " + json.dumps({k: round(v, 2) for k, v in row.items()}), flush=True)
+    return out
 
 
 def _folded_top(path: Path, n: int = 30) -> list[str]:
@@ -110,6 +129,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await ingest(wl, False, senders, servers)
             await ingest(wl, True, senders, servers)
             await asyncio.sleep(2.0)
+            if args.idle:
+                out["idle"] = await idle_cpu(servers, args.idle)
             at = wl.last_ms + 5_000
             big = next(p for p in wl.sim.pods() if p.workload == "big")
             counts = Counter(p.namespace for p in wl.sim.pods() if p.namespace != "default")
@@ -195,6 +216,8 @@ def main() -> int:
                         "highest --concurrency")
     p.add_argument("--profile-dir", default=str(HERE / "results" / "profiles"),
                    help="where --profile writes py-spy's raw stacks (METRICSD_PYSPY_RATE: samples a second)")
+    p.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                   help="after feeding, each metricsd process's CPU ms a second over SECONDS of nothing asked")
     p.add_argument("--no-cluster", action="store_true")
     p.add_argument("--no-vm", action="store_true")
     p.add_argument("--metricsd", default=str(compare_peers.METRICSD), help="the metricsd executable to run")

@@ -113,6 +113,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--writes-on-read-port", action=argparse.BooleanOptionalAction, default=None,
                    help="every proxy's --writes-on-read-port or --no-writes-on-read-port: write parts to the "
                         "stores over their read ports or their WriteStreams (default: the proxy's own, on)")
+    u.add_argument("--spill-in-flight", type=int, default=None, metavar="N",
+                   help="every proxy's --spill-in-flight: its whole queries under way on its first store at which "
+                        "the next goes to the least busy store (at least 1; default: the proxy's own)")
     add_remote_write_arguments(u)
     add_onward_arguments(u)
     s = sub.add_parser("status", help="members, slots per member, map version, leader and health")
@@ -128,10 +131,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def proxies_argv(args: argparse.Namespace) -> tuple[str, ...]:
     """The flags every proxy gets: remote write in and out, --parquet-dir (the proxies elect the
     one that writes: metricsd/onward/hourly.py ElectedParquet), --write-linger and
-    --[no-]writes-on-read-port when given.
+    --[no-]writes-on-read-port and --spill-in-flight when given.
 
-    Raises ValueError for a linger the proxies would refuse, before any process starts."""
-    return remote_write_argv(args) + onward_argv(args) + parquet_argv(args) + _linger_argv(args)
+    Raises ValueError for a linger or spill the proxies would refuse, before any process starts."""
+    return remote_write_argv(args) + onward_argv(args) + parquet_argv(args) + _linger_argv(args) + _spill_argv(args)
+
+
+def _spill_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    spill = getattr(args, "spill_in_flight", None)
+    if spill is None:
+        return ()
+    if spill < 1:
+        raise ValueError(f"--spill-in-flight must be at least 1, not {spill}")
+    return ("--spill-in-flight", str(spill))
 
 
 def _linger_argv(args: argparse.Namespace) -> tuple[str, ...]:

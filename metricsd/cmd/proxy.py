@@ -83,6 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--whole-first", type=int, default=None, metavar="N",
                    help="the place, among the stores holding every slot in member-id order, asked first for this "
                         "proxy's whole queries while it is idle (default: at random, so that proxies spread)")
+    p.add_argument("--spill-in-flight", type=int, default=ProxySettings.whole_spill, metavar="N",
+                   help="whole queries of this proxy under way on its first store at which the next goes to the "
+                        "least busy store instead (1: concurrent queries spread over every store; more: fewer "
+                        "stores busy, less CPU a query; default %(default)s)")
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
@@ -109,10 +113,13 @@ async def serve(args: argparse.Namespace) -> None:
         raise SystemExit("metricsd proxy: --write-calls-per-member must be >= 0")
     if args.whole_first is not None and args.whole_first < 0:
         raise SystemExit("metricsd proxy: --whole-first must be >= 0")
+    if args.spill_in_flight < 1:
+        raise SystemExit("metricsd proxy: --spill-in-flight must be >= 1")
     if not 0 <= args.write_linger <= 1000:
         raise SystemExit("metricsd proxy: --write-linger must be in [0, 1000] milliseconds")
     settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout, whole_queries=args.whole_queries,
-                             whole_first=args.whole_first, writes_on_read_port=args.writes_on_read_port,
+                             whole_first=args.whole_first, whole_spill=args.spill_in_flight,
+                             writes_on_read_port=args.writes_on_read_port,
                              coalesce=CoalesceSettings(calls_per_member=args.write_calls_per_member,
                                                        linger_s=args.write_linger / 1000))
     security = server_from_args(args)

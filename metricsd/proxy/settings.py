@@ -98,6 +98,14 @@ class ProxySettings:
         proxy asks first for its whole queries while that store has none of them under way
         (proxy/wholequery.py ``whole_order``); None: picked at random when the proxy starts, so that
         the sequential queries of many proxies spread over the stores instead of all landing on one.
+    whole_spill: the first store's count of this proxy's whole queries under way at which the
+        next goes to the least busy store instead (proxy/wholequery.py ``whole_order``): 1 spreads
+        concurrent queries over every store at once; more keeps them on one store, which then
+        answers more of them a loop turn for less CPU each, the others idle. 1 by measurement
+        (perf/RESULTS.md, "Session 40, s40-23", loaded, interleaved): at 8, the cluster's CPU per
+        rate() of one pod at concurrency 8 fell from 1.5-2.1x one store's to 1.25-1.44x, but its
+        p50 rose 6-24%, and heavier queries queued behind each other on the one store: p50 of the
+        top 10 pods, the HPA's question and the workloads' average memory +41-68% at concurrency 8.
     writes_on_read_port: write parts go to a store over its read port (WRITE_PARTS frames,
         metricsd/rpc/readport.py) instead of its WriteStream: a frame costs each end a fraction of
         a grpc.aio stream message (perf/RESULTS.md issue 24 sessions 38 and 39). Each message
@@ -122,6 +130,7 @@ class ProxySettings:
     hedge: HedgeSettings = field(default_factory=HedgeSettings)
     whole_queries: bool = True
     whole_first: int | None = None
+    whole_spill: int = 1
     writes_on_read_port: bool = True
 
     def __post_init__(self) -> None:
@@ -133,6 +142,8 @@ class ProxySettings:
             raise ValueError("series_cache and known_ids_per_member must be at least 1")
         if self.whole_first is not None and self.whole_first < 0:
             raise ValueError(f"whole_first must be at least 0, got {self.whole_first}")
+        if self.whole_spill < 1:
+            raise ValueError(f"whole_spill must be at least 1, got {self.whole_spill}")
 
     def quorum(self, rf: int) -> QuorumSettings:
         """W and R capped at the map's RF. Raises ValueError when R + W <= RF (reads would not

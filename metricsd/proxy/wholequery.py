@@ -42,9 +42,10 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from metricsd.cluster.shardmap import ShardMap
-from metricsd.proxy.fanout import consume, readable
+from metricsd.proxy.fanout import readable
 from metricsd.proxy.latency import LatencyTracker
 from metricsd.proxy.members import SlotNotHeld
+from metricsd.proxy.settings import ProxySettings
 from metricsd.proxy.view import ClusterView
 from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.wholequery import (
@@ -65,10 +66,12 @@ log = logging.getLogger("metricsd.proxy.wholequery")
 UNSUPPORTED_RETRY_S = 60.0  # a store that did not know the frame is asked again after this (it may be upgraded)
 GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to arrive
 # The first store with this many of the proxy's whole queries under way passes the next to the
-# others. 1: queries in a row stay on one store (warm), concurrent ones spread at once. At 4 (two
-# stores took concurrency 8, the third idled) and at 1 with ties to the first in order, c8's p50
-# was above the stores in turn in 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36).
-SPILL_IN_FLIGHT = 1
+# others (ProxySettings.whole_spill, ``metricsd proxy --spill-in-flight``). 1: queries in a row stay
+# on one store (warm), concurrent ones spread at once. At 4 (two stores took concurrency 8, the
+# third idled) and at 1 with ties to the first in order, c8's p50 was above the stores in turn in
+# 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36). At 8, heavier queries wait
+# for each other on the one store (ProxySettings says by how much, session 40).
+SPILL_IN_FLIGHT = ProxySettings.whole_spill
 
 
 def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offset: int) -> list[str]:
@@ -136,6 +139,7 @@ class WholeQueryPath:
         self.latency = latency
         self.counters = counters
         self.enabled = view.settings.whole_queries
+        self.spill = view.settings.whole_spill  # whole_order's: so many under way on the first store, then others
         self._unsupported: dict[str, float] = {}  # member -> monotonic time it said it does not know the frame
         self._full: tuple[ShardMap | None, list[str]] = (None, [])  # (map, its members holding every slot)
 
@@ -166,7 +170,7 @@ class WholeQueryPath:
         if self._unsupported:
             now = self.view.clock.monotonic()
             ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
-        return whole_order(full, ok, self.in_flight, self.first, self.view.rotation())
+        return whole_order(full, ok, self.in_flight, self.first, self.view.rotation(), self.spill)
 
     async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame) -> QueryAnswer | None:
         """Asks ``holders`` in turn as the module says, under one deadline: the frame's timeout and
@@ -175,39 +179,26 @@ class WholeQueryPath:
 
         One timer and one future a wait, no ``asyncio.wait`` and no timeout per store: a query had
         three timers (the caller's, each store's, the hedge's wait), the store's never the first
-        to fire."""
+        to fire. Each ask hands its outcome over and wakes this wait itself as it ends, rather than
+        through its task's done callbacks: those run a turn of the event loop later, and that turn
+        was one of the eight the proxy spent on each whole query."""
         body = encode_request(frame)
-        clock = self.view.clock
         loop = asyncio.get_running_loop()
         deadline = loop.time() + frame.timeout_s + GRACE_S
-        tasks: dict[asyncio.Future[QueryAnswer], str] = {}
-        landed: list[asyncio.Future[QueryAnswer]] = []  # asks that ended, in order, not yet looked at
+        tasks: dict[str, asyncio.Task[None]] = {}  # member -> its ask, while not looked at
+        landed: list[tuple[str, QueryAnswer | Exception]] = []  # asks that ended, in order, not yet looked at
         waiter: list[asyncio.Future[None]] = []  # what the loop below sleeps on, while it does
 
-        def on_landed(fut: asyncio.Future[QueryAnswer]) -> None:
-            landed.append(fut)
+        async def ask(member: str) -> None:
+            try:
+                outcome: QueryAnswer | Exception = await self._ask(shard_map, member, body)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # looked at below, as the task's exception was
+                outcome = e
+            landed.append((member, outcome))
             if waiter and not waiter[0].done():
                 waiter[0].set_result(None)
-
-        async def ask(member: str) -> QueryAnswer:
-            t0 = clock.monotonic()
-            backend = self.view.pool.get(shard_map, member)
-            query = getattr(backend, "query", None)
-            if query is None:
-                raise NotSupported(f"{member}: its connection cannot send a whole query")
-            try:
-                answer = decode_answer(await query(body))
-            except asyncio.CancelledError:
-                self.latency.record(member, clock.monotonic() - t0)  # a hedge won: at least this long
-                raise
-            except (NotSupported, NoReadPort, SlotNotHeld, BadRequest):
-                raise
-            except Unavailable as e:
-                self.view.health.failure(member, str(e))
-                raise
-            self.latency.record(member, clock.monotonic() - t0)
-            self.view.health.success(member)
-            return answer
 
         waiting = list(holders)
         try:
@@ -217,18 +208,18 @@ class WholeQueryPath:
                     if tasks:
                         self.counters["whole_query_hedges"] += 1
                     started = loop.create_task(ask(member))
-                    started.add_done_callback(consume)
-                    started.add_done_callback(on_landed)
                     delay = hedge_delay(self.latency, member, self.in_flight[member])
                     # counted from now, not from when the task first runs: queries parsed in the same
-                    # turn of the loop would all see the same counts and pick the same store
+                    # turn of the loop would all see the same counts and pick the same store. Given
+                    # back by a done callback, which runs however the task ends (cancelled before its
+                    # first step too, when its coroutine's own code never runs)
                     self.in_flight[member] += 1
                     started.add_done_callback(functools.partial(_landed, self.in_flight, member))
-                    tasks[started] = member
+                    tasks[member] = started
                 if not landed:
                     now = loop.time()
                     if now >= deadline:
-                        for member in tasks.values():
+                        for member in tasks:
                             self.view.health.failure(member, f"{member}: no answer to a whole query within "
                                                              f"{frame.timeout_s + GRACE_S:g} s")
                         raise TimeoutError
@@ -241,32 +232,52 @@ class WholeQueryPath:
                         timer.cancel()
                         waiter.clear()
                     continue
-                fut = landed.pop(0)
-                member = tasks.pop(fut)
-                exc = fut.exception()
-                if exc is None:
+                member, outcome = landed.pop(0)
+                del tasks[member]
+                if not isinstance(outcome, Exception):
                     self.counters["whole_queries"] += 1
-                    return fut.result()
-                if isinstance(exc, NotSupported):
-                    self._unsupported[member] = clock.monotonic()
+                    return outcome
+                if isinstance(outcome, NotSupported):
+                    self._unsupported[member] = self.view.clock.monotonic()
                     self.counters["whole_query_unsupported"] += 1
                     return None
-                if isinstance(exc, SlotNotHeld):  # the maps differ: the proxy's path retries with a fresh one
+                if isinstance(outcome, SlotNotHeld):  # the maps differ: the proxy's path retries with a fresh one
                     self.counters["whole_query_stale_map"] += 1
                     self.view.refresh_soon()
                     return None
-                if isinstance(exc, BadRequest):  # a frame the store finds out of format: not the query's fault
-                    log.warning("%s refused a whole query frame: %s", member, exc)
+                if isinstance(outcome, BadRequest):  # a frame the store finds out of format: not the query's fault
+                    log.warning("%s refused a whole query frame: %s", member, outcome)
                     return None
-                if isinstance(exc, NoReadPort):  # the next store, at once; this one again next query
+                if isinstance(outcome, NoReadPort):  # the next store, at once; this one again next query
                     self.counters["whole_query_no_port"] += 1
-                log.debug("whole query: %s failed: %s", member, exc)
+                log.debug("whole query: %s failed: %s", member, outcome)
             self.counters["whole_query_failed"] += 1
             return None
         finally:
-            for fut in tasks:
-                if not fut.done():
-                    fut.cancel()
+            for task in tasks.values():
+                task.cancel()
+
+    async def _ask(self, shard_map: ShardMap, member: str, body: bytes) -> QueryAnswer:
+        """One store's answer to the frame ``body``, its latency recorded and its health told."""
+        clock = self.view.clock
+        t0 = clock.monotonic()
+        backend = self.view.pool.get(shard_map, member)
+        query = getattr(backend, "query", None)
+        if query is None:
+            raise NotSupported(f"{member}: its connection cannot send a whole query")
+        try:
+            answer = decode_answer(await query(body))
+        except asyncio.CancelledError:
+            self.latency.record(member, clock.monotonic() - t0)  # a hedge won: at least this long
+            raise
+        except (NotSupported, NoReadPort, SlotNotHeld, BadRequest):
+            raise
+        except Unavailable as e:
+            self.view.health.failure(member, str(e))
+            raise
+        self.latency.record(member, clock.monotonic() - t0)
+        self.view.health.success(member)
+        return answer
 
 
 def _wake(fut: asyncio.Future[None]) -> None:

@@ -23,6 +23,7 @@ from metricsd.cmd.proxy import add_arguments as proxy_add_arguments
 from metricsd.cmd.queryflags import remote_write_argv
 from metricsd.cmd.status import ClusterStatus, format_status
 from metricsd.ports import free_range
+from metricsd.proxy.settings import ProxySettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -189,3 +190,18 @@ def test_cluster_up_hands_write_linger_to_every_proxy_and_refuses_a_bad_one(caps
         assert p.parse_args(list(plan.proxy_specs()[0].args)).writes_on_read_port is on
     assert cluster_run(_up_args("--write-linger", "1001", "--base-port", "7400")) == 2
     assert "--write-linger" in capsys.readouterr().err
+
+
+def test_cluster_up_hands_the_spill_to_every_proxy_and_refuses_a_bad_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from metricsd.cmd.cluster import proxies_argv
+
+    p = argparse.ArgumentParser()
+    proxy_add_arguments(p)
+    spill = proxies_argv(_up_args("--spill-in-flight", "8"))
+    plan = ClusterPlan(stores=1, proxies=2, config_servers=1, proxy_args=spill)
+    assert [p.parse_args(list(spec.args)).spill_in_flight for spec in plan.proxy_specs()] == [8, 8]
+    assert all("--spill-in-flight" not in s.args for s in plan.store_specs())
+    plan = ClusterPlan(stores=1, proxies=1, config_servers=1, proxy_args=proxies_argv(_up_args()))
+    assert p.parse_args(list(plan.proxy_specs()[0].args)).spill_in_flight == ProxySettings.whole_spill  # its own
+    assert cluster_run(_up_args("--spill-in-flight", "0", "--base-port", "7400")) == 2
+    assert "--spill-in-flight" in capsys.readouterr().err

@@ -6,7 +6,6 @@ loopback. The maps the proxy and the stores hold are set apart to make a stale m
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import time
 from collections.abc import AsyncIterator
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,13 +33,13 @@ from metricsd.proxy.backend import ProxyBackend
 from metricsd.proxy.latency import HedgeSettings, LatencyTracker
 from metricsd.proxy.members import MemberClient
 from metricsd.proxy.settings import HealthSettings
-from metricsd.proxy.wholequery import GRACE_S, SPILL_IN_FLIGHT, first_place, hedge_delay, whole_order
+from metricsd.proxy.wholequery import GRACE_S, first_place, hedge_delay, whole_order
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.backend import BadRequest
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.servicer import MetricsServicer
-from metricsd.rpc.wholequery import LIMIT_NAMES, RunnerSettings
+from metricsd.rpc.wholequery import LIMIT_NAMES, QueryFrame, RunnerSettings, decode_request, encode_request
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
@@ -235,6 +235,23 @@ async def test_a_frame_out_of_format_is_refused_and_changes_nothing(harness: Har
 
 
 
+
+def test_a_frames_settings_decode_in_any_order_and_a_wrong_type_is_refused() -> None:
+    limits = QueryLimits()
+    settings = RunnerSettings(300_000, 1000, True, 10.0, tuple((k, int(getattr(limits, k))) for k in LIMIT_NAMES))
+    frame = QueryFrame(QUERIES[3], False, 1, 60_000, 15_000, 5.0, SLOTS, None, settings)
+    doc = orjson.loads(encode_request(frame))
+    assert decode_request(encode_request(frame)) == frame
+    doc["settings"] = dict(reversed(doc["settings"].items()))  # another proxy's order: the same settings
+    doc["settings"]["limits"] = dict(reversed(doc["settings"]["limits"].items()))
+    assert decode_request(orjson.dumps(doc)) == frame
+    for where, value in (("settings", [1]), ("limits", [1]), ("settings", {"x": 1}), ("limits", "8")):
+        bad = orjson.loads(encode_request(frame))
+        target = bad["settings"] if where == "settings" else bad["settings"]["limits"]
+        target["max_samples" if where == "settings" else LIMIT_NAMES[0]] = value
+        with pytest.raises(ValueError, match="query frame"):
+            decode_request(orjson.dumps(bad))
+
 def _learn_slow(h: Harness, seconds: float, members: list[str] | None = None) -> None:
     """Every store's (or ``members``') hedging delay learnt at ``seconds`` (its p99 of a full
     window), so that a loaded machine's slow answer is not hedged where a test counts which store
@@ -303,19 +320,43 @@ async def _together(h: Harness, n: int) -> list[Any]:
         for _ in range(n)))
 
 
-async def test_concurrent_queries_started_in_one_turn_go_to_different_stores(harness: Harness) -> None:
-    """Three queries started together (a dashboard's panels): the first store takes one, the
-    others one each, as each query counts against its store from the moment it is picked."""
+@pytest.mark.parametrize(("harness", "together", "spread"),
+                         [({"settings": {"whole_spill": 1}}, 3, [1, 1, 1]),
+                          ({"settings": {"whole_spill": 3}}, 5, [3, 1, 1]),
+                          ({"settings": {"whole_spill": 8}}, 8, [8, 0, 0])], indirect=["harness"])
+async def test_concurrent_queries_started_in_one_turn_spread_past_the_spill(harness: Harness, together: int,
+                                                                            spread: list[int]) -> None:
+    """Queries started together (a dashboard's panels): the first store takes ``whole_spill`` of
+    them (``metricsd proxy --spill-in-flight``), the rest go to the others in turn, as each query
+    counts against its store from the moment it is picked."""
     nodes = list(harness.nodes.values())
     _learn_slow(harness, harness.proxy.whole_queries.latency.settings.max_s)  # no hedge under load
     before = [n.service.answered for n in nodes if n.service is not None]
-    answers = await _together(harness, 3)
+    answers = await _together(harness, together)
     assert all(a is not None and a.data for a in answers), answers
     after = [n.service.answered for n in nodes if n.service is not None]
-    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+    assert [a - b for a, b in zip(after, before, strict=True)] == spread
     assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
 
 
+async def test_an_answer_is_taken_as_it_lands_not_at_the_hedge_delay(harness: Harness) -> None:
+    """A store's answer wakes the query at once: with a 20 s hedging delay learnt (and 10 s of
+    timeout), a query waiting for a timer instead of the answer would take 11 s."""
+    harness.proxy.whole_queries.latency = LatencyTracker(HedgeSettings(max_s=30.0))
+    _learn_slow(harness, 20.0)
+    assert all(a is not None and a.data for a in await _together(harness, 1))  # its connection warm
+    t0 = time.monotonic()
+    assert all(a is not None and a.data for a in await _together(harness, 3))
+    assert time.monotonic() - t0 < 5.0
+    assert harness.counter("whole_query_hedges") == 0
+
+
+def test_the_spill_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="whole_spill"):
+        fast_settings(whole_spill=0)
+
+
+@pytest.mark.parametrize("harness", [{"settings": {"whole_spill": 1}}], indirect=True)  # spread: two each
 async def test_concurrent_queries_while_a_stores_read_port_is_learnt_all_go_whole(harness: Harness) -> None:
     """Six queries at once to a proxy that has read nothing yet: each store's read port is still
     being asked for (its Health) when its second query arrives. That query waits for the answer
@@ -369,8 +410,8 @@ async def test_a_store_without_a_read_port_is_passed_over_for_the_next(harness: 
     assert status == 200 and nodes[0].service is not None and nodes[0].service.answered == 1
 
 
-async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_turn(
-        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("harness", [{"settings": {"whole_spill": 10}}], indirect=True)  # all on store-0
+async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_turn(harness: Harness) -> None:
     """Four queries at once kept on store-0, which answers one at a time in 0.25 s each (a store
     bound by its CPU), with a learnt delay of 0.6 s: the third and fourth wait 0.75 and 1 s for
     their turn, past one query's delay, and were each asked of a second store too. Waiting for
@@ -379,9 +420,6 @@ async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_t
     The margins are for a loaded machine: each query may spend 0.35 s beyond its 0.25 s turn before
     its (scaled) delay runs out; the tracker's ceiling is raised to 2 s so that the bound of
     ``hedge_delay`` does not cut the fourth query's 2.4 s (that bound has its own test below)."""
-    import metricsd.proxy.wholequery as wq
-
-    monkeypatch.setattr(wq, "whole_order", functools.partial(whole_order, spill=10))  # all on store-0
     harness.proxy.whole_queries.latency = LatencyTracker(HedgeSettings(max_s=2.0))
     node = harness.nodes["store-0"]
     assert node.service is not None
@@ -437,22 +475,25 @@ def test_each_proxy_starts_from_a_store_of_its_own_unless_configured() -> None:
 
 
 def test_whole_order_keeps_the_first_store_while_it_is_free_then_the_least_busy_in_turn() -> None:
+    def order(*args: Any, **kw: Any) -> list[str]:  # the spill at 1: spread at once
+        return whole_order(*args, **kw, spill=1)
+
     full = ["s0", "s1", "s2"]
     every = set(full)
-    assert whole_order(full, every, {}, 0) == ["s0", "s1", "s2"]
-    assert whole_order(full, every, {}, 4, turn=7) == ["s1", "s2", "s0"]  # a proxy's place: first % 3
-    assert whole_order(full, {"s0", "s2"}, {}, 1) == ["s2", "s0"]  # s1 down: the next in order, not a jump
-    assert whole_order(full, every, {"s0": SPILL_IN_FLIGHT - 1, "s1": 3}, 0, turn=1) == ["s0", "s1", "s2"]
-    busy = {"s0": SPILL_IN_FLIGHT}
-    assert whole_order(full, every, busy, 0, turn=0) == ["s1", "s0", "s2"]  # the others free: taken in turn
-    assert whole_order(full, every, busy, 0, turn=2) == ["s2", "s0", "s1"]
-    assert whole_order(full, every, {"s0": 9, "s1": 9}, 0, turn=0) == ["s2", "s0", "s1"]
-    assert whole_order(full, every, {"s0": 9, "s1": 7, "s2": 8}, 0, turn=2) == ["s1", "s0", "s2"]  # least busy
+    assert order(full, every, {}, 0) == ["s0", "s1", "s2"]
+    assert order(full, every, {}, 4, turn=7) == ["s1", "s2", "s0"]  # a proxy's place: first % 3
+    assert order(full, {"s0", "s2"}, {}, 1) == ["s2", "s0"]  # s1 down: the next in order, not a jump
+    assert order(full, every, {"s0": 0, "s1": 3}, 0, turn=1) == ["s0", "s1", "s2"]
+    busy = {"s0": 1}
+    assert order(full, every, busy, 0, turn=0) == ["s1", "s0", "s2"]  # the others free: taken in turn
+    assert order(full, every, busy, 0, turn=2) == ["s2", "s0", "s1"]
+    assert order(full, every, {"s0": 9, "s1": 9}, 0, turn=0) == ["s2", "s0", "s1"]
+    assert order(full, every, {"s0": 9, "s1": 7, "s2": 8}, 0, turn=2) == ["s1", "s0", "s2"]  # least busy
     for turn, want in ((0, "s0"), (1, "s1"), (2, "s2"), (3, "s0")):  # all equally busy: each in turn
-        assert whole_order(full, every, {"s0": 5, "s1": 5, "s2": 5}, 0, turn=turn)[0] == want
-    assert whole_order(full, every, {"s0": 1, "s1": 2, "s2": 2}, 0, turn=1) == ["s0", "s1", "s2"]  # first least
-    assert whole_order(full, {"s1"}, {"s1": 99}, 0) == ["s1"]
-    assert whole_order(full, set(), {}, 0) == [] and whole_order([], every, {}, 0) == []
+        assert order(full, every, {"s0": 5, "s1": 5, "s2": 5}, 0, turn=turn)[0] == want
+    assert order(full, every, {"s0": 1, "s1": 2, "s2": 2}, 0, turn=1) == ["s0", "s1", "s2"]  # first least
+    assert order(full, {"s1"}, {"s1": 99}, 0) == ["s1"]
+    assert order(full, set(), {}, 0) == [] and order([], every, {}, 0) == []
 
 
 @given(st.integers(1, 6), st.sets(st.integers(0, 5)), st.dictionaries(st.integers(0, 5), st.integers(0, 9)),
