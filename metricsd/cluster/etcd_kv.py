@@ -6,13 +6,29 @@ aetcd is a thin layer over etcd's gRPC API and leaves two things to its user, bo
   with exponential backoff, from the last revision it delivered + 1, so its caller sees every
   change once and in order across etcd restarts. Each subscription gets its own client (and gRPC
   channel), so that one broken stream cannot take other watches with it.
-- A lease is not kept alive. :meth:`EtcdKV.grant` starts a background task that refreshes it every
+- A lease is not kept alive. :meth:`EtcdKV.grant` starts a keeper that refreshes it every
   TTL / 3, logs failed refreshes, and declares the lease lost (``Lease.lost``, ``on_lost``) when
   etcd says it expired or when no refresh got through for a whole TTL: by then etcd has dropped
   it, or will as soon as it hears from anyone, so holding on would risk two leaders. The refreshes
   go on one LeaseKeepAlive stream per lease, opened again after a failure (aetcd's
   ``refresh_lease`` opens a stream per refresh: a cluster's four leases made etcd set up and tear
   down 2.4 streams a second, its only work while ingesting).
+
+The keeper runs on a thread of its own, with its own event loop, aetcd client and stream, and
+reports a loss to the owner's loop with ``call_soon_threadsafe``. On the owner's loop one long turn
+starved it: on the store-restart cluster test a restarted store's loop ran single turns of up to 2.6
+s at load 5-9 (asyncio's slow-callback log, py-spy: read-port answers into the empty replica,
+``Store._merge_series`` sealing whole series, modules compiled on first use) and, once in six runs
+at load 13-17, its 5 s lease expired. What the lease stands for decides whether a thread may keep
+it: a member's record says "this process is alive and will serve its slots", and its loss is
+answered by moving the slots (whole-slot copies to the others, and back when it registers again),
+far too costly an answer to a pause of seconds, which the proxies already ride out request by
+request (their timeouts, R of RF replicas, hinted hand-off). It does not say "serves now". A process
+wedged for good must still drop out: the owner's loop beats a heartbeat every TTL / 3 and the keeper
+stops refreshing once the last beat is older than ``loop_stall_limit_s`` (30 s), so etcd expires the
+lease a TTL later. A stopped process (SIGSTOP, a crash) stops its keeper with it: its lease expires
+one TTL later, as before. For a leader the thread is also the safer side: a leader whose loop
+stalled past its TTL would resume acting before hearing that another took over.
 
 Stopping: cancel tasks that consume a watch with :func:`~metricsd.cluster.kv.cancel_and_wait`.
 Python 3.11's ``asyncio.wait_for``, used inside aetcd, can swallow a cancellation that races with
@@ -27,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,12 +65,13 @@ from metricsd.cluster.kv import (
     Versioned,
     WatchCompacted,
     WatchEvent,
-    cancel_and_wait,
 )
 
 __all__ = ["EtcdKV", "EtcdSettings"]
 
 _log = logging.getLogger(__name__)
+
+LINGER_S = 0.5  # a lease keeper's loop runs on after its client closed (see _EtcdLease._keeper_main)
 
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     aetcd.exceptions.ConnectionFailedError,
@@ -72,6 +90,8 @@ class EtcdSettings:
     ``request_timeout_s`` bounds every unary call, so that a paused or partitioned etcd makes
     calls fail with :class:`KVUnavailable` rather than hang. The gRPC keep-alive (10 s) is above
     etcd's default ``--grpc-keepalive-min-time`` of 5 s, which would otherwise cut the stream.
+    ``loop_stall_limit_s``: how long a lease's owner loop may go without running a turn before its
+    keeper lets the lease expire (a wedged process must drop out; see the module docstring).
     """
 
     endpoint: str = "127.0.0.1:2379"
@@ -80,6 +100,7 @@ class EtcdSettings:
     watch_backoff_max_s: float = 2.0
     keepalive_time_ms: int = 10_000
     keepalive_timeout_ms: int = 5_000
+    loop_stall_limit_s: float = 30.0
 
     @property
     def host(self) -> str:
@@ -109,34 +130,98 @@ def _describe(e: BaseException) -> str:
 
 
 class _EtcdLease(Lease):
+    """A lease kept alive by a thread of its own (its own event loop, aetcd client and stream),
+    so that no long turn of the owner's loop can starve the keep-alive; see the module docstring.
+
+    The owner's loop beats a heartbeat (a timer every TTL / 3); the keeper refreshes only while
+    the last beat is younger than ``settings.loop_stall_limit_s``. Loss is reported on the owner's
+    loop (``call_soon_threadsafe``): ``lost`` and ``on_lost`` belong to it.
+    """
+
     def __init__(self, kv: EtcdKV, lease_id: int, ttl: int, on_lost: LeaseLostCallback | None) -> None:
         super().__init__(lease_id, ttl, on_lost)
         self._kv = kv
-        self._task: asyncio.Task[None] | None = None
-        self._stream: Any = None  # the LeaseKeepAlive call (grpc.aio stream-stream), None: not open
+        self._interval = max(ttl / 3.0, 0.05)
+        self._owner: asyncio.AbstractEventLoop | None = None
+        self._beat = kv._clock.monotonic()  # when the owner's loop last ran a turn (its heartbeat)
+        self._beating: asyncio.TimerHandle | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._ended = threading.Event()  # the keeper's stream and client are closed
+        self._keeper: tuple[asyncio.AbstractEventLoop, asyncio.Task[None]] | None = None  # set in the thread
+        self._stream: Any = None  # the LeaseKeepAlive call (grpc.aio stream-stream) on the keeper's loop
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self._keep_alive(), name=f"etcd-lease-keepalive-{self.id:x}"
-        )
+        self._owner = asyncio.get_running_loop()
+        self._heartbeat()
+        self._thread = threading.Thread(target=self._run_keeper, name=f"etcd-lease-keepalive-{self.id:x}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _heartbeat(self) -> None:
+        self._beat = self._kv._clock.monotonic()
+        assert self._owner is not None
+        self._beating = self._owner.call_later(self._interval, self._heartbeat)
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and task is not asyncio.current_task():
-            await cancel_and_wait(task)
-        self._close_stream()
+        """Stop the keeper and wait for its thread (it closes its own stream and client)."""
+        if self._beating is not None:
+            self._beating.cancel()
+            self._beating = None
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stopping.set()  # seen by a keeper not yet started; one running is cancelled below
+        keeper = self._keeper
+        if keeper is not None:
+            with contextlib.suppress(RuntimeError):  # its loop already closed: the thread is ending
+                keeper[0].call_soon_threadsafe(keeper[1].cancel)
+        if thread is not threading.current_thread():  # its client closed; the thread lingers (LINGER_S)
+            await asyncio.to_thread(self._ended.wait, self._kv.settings.request_timeout_s * 2)
+
+    def _run_keeper(self) -> None:
+        asyncio.run(self._keeper_main())
+
+    async def _keeper_main(self) -> None:
+        self._keeper = (asyncio.get_running_loop(), asyncio.current_task())  # type: ignore[assignment]
+        if self._stopping.is_set():
+            self._ended.set()
+            return
+        client = self._kv._new_client()
+        try:
+            await self._keep_alive(client)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._close_stream()
+            with contextlib.suppress(Exception, asyncio.CancelledError):  # stop() may cancel a keeper ending
+                async with asyncio.timeout(self._kv.settings.request_timeout_s):
+                    await client.close()
+            self._ended.set()
+            # gRPC hands a closed channel's last event to its loop a moment after close() returns,
+            # through whichever loop's reader took it (the owner's): for a closed loop that is an
+            # "Event loop is closed" error in the owner's log. So this loop lingers before it closes
+            # (without: 4 such errors in 8 lease stops; with 0.2 s: none).
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(LINGER_S)
+
+    def _report_lost(self, reason: str) -> None:
+        """From the keeper: mark the lease lost on the owner's loop (whenever it next runs)."""
+        _log.error("lease %#x lost: %s", self.id, reason)
+        if self._owner is not None:
+            with contextlib.suppress(RuntimeError):  # the owner's loop is closed: nobody to tell
+                self._owner.call_soon_threadsafe(self.mark_lost, reason)
 
     def _close_stream(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.cancel()
 
-    async def _refresh(self) -> Any:
+    async def _refresh(self, client: Any) -> Any:
         """One keep-alive on the lease's stream (opened now if it is not): etcd's answer. Any
         failure closes the stream, so the next refresh opens a new one."""
         try:
             if self._stream is None:
-                client = self._kv._client
                 await client.connect()
                 self._stream = client.leasestub.LeaseKeepAlive(metadata=client.metadata)
             await self._stream.write(aetcd.rpc.LeaseKeepAliveRequest(ID=self.id))
@@ -163,28 +248,32 @@ class _EtcdLease(Lease):
         with _translate(f"revoke of lease {self.id:#x}"):
             await self._kv._client.revoke_lease(self.id)
 
-    async def _keep_alive(self) -> None:
+    async def _keep_alive(self, client: Any) -> None:
         clock = self._kv._clock
-        interval = max(self.ttl / 3.0, 0.05)
+        limit = self._kv.settings.loop_stall_limit_s
         last_ok = clock.monotonic()
-        while True:
-            await asyncio.sleep(interval)
+        while not self._stopping.is_set():  # a cancel swallowed by aetcd's wait_for (see above) ends it too
+            await asyncio.sleep(self._interval)
+            if self._stopping.is_set():
+                return
+            stalled = clock.monotonic() - self._beat
+            if stalled > limit:  # a wedged owner must not keep its record alive: let etcd expire it
+                self._report_lost(f"its event loop has not run for {stalled:.1f}s (limit {limit:.0f}s)")
+                return
             try:
                 with _translate(f"keep-alive of lease {self.id:#x}"):
-                    async with asyncio.timeout(min(self._kv.settings.request_timeout_s, interval)):
-                        reply = await self._refresh()
+                    async with asyncio.timeout(min(self._kv.settings.request_timeout_s, self._interval)):
+                        reply = await self._refresh(client)
             except KVError as e:
                 silent_for = clock.monotonic() - last_ok
                 if silent_for >= self.ttl:
-                    _log.error("lease %#x lost: no keep-alive succeeded for %.1fs (%s)", self.id, silent_for, e)
-                    self.mark_lost(f"no keep-alive succeeded for {silent_for:.1f}s: {e}")
+                    self._report_lost(f"no keep-alive succeeded for {silent_for:.1f}s: {e}")
                     return
                 _log.warning("keep-alive of lease %#x failed, retrying: %s", self.id, e)
                 continue
             if reply is None or reply.TTL <= 0:
-                _log.error("lease %#x lost: etcd reports it expired", self.id)
                 self._close_stream()
-                self.mark_lost("etcd reports the lease expired")
+                self._report_lost("etcd reports the lease expired")
                 return
             last_ok = clock.monotonic()
 

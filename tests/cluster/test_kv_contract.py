@@ -7,12 +7,13 @@ Tests that stop etcd itself use a private server and the etcd implementation dir
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from metricsd.cluster.etcd_kv import EtcdKV
+from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
 from metricsd.cluster.etcd_server import EtcdServer
 from metricsd.cluster.kv import KV, EventType, KeyValue, Lease, WatchCompacted, WatchEvent
 
@@ -223,6 +224,63 @@ async def test_a_lease_is_reported_lost_when_etcd_stays_unreachable_for_its_ttl(
     finally:
         private_etcd.resume()
     assert "no keep-alive succeeded" in lease.lost_reason
+
+
+def _compute_for(seconds: float) -> None:
+    """One loop turn that computes (holding the GIL but for the interpreter's switches), as a store's
+    long turns do: a read repair copying whole series, modules compiled on first use."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+
+
+@pytest.mark.slow
+async def test_a_loop_turn_longer_than_the_ttl_does_not_lose_the_lease(
+    kv_factory: Callable[[], KV], prefix: str
+) -> None:
+    owner, observer = kv_factory(), kv_factory()
+    lease = await owner.grant(2)
+    await owner.put(prefix + "member", b"alive", lease=lease)
+    _compute_for(6.0)  # three TTLs in one turn: no keep-alive could go out from this loop
+    assert await observer.get(prefix + "member") is not None
+    await asyncio.sleep(1.0)  # a loss reported during the turn would be delivered by now
+    assert lease.alive, lease.lost_reason
+    await lease.revoke()
+    assert await observer.get(prefix + "member") is None
+
+
+@pytest.mark.slow
+async def test_a_lease_is_let_go_when_its_owners_loop_stays_stalled_past_the_limit(
+    etcd_server: EtcdServer, prefix: str
+) -> None:
+    # a wedged process must drop out (its record expires), not be kept alive by its keep-alive thread
+    kv = EtcdKV(EtcdSettings(endpoint=etcd_server.endpoint, request_timeout_s=1.0, loop_stall_limit_s=2.0))
+    try:
+        lease = await kv.grant(2)
+        await kv.put(prefix + "member", b"alive", lease=lease)
+        _compute_for(5.0)  # past the limit
+        await asyncio.wait_for(lease.lost.wait(), 2.0)
+        assert "event loop has not run" in lease.lost_reason
+        await eventually_absent(kv, prefix + "member", within_s=6.0)  # etcd expired it: no more refreshes
+    finally:
+        await kv.close()
+
+
+@pytest.mark.slow
+async def test_stopping_a_lease_keeper_logs_no_error(
+    etcd_server: EtcdServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # gRPC delivers a closed channel's last event a moment after close(), through this loop: were the
+    # keeper's loop closed by then, this loop would log "Event loop is closed" (half the stops did)
+    for _ in range(6):
+        kv = EtcdKV(EtcdSettings(endpoint=etcd_server.endpoint, request_timeout_s=1.0))
+        lease = await kv.grant(2)
+        await kv.put(prefix + "member", b"alive", lease=lease)
+        await asyncio.sleep(1.0)  # a refresh or two on the keeper's stream
+        await kv.close()
+        await asyncio.sleep(0.6)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
 
 
 def _lease_keep_alive_counts(server: EtcdServer) -> tuple[int, int]:
