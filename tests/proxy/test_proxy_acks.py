@@ -57,3 +57,27 @@ def test_healthy_plans_take_the_array_path_and_others_the_tracker() -> None:
     assert not acks.done
     acks.record_success("c")
     assert acks.done and acks.error() is None
+
+
+def test_requests_under_the_same_plans_count_their_answers_apart() -> None:
+    # acks_for remembers what it derives from a plan list (the live path asks with the same cached
+    # plans batch after batch): one request's answers and failures must not leak into the next's
+    q = QuorumSettings(rf=3, w=2, r=2)
+    plans = [plan_write(s, ["a", "b", "c"], {"a", "b", "c"}, q) for s in range(4)]
+    first = acks_for(plans)
+    first.record_success("a")
+    first.record_success("b")
+    assert first.done
+    second = acks_for(plans)
+    assert isinstance(second, Acks) and not second.done
+    assert second.asks() == {m: [0, 1, 2, 3] for m in "abc"}
+    second.record_success("a")
+    second.record_failure("b", "refused")
+    third = acks_for(plans)
+    assert not third.done and not third.failed
+    third.record_success("c")
+    third.record_success("a")
+    assert third.done and not second.done
+    # the same plans' values in new objects (a new map or health) are a new list: still right
+    again = [plan_write(s, ["a", "b", "c"], {"a", "b"}, q) for s in range(4)]
+    assert acks_for(again).asks() == {m: [0, 1, 2, 3] for m in "ab"}
