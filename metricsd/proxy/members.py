@@ -183,6 +183,12 @@ class MemberClient(StreamingBackend):
             raise NoReadPort(f"{self.address}: no read port (yet) for a whole query")
         return await client.call_raw(Method.QUERY, body)
 
+    def query_now(self, body: bytes, deliver: Callable[[bytes | Exception], None]) -> Callable[[], object] | None:
+        """query() sent now, its outcome handed to ``deliver``, when the read port's connection is
+        up (ReadPortClient.send_now); returns what forgets it. None: await query() instead."""
+        client = self._port_client
+        return client.send_now(Method.QUERY, body, deliver) if client is not None else None
+
     async def close(self) -> None:
         if self._probe is not None and not self._probe.done():
             self._probe.cancel()

@@ -38,8 +38,9 @@ import functools
 import logging
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Protocol
 
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proxy.fanout import readable
@@ -185,17 +186,11 @@ class WholeQueryPath:
         body = encode_request(frame)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + frame.timeout_s + GRACE_S
-        tasks: dict[str, asyncio.Task[None]] = {}  # member -> its ask, while not looked at
+        tasks: dict[str, _Cancellable] = {}  # member -> its ask, while not looked at
         landed: list[tuple[str, QueryAnswer | Exception]] = []  # asks that ended, in order, not yet looked at
         waiter: list[asyncio.Future[None]] = []  # what the loop below sleeps on, while it does
 
-        async def ask(member: str) -> None:
-            try:
-                outcome: QueryAnswer | Exception = await self._ask(shard_map, member, body)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # looked at below, as the task's exception was
-                outcome = e
+        def land(member: str, outcome: QueryAnswer | Exception) -> None:
             landed.append((member, outcome))
             if waiter and not waiter[0].done():
                 waiter[0].set_result(None)
@@ -207,15 +202,8 @@ class WholeQueryPath:
                     member = waiting.pop(0)
                     if tasks:
                         self.counters["whole_query_hedges"] += 1
-                    started = loop.create_task(ask(member))
                     delay = hedge_delay(self.latency, member, self.in_flight[member])
-                    # counted from now, not from when the task first runs: queries parsed in the same
-                    # turn of the loop would all see the same counts and pick the same store. Given
-                    # back by a done callback, which runs however the task ends (cancelled before its
-                    # first step too, when its coroutine's own code never runs)
-                    self.in_flight[member] += 1
-                    started.add_done_callback(functools.partial(_landed, self.in_flight, member))
-                    tasks[member] = started
+                    tasks[member] = self._start(shard_map, member, body, land)
                 if not landed:
                     now = loop.time()
                     if now >= deadline:
@@ -257,27 +245,108 @@ class WholeQueryPath:
             for task in tasks.values():
                 task.cancel()
 
-    async def _ask(self, shard_map: ShardMap, member: str, body: bytes) -> QueryAnswer:
-        """One store's answer to the frame ``body``, its latency recorded and its health told."""
+    def _start(self, shard_map: ShardMap, member: str, body: bytes,
+               land: Callable[[str, QueryAnswer | Exception], None]) -> _Cancellable:
+        """Sends ``body`` to ``member``, its outcome handed to ``land`` as it ends. Counted in
+        ``in_flight`` from now, not from when a task first runs: queries parsed in the same turn of
+        the loop would all see the same counts and pick the same store. At once over the store's
+        read port when its connection is up (MemberClient.query_now: no task, no turn of the loop
+        to start it or to wake it, perf/RESULTS.md session 40), else in a task of its own, which
+        opens the connection or finds out there is none."""
+        try:
+            query_now = getattr(self.view.pool.get(shard_map, member), "query_now", None)
+        except Unavailable:
+            query_now = None  # the task's _ask meets it again, and hands it over
+        if query_now is not None:
+            now = _NowAsk(self, member, land)
+            forget = query_now(body, now.deliver)
+            if forget is not None:
+                now.forget = forget
+                self.in_flight[member] += 1
+                return now
+
+        async def ask() -> None:
+            land(member, await self._ask(shard_map, member, body))
+
+        task = asyncio.get_running_loop().create_task(ask())
+        # Given back by a done callback, which runs however the task ends (cancelled before its
+        # first step too, when its coroutine's own code never runs)
+        self.in_flight[member] += 1
+        task.add_done_callback(functools.partial(_landed, self.in_flight, member))
+        return task
+
+    async def _ask(self, shard_map: ShardMap, member: str, body: bytes) -> QueryAnswer | Exception:
+        """One store's answer to the frame ``body`` or why there is none (``_outcome``)."""
         clock = self.view.clock
         t0 = clock.monotonic()
-        backend = self.view.pool.get(shard_map, member)
-        query = getattr(backend, "query", None)
-        if query is None:
-            raise NotSupported(f"{member}: its connection cannot send a whole query")
         try:
-            answer = decode_answer(await query(body))
+            query = getattr(self.view.pool.get(shard_map, member), "query", None)
+        except Unavailable as e:  # not in the map: not the store's failure
+            return e
+        if query is None:
+            return NotSupported(f"{member}: its connection cannot send a whole query")
+        try:
+            result: bytes | Exception = await query(body)
         except asyncio.CancelledError:
             self.latency.record(member, clock.monotonic() - t0)  # a hedge won: at least this long
             raise
-        except (NotSupported, NoReadPort, SlotNotHeld, BadRequest):
-            raise
+        except Exception as e:  # looked at by _send
+            result = e
+        return self._outcome(member, t0, result)
+
+    def _outcome(self, member: str, t0: float, result: bytes | Exception) -> QueryAnswer | Exception:
+        """The answer ``result`` decoded, its latency recorded and the store's health told; or the
+        error, a store that is unavailable told failed."""
+        try:
+            if isinstance(result, Exception):
+                raise result
+            answer = decode_answer(result)
+        except (NotSupported, NoReadPort, SlotNotHeld, BadRequest) as e:
+            return e
         except Unavailable as e:
             self.view.health.failure(member, str(e))
-            raise
-        self.latency.record(member, clock.monotonic() - t0)
+            return e
+        except Exception as e:
+            return e
+        self.latency.record(member, self.view.clock.monotonic() - t0)
         self.view.health.success(member)
         return answer
+
+
+class _Cancellable(Protocol):
+    def cancel(self) -> object: ...
+
+
+class _NowAsk:
+    """An ask sent at once (WholeQueryPath._start): its outcome handed over from the turn of the
+    loop that read the answer; cancelled (a hedge won, the query ended), its late answer dropped."""
+
+    __slots__ = ("forget", "land", "member", "over", "path", "t0")
+
+    def __init__(self, path: WholeQueryPath, member: str, land: Callable[[str, QueryAnswer | Exception], None]) -> None:
+        self.path, self.member, self.land = path, member, land
+        self.t0 = path.view.clock.monotonic()
+        self.forget: Callable[[], object] = _nothing
+        self.over = False
+
+    def deliver(self, result: bytes | Exception) -> None:
+        if self.over:
+            return
+        self.over = True
+        self.path.in_flight[self.member] -= 1
+        self.land(self.member, self.path._outcome(self.member, self.t0, result))
+
+    def cancel(self) -> None:
+        if self.over:
+            return
+        self.over = True
+        self.forget()
+        self.path.in_flight[self.member] -= 1
+        self.path.latency.record(self.member, self.path.view.clock.monotonic() - self.t0)  # at least this long
+
+
+def _nothing() -> None:
+    pass
 
 
 def _wake(fut: asyncio.Future[None]) -> None:

@@ -7,7 +7,9 @@ answer or ERROR frame comes back under its id.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -19,7 +21,53 @@ from metricsd.rpc.status import error_of
 from metricsd.rpc.wholequery import NotSupported
 from metricsd.security.settings import ClientSecurity
 
-__all__ = ["ReadPortClient"]
+__all__ = ["ReadPortClient", "answer_body"]
+
+Frame = tuple[Kind, int, bytes]
+
+
+class _Waiter(Protocol):
+    """What an answer is handed to: an asyncio.Future (call_raw), or a _Sink (send_now)."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: Frame, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+class _Sink:
+    """send_now's waiter: hands the answer (or the connection's failure) to its callback at once,
+    in the turn of the event loop that read it, rather than a turn later as a future's awaiter."""
+
+    __slots__ = ("deliver", "landed", "name")
+
+    def __init__(self, deliver: Callable[[bytes | Exception], None], name: str) -> None:
+        self.deliver, self.name, self.landed = deliver, name, False
+
+    def done(self) -> bool:
+        return self.landed
+
+    def set_result(self, result: Frame) -> None:
+        self.landed = True
+        try:
+            out: bytes | Exception = answer_body(*result, self.name)
+        except Exception as e:
+            out = e
+        self.deliver(out)
+
+    def set_exception(self, exception: BaseException) -> None:
+        self.landed = True
+        self.deliver(exception if isinstance(exception, Exception) else Unavailable(str(exception)))
+
+
+def answer_body(kind: Kind, code: int, out: bytes, name: str) -> bytes:
+    """An answer frame's body; an ERROR frame raised as the store's error (NotSupported for
+    UNIMPLEMENTED, else as GrpcBackend does)."""
+    if kind is Kind.ERROR:
+        status, text = status_code(code), out.decode(errors="replace")
+        if status == grpc.StatusCode.UNIMPLEMENTED:
+            raise NotSupported(f"{name}: {status.name}: {text}")
+        raise error_of(name, status, text)
+    return out
 
 
 class ReadPortClient:
@@ -37,7 +85,7 @@ class ReadPortClient:
         self._conn: _ClientConnection | None = None
         self._corked: Corked | None = None
         self._connecting = asyncio.Lock()
-        self._waiting: dict[int, asyncio.Future[tuple[Kind, int, bytes]]] = {}
+        self._waiting: dict[int, _Waiter] = {}
         self._next_id = 0
         self._broken: str | None = None  # why the connection ended, once it has
 
@@ -55,19 +103,31 @@ class ReadPortClient:
         corked = await self._connection()
         self._next_id += 1
         request_id = self._next_id
-        answer: asyncio.Future[tuple[Kind, int, bytes]] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
         try:
             corked.write(encode(Kind.REQUEST, request_id, method, body))
             kind, code, out = await answer
         finally:
             self._waiting.pop(request_id, None)
-        if kind is Kind.ERROR:
-            status, text = status_code(code), out.decode(errors="replace")
-            if status == grpc.StatusCode.UNIMPLEMENTED:
-                raise NotSupported(f"{name}: {status.name}: {text}")
-            raise error_of(name, status, text)
-        return out
+        return answer_body(kind, code, out, name)
+
+    def send_now(self, method: Method, body: bytes, deliver: Callable[[bytes | Exception], None],
+                 name: str = "Query") -> Callable[[], object] | None:
+        """call_raw without its turns of the event loop, when the connection is up: the request is
+        written now (not corked to the end of the turn), and ``deliver`` is called with the answer's
+        body or the error call_raw would raise, from the turn that reads it (no task to wake).
+        Returns what forgets the request (its late answer dropped), or None when the connection is
+        not up (not yet opened, being opened, broken): call_raw then, which opens it or raises.
+        Two of the proxy's turns of the loop a whole query (perf/RESULTS.md, session 40)."""
+        corked = self._corked
+        if corked is None or corked.transport.is_closing():
+            return None
+        self._next_id += 1
+        request_id = self._next_id
+        self._waiting[request_id] = _Sink(deliver, name)
+        corked.transport.write(encode(Kind.REQUEST, request_id, method, body))
+        return functools.partial(self._waiting.pop, request_id, None)
 
     async def _connection(self) -> Corked:
         corked = self._corked
@@ -112,7 +172,8 @@ class ReadPortClient:
         self._conn = self._corked = None
         self._broken = why
         err = Unavailable(f"read port {self.host}:{self.port}: the connection broke ({why})")
-        for fut in list(self._waiting.values()):
+        waiting, self._waiting = self._waiting, {}  # a request sent now has no finally of its own to go
+        for fut in waiting.values():
             if not fut.done():
                 fut.set_exception(err)
 
@@ -146,7 +207,7 @@ class _ClientConnection(asyncio.Protocol):
                 if not self.hello.done():
                     self.hello.set_result((kind, code, body))
                     continue
-                fut = waiting.get(request_id)
+                fut = waiting.pop(request_id, None)  # gone once answered: a request sent now has no finally
                 if fut is not None and not fut.done():
                     fut.set_result((kind, code, body))
                 elif request_id == 0 and kind is Kind.ERROR:

@@ -351,3 +351,56 @@ async def test_requests_sent_with_the_hello_wait_for_its_token_and_a_client_that
     finally:
         await good.close()
         writer.close()
+
+
+async def test_a_request_sent_now_is_answered_as_it_is_read_forgotten_on_demand_and_failed_when_the_line_breaks(
+        served: Served) -> None:
+    """ReadPortClient.send_now (the proxy's whole queries on a connection that is up), over TLS with
+    a token: None until the connection is up; the answer's body, or the store's error as call_raw
+    raises it, handed over; a request forgotten leaves nothing waiting and its late answer is
+    dropped; a connection that breaks fails what waits on it, and nothing more is sent now."""
+    got: list[bytes | Exception] = []
+    landed = asyncio.Event()
+
+    def deliver(out: bytes | Exception) -> None:
+        got.append(out)
+        landed.set()
+
+    client = served.client()
+    try:
+        assert client.send_now(Method.READ, _read().SerializeToString(), deliver) is None  # not dialled yet
+        assert len((await client.call(Method.READ, _read())).series) == PODS
+        assert client.send_now(Method.READ, _read().SerializeToString(), deliver) is not None
+        await asyncio.wait_for(landed.wait(), 5.0)
+        assert len(pb.ReadResponse.FromString(got.pop()).series) == PODS  # type: ignore[arg-type]
+        landed.clear()
+        assert client.send_now(Method.READ, b"\xff\xff not a request", deliver) is not None
+        await asyncio.wait_for(landed.wait(), 5.0)
+        assert isinstance(got.pop(), BadRequest)
+        released = asyncio.Event()
+
+        async def stall(body: bytes) -> bytes:
+            await released.wait()
+            return b"late"
+
+        served.server.query = stall
+        landed.clear()
+        forget = client.send_now(Method.QUERY, b"q", deliver)
+        assert forget is not None and client._waiting
+        forget()
+        assert not client._waiting
+        released.set()
+        await asyncio.sleep(0.1)  # the late answer read meanwhile
+        assert len((await client.call(Method.READ, _read())).series) == PODS
+        assert got == []  # dropped
+        released.clear()
+        assert client.send_now(Method.QUERY, b"q", deliver) is not None
+        await served.server.stop()
+        await asyncio.wait_for(landed.wait(), 5.0)
+        out = got.pop()
+        assert isinstance(out, Unavailable) and "the connection broke" in str(out), out
+        assert not client._waiting
+        assert client.send_now(Method.READ, _read().SerializeToString(), deliver) is None
+    finally:
+        released.set()
+        await client.close()

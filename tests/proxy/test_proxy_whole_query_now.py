@@ -1,0 +1,92 @@
+"""A whole query sent at once on a read-port connection that is up (WholeQueryPath._start,
+MemberClient.query_now): hedged, replaced and cancelled as one sent from a task of its own, with
+nothing left counted or waiting. The three real stores and proxy of test_proxy_whole_query."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from test_proxy_whole_query import AT, QUERIES, Harness, _learn_slow, harness
+
+from metricsd.proxy.members import MemberClient
+
+__all__ = ["harness"]  # the fixture, imported for the tests below
+
+
+async def _warm(h: Harness) -> dict[str, MemberClient]:
+    """Every store's read port connection opened, as after a few queries."""
+    shard_map = h.proxy.view.current_map()
+    members: dict[str, MemberClient] = {}
+    for m in h.nodes:
+        backend = h.proxy.view.pool.get(shard_map, m)
+        assert isinstance(backend, MemberClient)
+        client = await backend._read_port()
+        assert client is not None
+        await client._connection()
+        members[m] = backend
+    return members
+
+
+def _stall(h: Harness, member: str, released: asyncio.Event) -> None:
+    service = h.nodes[member].service
+    assert service is not None
+
+    async def stall(body: bytes, answer: Any = service.answer) -> bytes:
+        await released.wait()
+        return bytes(await answer(body))
+
+    h.nodes[member].servers[0].query = stall
+
+
+async def test_a_stalled_store_sent_to_at_once_is_hedged_and_forgotten(harness: Harness) -> None:
+    """Sent at once (no task: what waits on the connection is the ask's own sink, not a future),
+    answered; then, with a short hedging delay learnt, a stalled store is hedged and its ask forgotten."""
+    members = await _warm(harness)
+    port = members["store-0"]._port_client  # the proxy's first store (fast_settings: first place 0)
+    assert port is not None
+    _learn_slow(harness, 20.0)
+    released = asyncio.Event()
+    _stall(harness, "store-0", released)
+    try:
+        asked = asyncio.ensure_future(harness.get("/api/v1/query", query=QUERIES[0], time=AT))
+        await asyncio.sleep(0.2)
+        assert [type(w).__name__ for w in port._waiting.values()] == ["_Sink"]
+        released.set()
+        status, body = await asyncio.wait_for(asked, 10.0)
+        assert status == 200 and body["data"]["result"], body
+        assert harness.counter("whole_query_hedges") == 0 and not port._waiting
+        released.clear()
+        _learn_slow(harness, 0.01)
+        status, body = await harness.get("/api/v1/query", query=QUERIES[0], time=AT)
+        assert status == 200 and body["data"]["result"], body
+        assert harness.counter("whole_query_hedges") == 1
+        assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
+        assert not port._waiting  # the stalled ask forgotten: its late answer dropped
+    finally:
+        released.set()
+
+
+async def test_a_store_whose_connection_breaks_under_an_ask_sent_at_once_is_replaced_at_once(
+        harness: Harness) -> None:
+    await _warm(harness)
+    _learn_slow(harness, 20.0)  # no hedge: the next store is asked because the first failed
+    released = asyncio.Event()
+    _stall(harness, "store-0", released)
+    before = [n.service.answered for n in harness.nodes.values() if n.service is not None]
+    try:
+        asked = asyncio.ensure_future(harness.get("/api/v1/query", query=QUERIES[0], time=AT))
+        await asyncio.sleep(0.2)
+        assert not asked.done()
+        t0 = time.monotonic()
+        await harness.nodes["store-0"].servers[0].stop()
+        status, body = await asyncio.wait_for(asked, 10.0)
+        assert status == 200 and body["data"]["result"], body
+        assert time.monotonic() - t0 < 5.0
+        after = [n.service.answered for n in harness.nodes.values() if n.service is not None]
+        assert [a - b for a, b in zip(after, before, strict=True)] == [0, 1, 0]  # store-1, the next
+        assert harness.proxy.view.health.failed("store-0") == 1
+        assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
+    finally:
+        released.set()
