@@ -159,19 +159,18 @@ class Arena:
             if self.live[s] == 0 and s != self.tail:
                 self._drop(s)
 
-    def grow(self, rows: np.ndarray, blob: memoryview, offsets: np.ndarray) -> None:
+    def grow(self, rows: np.ndarray, blob: Piece, offsets: np.ndarray) -> None:
         """Row ``rows[i]`` (distinct rows) becomes its bytes then ``blob[offsets[i]:offsets[i + 1]]``
         (a write's blocks appended to the open chunks it grows), all in one new region."""
-        ats = self.at[rows].tolist()
-        ns = self.size[rows].tolist()
         off = offsets.tolist()
         views = self.views
         pieces: list[Piece] = []
-        for i, (a, n) in enumerate(zip(ats, ns, strict=True)):  # Python per row: two slices
+        add = pieces.append
+        for a, n, o0, o1 in zip(self.at[rows].tolist(), self.size[rows].tolist(), off[:-1], off[1:], strict=True):
             if n:
                 pos = a & _POS
-                pieces.append(views[a >> 32][pos : pos + n])
-            pieces.append(blob[off[i] : off[i + 1]])
+                add(views[a >> 32][pos : pos + n])
+            add(blob[o0:o1])
         self.put_many(rows, pieces, self.size[rows] + np.diff(offsets))
 
     def clean(self, max_dead: float = 0.125) -> int:
@@ -185,7 +184,7 @@ class Arena:
         moved = int(self.size[rows].sum())
         for k in range(0, len(rows), 4096):  # a few MiB at a time
             part = rows[k : k + 4096]
-            self.grow(part, memoryview(b""), np.zeros(len(part) + 1, np.int64))
+            self.grow(part, b"", np.zeros(len(part) + 1, np.int64))
         return moved
 
     # --- accounting --------------------------------------------------------------------------

@@ -154,7 +154,7 @@ class Chunks:
         started = enc.started
         for row in rows[started & (self.open.size[rows] > 0)].tolist():
             self._close(row)
-        self.open.grow(rows, memoryview(enc.data.tobytes()), enc.offsets)
+        self.open.grow(rows, enc.data.tobytes(), enc.offsets)
         with np.errstate(over="ignore"):
             self.open_min[rows] = np.where(started, t_first, self.open_min[rows])
             self.open_count[rows] = np.where(started, 0, self.open_count[rows]) + n
