@@ -1,4 +1,4 @@
-"""One byte string per row, kept back to back in large NumPy slabs instead of one bytes object each.
+"""One byte string per row, kept back to back in large mmapped slabs instead of one bytes object each.
 
 The sealed chunks of 200,000 series were 200,000 bytes objects: 33 bytes of object header each
 and two lists of pointers (9.4 MiB at 2 h), and every block appended made a new object and freed
@@ -41,11 +41,12 @@ class Arena:
     def __init__(self, capacity: int = 64) -> None:
         self.at = np.zeros(capacity, np.int64)
         self.size = np.zeros(capacity, np.int32)
-        self.slabs: list[np.ndarray | None] = []  # a dropped slab's place is taken by the next new one
+        self.slabs: list[mmap.mmap | None] = []  # a dropped slab's place is taken by the next new one
         self.views: list[memoryview | None] = []  # each slab's bytes, for slicing without NumPy
         self.used: list[int] = []  # bytes handed out of each slab
         self.live: list[int] = []  # bytes of each slab still some row's
         self.tail = -1  # the slab new regions go to
+        self.spare: mmap.mmap | None = None  # the last slab dropped, kept for reuse until the next clean
         self.n = 0
 
     # --- rows --------------------------------------------------------------------------------
@@ -93,8 +94,29 @@ class Arena:
                 self._drop(s)
 
     def _drop(self, s: int) -> None:
+        """Give slab ``s`` up. A standard-sized one is kept as the spare: taking a new mapping's pages
+        (the kernel zeroing each on first write) was a third of what the arena added to ingest."""
+        view, slab = self.views[s], self.slabs[s]
+        assert view is not None and slab is not None
+        view.release()  # views handed out are slices of it and keep their own hold on the mapping
+        if len(slab) == SLAB:
+            self.spare = slab
         self.slabs[s] = self.views[s] = None
         self.used[s] = self.live[s] = 0
+
+    def _new_slab(self, n: int) -> mmap.mmap:
+        """Its own mapping, not the C heap (which serves even 4 MiB from its top): pages never written
+        stay unallocated, and all go back to the system once it is dropped and no view is left. The
+        spare is reused only when no view of it is left anywhere (a snapshot being written holds
+        some): a mapping with buffers exported refuses a resize."""
+        spare, self.spare = self.spare, None
+        if spare is not None and n <= len(spare):
+            try:
+                spare.resize(len(spare))
+                return spare
+            except BufferError:
+                pass
+        return mmap.mmap(-1, max(SLAB, n))
 
     def _room(self, n: int) -> tuple[int, int]:
         """(slab, offset) of ``n`` free bytes at the end, a new slab started if the newest is short."""
@@ -103,9 +125,7 @@ class Arena:
         if slab is None or self.used[s] + n > len(slab):
             if s >= 0 and self.live[s] == 0:
                 self._drop(s)
-            # its own mapping, not the C heap (which serves even 4 MiB from its top): pages never
-            # written stay unallocated, and all go back to the system when the slab is dropped
-            new = np.frombuffer(mmap.mmap(-1, max(SLAB, n)), np.uint8)
+            new = self._new_slab(n)
             s = next((i for i, x in enumerate(self.slabs) if x is None), len(self.slabs))
             if s == len(self.slabs):
                 self.slabs.append(None)
@@ -113,14 +133,14 @@ class Arena:
                 self.used.append(0)
                 self.live.append(0)
             self.slabs[s] = new
-            self.views[s] = new.data.toreadonly()
+            self.views[s] = memoryview(new).toreadonly()
             self.tail = s
         return s, self.used[s]
 
     def _write(self, s: int, base: int, data: Piece) -> None:
         slab = self.slabs[s]
         assert slab is not None
-        slab.data[base : base + len(data)] = data
+        slab[base : base + len(data)] = data
 
     # --- writing -----------------------------------------------------------------------------
 
@@ -178,6 +198,7 @@ class Arena:
         in row order; returns bytes moved. Their old slabs are then dropped."""
         worn = [s for s in range(len(self.slabs)) if s != self.tail and self.slabs[s] is not None and
                 self.used[s] - self.live[s] > max_dead * self.used[s]]
+        self.spare = None  # once a pass: a quiet store keeps no slab it does not use
         if not worn:
             return 0
         rows = np.flatnonzero((self.size[: self.n] > 0) & np.isin(self.at[: self.n] >> 32, worn))

@@ -97,3 +97,25 @@ def test_sizes_that_do_not_add_up_are_refused() -> None:
     with pytest.raises(ValueError, match="add up"):
         a.put_many([0, 1], [b"abc"], np.array([1, 1], np.int64))
     assert bytes(a[0]) == b"" and bytes(a[1]) == b""
+
+
+def test_a_dropped_slab_is_reused_only_once_no_view_of_it_is_left(small_slabs: None) -> None:
+    a = Arena()
+    a.ensure_rows(4, 4)
+    a[0] = b"a" * 400
+    a[1] = b"b" * 400  # a second slab: 800 > 512
+    first, second = a.slabs[0], a.slabs[1]
+    kept = a[0]  # a view handed out, as a snapshot's capture holds one
+    a.clear(0)
+    assert a.spare is first
+    a[2] = b"c" * 400  # a third slab is needed: the spare still has a view, a fresh mapping is taken
+    assert all(s is not first for s in a.slabs) and bytes(kept) == b"a" * 400
+    del kept
+    a.clear(1)
+    assert a.spare is second
+    a[3] = b"d" * 400  # no view of the spare left: reused
+    assert a.slabs[a.tail] is second
+    assert [bytes(a[r]) for r in range(4)] == [b"", b"", b"c" * 400, b"d" * 400]
+    a._check()
+    a.clean()
+    assert a.spare is None
