@@ -62,10 +62,10 @@ class Arena:
         self.n = max(self.n, n)
 
     def __getitem__(self, row: int) -> memoryview:
-        n = int(self.size[row])
+        n = self.size.item(row)  # Python ints, no NumPy scalars: reads ask series by series
         if not n:
             return _EMPTY
-        a = int(self.at[row])
+        a = self.at.item(row)
         view = self.views[a >> 32]
         assert view is not None
         pos = a & _POS
