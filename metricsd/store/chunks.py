@@ -304,17 +304,27 @@ class Chunks:
         self.max_ts[row] = int(e[first - 1, 1]) if first else NO_TS
         return t, v
 
-    def restore_row(self, row: int, data: bytes, index: np.ndarray, open_bytes: bytes, open_min: int, open_count: int,
-                    open_hash: int, max_ts: int, chain: tuple[int, float, float, int, int]) -> None:
-        """Set a series' chunks from a snapshot (the caller has checked the sizes)."""
-        self._set_closed(row, data, np.asarray(index, dtype=np.int64).reshape(-1, STRIDE))
-        self.open[row] = open_bytes
+    def restore_row(self, row: int, index: np.ndarray, open_min: int, open_count: int, open_hash: int, max_ts: int,
+                    chain: tuple[int, float, float, int, int]) -> None:
+        """Set a series' columns from a snapshot (the caller has checked the sizes); its bytes come
+        after, for every series at once (:meth:`restore_bytes`)."""
+        index = np.asarray(index, dtype=np.int64).reshape(-1, STRIDE)
+        self.n_closed[row] = len(index)
         self.open_min[row] = open_min
         self.open_count[row] = open_count
         self.open_hash[row] = open_hash
         self.max_ts[row] = max_ts
-        self.samples[row] = int(np.asarray(index, dtype=np.int64).reshape(-1, STRIDE)[:, 3].sum()) + open_count
+        self.samples[row] = int(index[:, 3].sum()) + open_count
         self.t2[row], self.v1[row], self.v2[row], self.shift[row], self.family[row] = chain
+
+    def restore_bytes(self, closed: list[bytes | memoryview], closed_sizes: np.ndarray, open_data: bytes | memoryview,
+                      open_sizes: np.ndarray) -> None:
+        """Rows 0 .. len(sizes) - 1's bytes from a snapshot, each arena in one pass (a Python step a
+        row made a restore ~20% slower): ``closed`` the closed chunks' payload then index, row after
+        row (none for a row without), ``open_data`` the open chunks back to back."""
+        rows = np.arange(len(closed_sizes), dtype=np.int64)
+        self.data.put_many(rows, closed, closed_sizes)
+        self.open.put_many(rows, [open_data], open_sizes)
 
     @property
     def nbytes(self) -> int:
