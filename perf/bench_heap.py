@@ -80,13 +80,14 @@ def workload(scale: float, hours: float, live_ticks: int) -> Workload:
     return Workload(WorkloadConfig(ticks=round(hours * 360), live_ticks=live_ticks).scaled(scale))
 
 
-def load(wl: Workload, settings: StoreSettings) -> tuple[Store, int, float]:
-    """The workload in a fresh store: (store, samples, ingest CPU s)."""
+def load(wl: Workload, settings: StoreSettings, gc_every: int = 0) -> tuple[Store, int, float, float]:
+    """The workload in a fresh store: (store, samples, ingest CPU s, retention passes' CPU s). With
+    ``gc_every``, a retention pass every that many live ticks, as the server's once a minute."""
     ticks, live_ticks = wl.config.ticks, wl.config.live_ticks
     labels, ids = wl.series, wl.source.series_ids.astype(np.uint64)
     n = len(labels)
     store = Store(settings)
-    cpu = 0.0
+    cpu = gc_cpu = 0.0
     sent, first = 0, True
     while sent < ticks:
         live = sent >= ticks - live_ticks
@@ -107,7 +108,11 @@ def load(wl: Workload, settings: StoreSettings) -> tuple[Store, int, float]:
         first = False
         sent += k
         del block
-    return store, n * ticks, cpu
+        if live and gc_every and (ticks - sent) % gc_every == 0:
+            t0 = time.process_time()
+            store.gc()
+            gc_cpu += time.process_time() - t0
+    return store, n * ticks, cpu, gc_cpu
 
 
 _SKIP = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
@@ -164,11 +169,28 @@ def breakdown(store: Store) -> list[tuple[str, float, str]]:
         a = getattr(h, name)
         rows.append((f"head: {name} {a.dtype} {a.shape}", w.size(a) / MiB, "NumPy"))
     c = store.chunks
-    payload = sum(len(b) for b in c.data) + sum(len(b) for b in c.open)
-    objs = w.size(c.data, c.open)
-    n_obj = sum(1 for b in c.data if b) + sum(1 for b in c.open if b)
-    rows.append(("chunks: closed + open payload bytes", payload / MiB, f"{n_obj:,} bytes objects"))
-    rows.append(("chunks: bytes objects' headers + the two lists", (objs - payload) / MiB, "Python"))
+    if isinstance(c.data, list):  # one bytes object a series (before session 40): for A/Bs
+        payload = sum(len(b) for b in c.data) + sum(len(b) for b in c.open)
+        objs = w.size(c.data, c.open)
+        rows.append(("chunks: closed + open payload bytes", payload / MiB, "bytes objects"))
+        rows.append(("chunks: bytes objects' headers + the two lists", (objs - payload) / MiB, "Python"))
+        return _chunk_columns(w, store, rows)
+    arenas = (c.data, c.open)
+    payload = sum(a.live_bytes for a in arenas)
+    held = sum(a.held_bytes for a in arenas)
+    cols = w.size(*(a.at for a in arenas), *(a.size for a in arenas))
+    objs = w.size(*arenas)
+    n_slabs = sum(1 for a in arenas for sl in a.slabs if sl is not None)
+    rows.append(("chunks: closed + open payload bytes", payload / MiB, f"{n_slabs:,} arena slabs"))
+    rows.append(("chunks: arena slabs' dead and unused bytes (held - live)", (held - payload) / MiB,
+                 "NumPy, unused tail not resident"))
+    # the slabs are mmaps, which the walk sizes by their headers only: cols + objs is all but the slabs
+    rows.append(("chunks: arena columns (at int64, size int32), slab lists", (cols + objs) / MiB, "NumPy"))
+    return _chunk_columns(w, store, rows)
+
+
+def _chunk_columns(w: Walk, store: Store, rows: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
+    c = store.chunks
     for name in ("n_closed", "max_ts", "samples", "open_min", "open_count", "open_hash", "t2", "v1", "v2", "shift",
                  "family"):
         a = getattr(c, name)
@@ -191,6 +213,8 @@ def main() -> int:
     p.add_argument("--live-ticks", type=int, default=60)
     p.add_argument("--head-keep", type=int, default=StoreSettings().head_keep,
                    help="samples a block and a ring (default: the store's); an A/B of the ring's size")
+    p.add_argument("--live-gc-every", type=int, default=0,
+                   help="a retention pass every N live ticks (6: the server's once a minute at 10 s)")
     p.add_argument("--trace", action="store_true", help="tracemalloc the ingest (slow)")
     p.add_argument("--json", type=Path, default=HERE / "results" / "bench_heap.json")
     a = p.parse_args()
@@ -204,7 +228,10 @@ def main() -> int:
         import tracemalloc
 
         tracemalloc.start()
-    store, samples, cpu = load(wl, StoreSettings(retention_ms=round(a.hours * 3600_000) * 2, head_keep=a.head_keep))
+    store, samples, cpu, gc_cpu = load(wl, StoreSettings(retention_ms=round(a.hours * 3600_000) * 2,
+                                                         head_keep=a.head_keep), a.live_gc_every)
+    gc.collect()
+    rss_live = rss_bytes(os.getpid())  # as the writes left it, before the settling passes
     store.gc()  # two retention passes, as the server's loop makes a minute apart: the newest closed
     store.gc()  # hour of rollups is packed by the second
     gc.collect()
@@ -212,7 +239,8 @@ def main() -> int:
     rss = rss_bytes(os.getpid())
     m1 = mallinfo()
     out: dict[str, Any] = {"scale": a.series / 40_000, "series": store.index.n_alive, "samples": samples,
-                           "ingest_cpu_s_per_million": cpu / samples * 1e6, "rss_before_mib": rss0 / MiB,
+                           "ingest_cpu_s_per_million": cpu / samples * 1e6, "live_gc_cpu_s": gc_cpu,
+                           "rss_live_mib": rss_live / MiB, "rss_before_mib": rss0 / MiB,
                            "rss_mib": rss / MiB, "growth_mib": (rss - rss0) / MiB, "mallinfo_before": m0,
                            "mallinfo_after": m1}
     if a.trace:
@@ -224,6 +252,8 @@ def main() -> int:
     out["rows"] = rows
     out["walked_mib"] = walked
     print(f"{out['series']:,} series, {samples:,} samples; ingest {out['ingest_cpu_s_per_million']:.3f} CPU s / M")
+    print(f"retention passes during the live ticks: {gc_cpu:.3f} CPU s; RSS before the settling passes "
+          f"{rss_live / MiB:.1f} MiB (growth {(rss_live - rss0) / MiB:.1f})")
     print(f"process RSS before {rss0 / MiB:.1f} MiB, after {rss / MiB:.1f}: growth {(rss - rss0) / MiB:.1f} MiB")
     print("mallinfo2 before", {k: round(v, 1) for k, v in m0.items()})
     print("mallinfo2 after ", {k: round(v, 1) for k, v in m1.items()})

@@ -130,7 +130,9 @@ class SeriesIndex:
         self._pending: dict[int, int] = {}  # id -> row of the series added since the sorted ids were merged
         self._ranks: dict[str, tuple[int, np.ndarray]] = {}  # label name -> (values seen, rank per value id)
         self._dead_sorted = 0  # removed series still in _sorted_ids
-        self._batch_rows: dict[bytes, np.ndarray] = {}  # a write batch's ids, as bytes -> their rows (rows_of)
+        # a write batch's ids, by the hash of their bytes -> their rows (rows_of; checked on use, so a
+        # collision costs a search, and the ids' bytes are not kept: 8 bytes a series)
+        self._batch_rows: dict[int, np.ndarray] = {}
         self._batch_seen: set[int] = set()  # hashes of batches seen once (rows_of keeps a batch seen twice)
         # (matchers, slot count, slots) -> rows, read-only; emptied by add and remove (selected)
         self._selected: dict[tuple[tuple[Matcher, ...], int, tuple[int, ...]], np.ndarray] = {}
@@ -176,9 +178,10 @@ class SeriesIndex:
         series). A remembered batch that fails the check is searched again; rows are never
         reused, so a live row holding the id is that series' row."""
         ids = np.asarray(ids, dtype=np.uint64)
-        key = ids.tobytes()
-        cached = self._batch_rows.get(key)
-        if cached is not None and bool(self.alive[cached].all()) and bool((self.id_column[cached] == ids).all()):
+        h = hash(ids.tobytes())
+        cached = self._batch_rows.get(h)
+        if cached is not None and len(cached) == len(ids) and bool(self.alive[cached].all()) \
+                and bool((self.id_column[cached] == ids).all()):
             return cached.astype(np.int64)
         if self._pending:
             self._merge_pending()
@@ -195,11 +198,10 @@ class SeriesIndex:
         found = (self._sorted_ids[pos_c] == ids) & self.alive[cand]
         rows = np.where(found, cand, -1)
         if len(ids) >= BATCH_CACHE_MIN and bool(found.all()):
-            h = hash(key)  # bytes keep their hash: the lookup above computed it
             if h in self._batch_seen:  # a batch sent again (an agent's, every tick): remember its rows
                 if len(self._batch_rows) >= BATCH_CACHE_SIZE:
                     self._batch_rows.clear()
-                self._batch_rows[key] = rows.astype(np.int32)
+                self._batch_rows[h] = rows.astype(np.int32)
             else:  # the first time: its hash alone (a real Prometheus' batches never repeat)
                 if len(self._batch_seen) >= 4 * BATCH_CACHE_SIZE:
                     self._batch_seen.clear()

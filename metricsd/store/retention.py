@@ -47,6 +47,7 @@ def drop_expired(store: Store, cutoff: int) -> int:
     live-ingest profile, perf/RESULTS.md issue 24). Only the rows with something to drop, or with
     no chunk at all, go one by one."""
     head, index, chunks = store.head, store.index, store.chunks
+    chunks.clean()  # once a pass: the chunk arenas' worn slabs moved up and dropped (arena.py)
     n = index.n_rows
     rows = np.flatnonzero(index.alive[:n] & (head.expiry_floor[:n] < cutoff))
     if len(rows) == 0:

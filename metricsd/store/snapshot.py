@@ -390,10 +390,11 @@ def restore(img: StoreImage, settings: StoreSettings,
     index = img.chunk_index.reshape(-1, STRIDE) if len(img.chunk_index) else np.zeros((0, STRIDE), np.int64)
     data = img.chunk_data
     off = 0
-    open_off = 0
     ids = img.ids.tolist()
-    open_len = img.open_len.tolist()
     open_count = img.open_count.tolist()
+    data_view = memoryview(data)
+    closed: list[bytes | memoryview] = []
+    closed_sizes = np.zeros(n, np.int64)
     try:
         for i in range(n):
             row = store.add_series(ids[i], img.labels[i])
@@ -403,19 +404,22 @@ def restore(img: StoreImage, settings: StoreSettings,
             nbytes = int(index[k1 - 1, 2]) if k1 > k0 else 0
             if nbytes < 0 or off + nbytes > len(data):
                 raise SnapshotError(f"series {i}: chunk bytes past the section")
-            ob = open_len[i]
-            c.restore_row(i, data[off : off + nbytes], index[k0:k1], img.open_data[open_off : open_off + ob],
-                          int(img.open_min[i]), open_count[i], int(img.open_hash[i]), int(img.chunk_max[i]),
-                          (int(img.chain_t2[i]), float(img.chain_v1[i]), float(img.chain_v2[i]),
-                           int(img.chain_shift[i]), int(img.chain_family[i])))
+            c.restore_row(i, index[k0:k1], int(img.open_min[i]), open_count[i], int(img.open_hash[i]),
+                          int(img.chunk_max[i]), (int(img.chain_t2[i]), float(img.chain_v1[i]),
+                                                  float(img.chain_v2[i]), int(img.chain_shift[i]),
+                                                  int(img.chain_family[i])))
+            if k1 > k0:
+                closed += (data_view[off : off + nbytes], index[k0:k1].tobytes())
+                closed_sizes[i] = nbytes + 8 * STRIDE * (k1 - k0)
             off += nbytes
-            open_off += ob
             if progress is not None and i % 4096 == 4095:
                 progress(i + 1, n)
     except KeyError as e:
         raise SnapshotError(f"series id listed twice: {e}") from e
     if off != len(data):
         raise SnapshotError(f"chunk bytes: {len(data)} in the file, {off} referenced")
+    c.restore_bytes(closed, closed_sizes, img.open_data, img.open_len.astype(np.int64))
+    del closed
     _restore_head(store, img)
     ro = store.rollups
     ro.hour[:n] = img.roll_hour

@@ -256,9 +256,10 @@ class LeanImage:
     """What a snapshot needs from the store at the WAL position, without copying the chunks.
 
     ``columns`` are per-series arrays (tag -> array, in the file's types) and the closed rollups;
-    ``chunk_data`` and ``open_data`` are the series' own immutable bytes objects (closed chunks
-    then their index; the open chunk); ``head_ts`` / ``head_vals`` the ring samples, a zstd
-    frame per block of rows; labels as codes per label name into the index's append-only value tables."""
+    ``chunk_data`` and ``open_data`` are views of the series' own arena regions, which the store
+    never writes again (closed chunks then their index; the open chunk: store/arena.py);
+    ``head_ts`` / ``head_vals`` the ring samples, a zstd frame per block of rows; labels as codes
+    per label name into the index's append-only value tables."""
 
     position: WalPosition
     meta: ImageMeta
@@ -266,8 +267,8 @@ class LeanImage:
     columns: dict[bytes, np.ndarray]
     head_ts: Frames  # zstd, int64
     head_vals: Frames  # zstd, float64
-    chunk_data: list[bytes]
-    open_data: list[bytes]
+    chunk_data: list[bytes | memoryview]
+    open_data: list[bytes | memoryview]
     label_names: list[str]
     label_codes: list[np.ndarray]
     label_values: list[list[str]]
@@ -380,7 +381,7 @@ def lean_sections(img: LeanImage) -> list[Section]:
                 yield split_closed(held[i], k)[0]
             held[i] = b""  # a chunk the store has replaced since is freed once written
 
-    def open_chunks() -> Iterator[bytes]:
+    def open_chunks() -> Iterator[bytes | memoryview]:
         held = img.open_data
         for i in range(len(held)):
             yield held[i]

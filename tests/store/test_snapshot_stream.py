@@ -22,7 +22,7 @@ from store_state import assert_same_state
 from test_snapshot_format import SETTINGS, build_store
 
 from metricsd.model import make_labels, series_id, stale_marker
-from metricsd.store import snapshot_write
+from metricsd.store import arena, snapshot_write
 from metricsd.store.durable import open_store
 from metricsd.store.engine import Store
 from metricsd.store.settings import StoreSettings
@@ -103,8 +103,11 @@ def test_the_streamed_file_reads_back_as_the_whole_image(tmp_path_factory: pytes
     assert_same_state(restore(img, store.settings), store)
 
 
-def test_a_lean_capture_is_the_store_at_the_capture_point(tmp_path: Path, piece_size: None) -> None:
-    """Writes, a chunk closed and retention after the capture change nothing in the file."""
+def test_a_lean_capture_is_the_store_at_the_capture_point(tmp_path: Path, piece_size: None,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes, a chunk closed, retention and the chunk arenas' clean (regions moved, slabs dropped:
+    small slabs make many) after the capture change nothing in the file."""
+    monkeypatch.setattr(arena, "SLAB", 1024)
     store = build_store()
     want = capture(store, WalPosition(1, 16))
     lean = capture_lean(store, WalPosition(1, 16))
@@ -117,6 +120,7 @@ def test_a_lean_capture_is_the_store_at_the_capture_point(tmp_path: Path, piece_
     fresh = make_labels("cpu", {"namespace": "ns0", "pod": "new", "other": "a name no series had"})
     store.write(np.array([series_id(fresh)], dtype=np.uint64), np.array([1]), np.array([int(store.max_ts) + 1]),
                 np.array([1.0]), {series_id(fresh): fresh})
+    assert store.chunks.clean(0.0) > 0
     store.gc()
     path, _ = write_snapshot(tmp_path, lean)
     _same_image(read_snapshot(path), want)

@@ -74,3 +74,14 @@ def test_small_batches_and_unknown_ids_are_not_remembered() -> None:
     assert len(index._batch_rows) == 1  # seen twice: remembered
     index.rows_of(ids[1:81])  # another batch: not yet
     assert len(index._batch_rows) == 1
+
+
+def test_a_remembered_batch_under_another_batchs_hash_is_not_trusted() -> None:
+    """The cache is keyed by the hash of a batch's bytes, not the bytes: rows remembered under a
+    colliding hash (other series, or another count of them) are checked and searched again."""
+    index, ids = _index(100)
+    want = index.rows_of(ids[:80]).tolist()
+    index._batch_rows[hash(ids[:80].tobytes())] = index.rows_of(ids[1:81]).astype(np.int32)
+    assert index.rows_of(ids[:80]).tolist() == want
+    index._batch_rows[hash(ids[:80].tobytes())] = index.rows_of(ids[:90]).astype(np.int32)
+    assert index.rows_of(ids[:80]).tolist() == want

@@ -1,0 +1,235 @@
+"""One byte string per row, kept back to back in large mmapped slabs instead of one bytes object each.
+
+The sealed chunks of 200,000 series were 200,000 bytes objects: 33 bytes of object header each
+and two lists of pointers (9.4 MiB at 2 h), and every block appended made a new object and freed
+the old, leaving holes of every size in the C heap that no trim returns (perf/RESULTS.md, session
+39). Here a row's bytes are one region of a slab: an address column (``at``: slab << 32 | offset)
+and a length column (``size``) per row, 12 bytes.
+
+Regions are never written twice. A row rewritten or grown gets a new region at the newest slab's
+end (a wave of rows at once: :meth:`Arena.put_many`), and its old one is dead. So a view handed
+out (a snapshot's capture, a query's buffer) keeps meaning what it meant, as an immutable bytes
+object did: it also keeps its slab alive. A slab whose regions are all dead is dropped (a slab is
+above glibc's mmap threshold, metricsd/memory.py: its pages go back to the system), and
+:meth:`Arena.clean` (the retention pass, once a minute) moves the live regions of slabs more than
+a fraction dead to the end, so that dead bytes stay a bounded share of the slabs.
+
+Not safe for concurrent use; the store serialises access.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["SLAB", "Arena"]
+
+SLAB = 4 << 20  # bytes a slab (a longer wave or row gets a slab of its own size)
+_POS = (1 << 32) - 1
+_EMPTY = memoryview(b"")
+
+Piece = bytes | memoryview
+
+
+class Arena:
+    """Rows of bytes: ``arena[row]`` is a read-only view (empty: none), ``arena[row] = data`` replaces
+    it. ``len(arena)`` is the number of rows."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.at = np.zeros(capacity, np.int64)
+        self.size = np.zeros(capacity, np.int32)
+        self.slabs: list[mmap.mmap | None] = []  # a dropped slab's place is taken by the next new one
+        self.views: list[memoryview | None] = []  # each slab's bytes, for slicing without NumPy
+        self.used: list[int] = []  # bytes handed out of each slab
+        self.live: list[int] = []  # bytes of each slab still some row's
+        self.tail = -1  # the slab new regions go to
+        self.spare: mmap.mmap | None = None  # the last slab dropped, kept for reuse until the next clean
+        self.n = 0
+
+    # --- rows --------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.n
+
+    def ensure_rows(self, n: int, capacity: int) -> None:
+        """At least ``n`` rows, the columns sized for ``capacity`` (the caller's growth policy)."""
+        if capacity > len(self.at):
+            self.at = np.concatenate([self.at, np.zeros(capacity - len(self.at), np.int64)])
+            self.size = np.concatenate([self.size, np.zeros(capacity - len(self.size), np.int32)])
+        self.n = max(self.n, n)
+
+    def __getitem__(self, row: int) -> memoryview:
+        n = self.size.item(row)  # Python ints, no NumPy scalars: reads ask series by series
+        if not n:
+            return _EMPTY
+        a = self.at.item(row)
+        view = self.views[a >> 32]
+        assert view is not None
+        pos = a & _POS
+        return view[pos : pos + n]
+
+    def __setitem__(self, row: int, data: Piece) -> None:
+        """One row (Python scalars only: a chunk closed, a snapshot's row restored)."""
+        n = len(data)
+        self.clear(row)
+        if not n:
+            return
+        s, base = self._room(n)
+        self._write(s, base, data)
+        self.at[row] = (s << 32) + base
+        self.size[row] = n
+        self.used[s] += n
+        self.live[s] += n
+
+    def clear(self, row: int) -> None:
+        n = int(self.size[row])
+        if n:
+            s = int(self.at[row]) >> 32
+            self.size[row] = 0
+            self.live[s] -= n
+            if self.live[s] == 0 and s != self.tail:
+                self._drop(s)
+
+    def _drop(self, s: int) -> None:
+        """Give slab ``s`` up. A standard-sized one is kept as the spare: taking a new mapping's pages
+        (the kernel zeroing each on first write) was a third of what the arena added to ingest."""
+        view, slab = self.views[s], self.slabs[s]
+        assert view is not None and slab is not None
+        view.release()  # views handed out are slices of it and keep their own hold on the mapping
+        if len(slab) == SLAB:
+            self.spare = slab
+        self.slabs[s] = self.views[s] = None
+        self.used[s] = self.live[s] = 0
+
+    def _new_slab(self, n: int) -> mmap.mmap:
+        """Its own mapping, not the C heap (which serves even 4 MiB from its top): pages never written
+        stay unallocated, and all go back to the system once it is dropped and no view is left. The
+        spare is reused only when no view of it is left anywhere (a snapshot being written holds
+        some): a mapping with buffers exported refuses a resize."""
+        spare, self.spare = self.spare, None
+        if spare is not None and n <= len(spare):
+            try:
+                spare.resize(len(spare))
+                return spare
+            except BufferError:
+                pass
+        return mmap.mmap(-1, max(SLAB, n))
+
+    def _room(self, n: int) -> tuple[int, int]:
+        """(slab, offset) of ``n`` free bytes at the end, a new slab started if the newest is short."""
+        s = self.tail
+        slab = self.slabs[s] if s >= 0 else None
+        if slab is None or self.used[s] + n > len(slab):
+            if s >= 0 and self.live[s] == 0:
+                self._drop(s)
+            new = self._new_slab(n)
+            s = next((i for i, x in enumerate(self.slabs) if x is None), len(self.slabs))
+            if s == len(self.slabs):
+                self.slabs.append(None)
+                self.views.append(None)
+                self.used.append(0)
+                self.live.append(0)
+            self.slabs[s] = new
+            self.views[s] = memoryview(new).toreadonly()
+            self.tail = s
+        return s, self.used[s]
+
+    def _write(self, s: int, base: int, data: Piece) -> None:
+        slab = self.slabs[s]
+        assert slab is not None
+        slab[base : base + len(data)] = data
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def put_many(self, rows: Sequence[int] | np.ndarray, pieces: Sequence[Piece],
+                 sizes: np.ndarray | None = None) -> None:
+        """Row ``rows[i]`` (distinct rows) becomes ``pieces[i]``, or with ``sizes`` the next pieces
+        joined whose lengths add up to ``sizes[i]``: all in one new region at the end."""
+        r = np.asarray(rows, np.int64)
+        if sizes is None:
+            sizes = np.fromiter(map(len, pieces), np.int64, count=len(pieces))
+        total = int(sizes.sum())
+        blob = b"".join(pieces)  # before the old regions are given up: pieces may be views of them
+        if len(blob) != total:
+            raise ValueError("the pieces do not add up to the sizes")
+        self._forget(r)
+        if not total:
+            return
+        s, base = self._room(total)
+        self._write(s, base, blob)
+        keep = sizes > 0
+        self.at[r[keep]] = (s << 32) + base + (np.cumsum(sizes) - sizes)[keep]
+        self.size[r] = sizes
+        self.used[s] += total
+        self.live[s] += total
+
+    def _forget(self, rows: np.ndarray) -> None:
+        """The regions of ``rows`` are dead; a slab left with none live is dropped."""
+        had = rows[self.size[rows] > 0]
+        if not len(had):
+            return
+        slab = self.at[had] >> 32
+        dead = np.bincount(slab, weights=self.size[had]).astype(np.int64)
+        self.size[had] = 0
+        for s in np.flatnonzero(dead).tolist():
+            self.live[s] -= int(dead[s])
+            if self.live[s] == 0 and s != self.tail:
+                self._drop(s)
+
+    def grow(self, rows: np.ndarray, blob: Piece, offsets: np.ndarray) -> None:
+        """Row ``rows[i]`` (distinct rows) becomes its bytes then ``blob[offsets[i]:offsets[i + 1]]``
+        (a write's blocks appended to the open chunks it grows), all in one new region."""
+        off = offsets.tolist()
+        views = self.views
+        pieces: list[Piece] = []
+        add = pieces.append
+        for a, n, o0, o1 in zip(self.at[rows].tolist(), self.size[rows].tolist(), off[:-1], off[1:], strict=True):
+            if n:
+                pos = a & _POS
+                add(views[a >> 32][pos : pos + n])
+            add(blob[o0:o1])
+        self.put_many(rows, pieces, self.size[rows] + np.diff(offsets))
+
+    def clean(self, max_dead: float = 0.125) -> int:
+        """Move the live regions of every slab (but the newest) more than ``max_dead`` dead to the end,
+        in row order; returns bytes moved. Their old slabs are then dropped."""
+        worn = [s for s in range(len(self.slabs)) if s != self.tail and self.slabs[s] is not None and
+                self.used[s] - self.live[s] > max_dead * self.used[s]]
+        self.spare = None  # once a pass: a quiet store keeps no slab it does not use
+        if not worn:
+            return 0
+        rows = np.flatnonzero((self.size[: self.n] > 0) & np.isin(self.at[: self.n] >> 32, worn))
+        moved = int(self.size[rows].sum())
+        for k in range(0, len(rows), 4096):  # a few MiB at a time
+            part = rows[k : k + 4096]
+            self.grow(part, b"", np.zeros(len(part) + 1, np.int64))
+        return moved
+
+    # --- accounting --------------------------------------------------------------------------
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(self.live)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the slabs still held (handed out, live or dead, and the newest slab's rest)."""
+        return sum(len(s) for s in self.slabs if s is not None)
+
+    def _check(self) -> None:
+        """Every region inside its slab, no two live ones overlapping, the per-slab counts right."""
+        live = [0] * len(self.slabs)
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for row in np.flatnonzero(self.size[: self.n]).tolist():
+            a, n = int(self.at[row]), int(self.size[row])
+            s, pos = a >> 32, a & _POS
+            assert self.slabs[s] is not None and pos + n <= self.used[s], f"row {row} outside its slab"
+            live[s] += n
+            spans.setdefault(s, []).append((pos, pos + n))
+        assert live == self.live, f"live counts {self.live} != {live}"
+        for sp in spans.values():
+            sp.sort()
+            assert all(a[1] <= b[0] for a, b in itertools.pairwise(sp)), "regions overlap"

@@ -1,0 +1,121 @@
+"""The chunk arena (metricsd/store/arena.py) against a dict of bytes: every row reads back what was
+last put, views handed out never change, dead slabs are dropped and a clean bounds the dead bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from metricsd.store import arena as arena_mod
+from metricsd.store.arena import Arena
+
+ROWS = 12
+_op = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, ROWS - 1), st.binary(max_size=300)),
+    st.tuples(st.just("many"), st.lists(st.integers(0, ROWS - 1), unique=True, max_size=6),
+              st.lists(st.binary(max_size=200), min_size=6, max_size=6)),
+    st.tuples(st.just("grow"), st.lists(st.integers(0, ROWS - 1), unique=True, max_size=6), st.binary(max_size=90)),
+    st.tuples(st.just("clear"), st.integers(0, ROWS - 1), st.just(b"")),
+    st.tuples(st.just("clean"), st.just(0), st.just(b"")),
+)
+
+
+@pytest.fixture
+def small_slabs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena_mod, "SLAB", 512)  # many slabs, waves and rows longer than one
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # SLAB only
+@given(ops=st.lists(_op, max_size=60))
+def test_rows_read_back_and_views_never_change(small_slabs: None, ops: list[tuple]) -> None:
+    a = Arena(4)
+    a.ensure_rows(ROWS, ROWS)
+    model = {r: b"" for r in range(ROWS)}
+    handed: list[tuple[memoryview, bytes]] = []
+    for kind, x, y in ops:
+        if kind == "put":
+            a[x] = y
+            model[x] = y
+        elif kind == "many":
+            a.put_many(x, y[: len(x)])
+            model.update(zip(x, y[: len(x)], strict=False))
+        elif kind == "grow":  # the append's shape: the old region as a view, then the new piece
+            pieces = [p for r in x for p in (a[r], y)]
+            a.put_many(x, pieces, np.array([len(model[r]) + len(y) for r in x], np.int64))
+            model.update({r: model[r] + y for r in x})
+        elif kind == "clear":
+            a.clear(x)
+            model[x] = b""
+        else:
+            before = [s for s in range(len(a.slabs)) if s != a.tail and a.slabs[s] is not None]
+            a.clean()
+            assert all(a.slabs[s] is None or a.used[s] - a.live[s] <= 0.125 * a.used[s] for s in before), \
+                "a worn slab was left after a clean"
+        a._check()
+        assert {r: bytes(a[r]) for r in range(ROWS)} == model
+        handed += [(a[r], model[r]) for r in range(ROWS)]
+        assert all(bytes(v) == b for v, b in handed), "a view handed out changed"
+    assert a.live_bytes == sum(map(len, model.values()))
+
+
+def test_a_slab_whose_rows_all_moved_is_dropped(small_slabs: None) -> None:
+    a = Arena()
+    a.ensure_rows(8, 8)
+    for r in range(8):
+        a[r] = bytes([r]) * 100  # five slabs of 512: rows 0-4 in the first
+    first, second = a.slabs[0], a.slabs[1]
+    a.put_many(range(5), [b"x" * 10] * 5)
+    assert first is not None and a.slabs[0] is None
+    a.put_many(range(5), [b"y" * 200] * 5)  # a slab of its own (1,000 > 512): the second is not the newest
+    for r in range(5, 8):
+        a.clear(r)  # the second slab's last rows, one by one
+    assert second is not None and all(s is not second for s in a.slabs)
+    a._check()
+
+
+def test_clean_moves_live_rows_out_of_worn_slabs_and_frees_them(small_slabs: None) -> None:
+    a = Arena()
+    a.ensure_rows(20, 20)
+    for r in range(20):
+        a[r] = bytes([r]) * 100
+    for r in range(0, 20, 2):
+        a[r] = bytes([r]) * 100  # every second row moved: the old slabs are half dead
+    held_before = a.held_bytes
+    assert a.clean() > 0
+    a._check()
+    assert all(bytes(a[r]) == bytes([r]) * 100 for r in range(20))
+    assert all(a.used[s] == a.live[s] for s in range(len(a.slabs)) if s != a.tail and a.slabs[s] is not None)
+    assert a.held_bytes < held_before
+    assert a.clean() == 0
+
+
+def test_sizes_that_do_not_add_up_are_refused() -> None:
+    a = Arena()
+    a.ensure_rows(2, 2)
+    with pytest.raises(ValueError, match="add up"):
+        a.put_many([0, 1], [b"abc"], np.array([1, 1], np.int64))
+    assert bytes(a[0]) == b"" and bytes(a[1]) == b""
+
+
+def test_a_dropped_slab_is_reused_only_once_no_view_of_it_is_left(small_slabs: None) -> None:
+    a = Arena()
+    a.ensure_rows(4, 4)
+    a[0] = b"a" * 400
+    a[1] = b"b" * 400  # a second slab: 800 > 512
+    first, second = a.slabs[0], a.slabs[1]
+    kept = a[0]  # a view handed out, as a snapshot's capture holds one
+    a.clear(0)
+    assert a.spare is first
+    a[2] = b"c" * 400  # a third slab is needed: the spare still has a view, a fresh mapping is taken
+    assert all(s is not first for s in a.slabs) and bytes(kept) == b"a" * 400
+    del kept
+    a.clear(1)
+    assert a.spare is second
+    a[3] = b"d" * 400  # no view of the spare left: reused
+    assert a.slabs[a.tail] is second
+    assert [bytes(a[r]) for r in range(4)] == [b"", b"", b"c" * 400, b"d" * 400]
+    a._check()
+    a.clean()
+    assert a.spare is None
