@@ -71,6 +71,14 @@ class Arena:
         pos = a & _POS
         return view[pos : pos + n]
 
+    def take(self, rows: np.ndarray) -> list[bytes]:
+        """Copies of many rows' bytes, for a scan that joins them next. An mmap's slice is a bytes
+        object, made in a third of a memoryview slice's time (a memoryview is tracked by the
+        collector): 200,000 rows in ~50 ms against ~130-180 ms as views."""
+        slabs = self.slabs
+        return [slabs[a >> 32][(a & _POS) : (a & _POS) + n] if n else b""
+                for a, n in zip(self.at[rows].tolist(), self.size[rows].tolist(), strict=True)]
+
     def __setitem__(self, row: int, data: Piece) -> None:
         """One row (Python scalars only: a chunk closed, a snapshot's row restored)."""
         n = len(data)

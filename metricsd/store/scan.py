@@ -124,11 +124,10 @@ def _chunk_table(store: Store, rows: np.ndarray) -> _ChunkTable:
     and their index are one bytes object (store/chunks.py), its open chunk another, with its
     range and count in the store's columns."""
     ch = store.chunks
-    listed = rows.tolist()
-    closed = [ch.data[r] for r in listed]
-    opened = [ch.open[r] for r in listed]
-    size = np.fromiter(map(len, closed), np.int64, len(listed))
-    osize = np.fromiter(map(len, opened), np.int64, len(listed))
+    closed = ch.data.take(rows)  # copies, joined next: cheaper than a view a row (store/arena.py)
+    opened = ch.open.take(rows)
+    size = ch.data.size[rows].astype(np.int64)
+    osize = ch.open.size[rows].astype(np.int64)
     joined = b"".join(closed + opened)
     raw = np.frombuffer(joined, dtype=np.uint8)
     base = np.cumsum(size) - size

@@ -55,6 +55,7 @@ def test_rows_read_back_and_views_never_change(small_slabs: None, ops: list[tupl
                 "a worn slab was left after a clean"
         a._check()
         assert {r: bytes(a[r]) for r in range(ROWS)} == model
+        assert a.take(np.arange(ROWS)[::-1]) == [model[r] for r in reversed(range(ROWS))]  # a scan's copies
         handed += [(a[r], model[r]) for r in range(ROWS)]
         assert all(bytes(v) == b for v, b in handed), "a view handed out changed"
     assert a.live_bytes == sum(map(len, model.values()))
