@@ -11,13 +11,13 @@ added to one and forgotten in the other would change an answer depending on the 
 
 from __future__ import annotations
 
-import asyncio
 import json
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from metricsd.clock import Clock
 from metricsd.http.auth import refusal
+from metricsd.http.deadlines import Deadlines
 from metricsd.http.params import error_body
 from metricsd.http.settings import HttpSettings
 from metricsd.rpc import consistency
@@ -57,6 +57,7 @@ class HotRoute(ABC, Generic[S]):
         self.counter = counter  # server.py's RequestMetrics
         self.auth = auth
         self.clock = clock
+        self.deadlines = Deadlines(settings.request_timeout_s)  # one loop timer, not one a request
         from metricsd.http import server  # late: server.py imports the hot path
         self.body_with_missing = server.body_with_missing
         self.consistency_of = server.consistency_of
@@ -78,7 +79,7 @@ class HotRoute(ABC, Generic[S]):
             text, state = self.prepare(req)
             chosen = self.consistency_of(text or req.headers.get(_CONSISTENCY_HEADER), req.name)
             with collecting() as missing, consistency.reading_with(chosen):
-                async with asyncio.timeout(self.settings.request_timeout_s):
+                async with self.deadlines.deadline():
                     status, body, extra = await self.run(req, state, peer)
             if missing and body and (status == 200 or self.missing_on_any):
                 body = self.body_with_missing(body, missing, False)

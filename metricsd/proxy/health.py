@@ -60,6 +60,11 @@ class MemberHealth:
         s.down_until = now + min(self._settings.down_max_s, self._settings.down_initial_s * 2 ** (s.failures - 1))
         return True
 
+    def none_failed(self) -> bool:
+        """True while no member has failed since its last success: every member is healthy and
+        :meth:`is_healthy` has no probe to hand out (no side effect to skip by not asking it)."""
+        return not self._members
+
     def failed(self, member: str) -> bool:
         """True from a failure until the next success (back-off running or not); no side effect."""
         return member in self._members

@@ -143,6 +143,7 @@ class WholeQueryPath:
         self.spill = view.settings.whole_spill  # whole_order's: so many under way on the first store, then others
         self._unsupported: dict[str, float] = {}  # member -> monotonic time it said it does not know the frame
         self._full: tuple[ShardMap | None, list[str]] = (None, [])  # (map, its members holding every slot)
+        self._readable: tuple[ShardMap | None, frozenset[str]] = (None, frozenset())  # while none failed
 
     async def run(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
                   settings: RunnerSettings) -> QueryAnswer | None:
@@ -167,7 +168,12 @@ class WholeQueryPath:
         full = self._full[1]
         if not full:
             return []
-        ok = readable(self.view, shard_map)
+        if self.view.health.none_failed():  # every member healthy: readable() depends on the map alone
+            if self._readable[0] is not shard_map:
+                self._readable = (shard_map, readable(self.view, shard_map))
+            ok = self._readable[1]
+        else:
+            ok = readable(self.view, shard_map)
         if self._unsupported:
             now = self.view.clock.monotonic()
             ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)

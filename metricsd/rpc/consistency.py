@@ -19,9 +19,7 @@ backend that holds one copy (one store) ignores it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 __all__ = ["CONSISTENCY_HEADER", "CONSISTENCY_PARAM", "Consistency", "current", "parse", "reading_with"]
 
@@ -42,14 +40,24 @@ def current() -> Consistency:
     return _CURRENT.get()
 
 
-@contextmanager
-def reading_with(level: Consistency) -> Iterator[None]:
-    """Reads made inside (and by tasks started inside) use ``level``."""
-    token = _CURRENT.set(level)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
+class reading_with:  # lower case: used as the function it was
+    """Reads made inside (and by tasks started inside) use ``level``. A class, not a
+    ``@contextmanager`` generator: entered once per HTTP request, and the generator's machinery was
+    ~9 Python calls of the proxy's ~440 a query (perf/RESULTS.md, session 40, s40-23c)."""
+
+    __slots__ = ("level", "token")
+
+    def __init__(self, level: Consistency) -> None:
+        self.level = level
+        self.token: Token[Consistency] | None = None
+
+    def __enter__(self) -> None:
+        self.token = _CURRENT.set(self.level)
+
+    def __exit__(self, *_: object) -> None:
+        if self.token is not None:
+            _CURRENT.reset(self.token)
+            self.token = None
 
 
 def parse(text: str) -> Consistency:

@@ -12,9 +12,8 @@ requests never see each other's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
 from metricsd.proto import metricsd_pb2 as pb
@@ -31,15 +30,25 @@ class Missing:
 _collector: ContextVar[list[Missing] | None] = ContextVar("metricsd_missing_clusters", default=None)
 
 
-@contextmanager
-def collecting() -> Iterator[list[Missing]]:
-    """Collect what backends report while the block runs (in this task and the tasks it starts)."""
-    found: list[Missing] = []
-    token = _collector.set(found)
-    try:
-        yield found
-    finally:
-        _collector.reset(token)
+class collecting:  # lower case: used as the function it was
+    """Collect what backends report while the block runs (in this task and the tasks it starts).
+    A class, not a ``@contextmanager`` generator: entered once per HTTP request (perf/RESULTS.md,
+    session 40, s40-23c)."""
+
+    __slots__ = ("found", "token")
+
+    def __init__(self) -> None:
+        self.found: list[Missing] = []
+        self.token: Token[list[Missing] | None] | None = None
+
+    def __enter__(self) -> list[Missing]:
+        self.token = _collector.set(self.found)
+        return self.found
+
+    def __exit__(self, *_: object) -> None:
+        if self.token is not None:
+            _collector.reset(self.token)
+            self.token = None
 
 
 def report(missing: Iterable[Missing]) -> None:
