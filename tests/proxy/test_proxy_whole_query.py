@@ -124,6 +124,12 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     proxy = ProxyBackend(proxy_maps, fast_settings(whole_queries=True, **param.get("settings", {})), SystemClock())
     series = workload(24)
     await proxy.write(write_request(series, TIMES, labels=True))
+    # The write returns at W = 2 acknowledgements; a read of one replica may go to the third, so
+    # every test starts from all three holding the data (under load the third lagged: an empty answer)
+    deadline = time.monotonic() + 20.0
+    while len({n.store.stats()["samples"] for n in nodes.values()}) > 1:
+        assert time.monotonic() < deadline, {m: n.store.stats()["samples"] for m, n in nodes.items()}
+        await asyncio.sleep(0.02)
     settings = HttpSettings(max_samples=param.get("max_samples", 50_000_000))
     app = build_app(proxy, settings=settings, registry=CollectorRegistry(), clock=SystemClock())
     runner, port = await start_http(app, "127.0.0.1", 0)
