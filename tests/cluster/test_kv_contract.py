@@ -169,13 +169,19 @@ async def test_watch_resumes_after_etcd_restarts_and_loses_no_event(
     await events.aclose()  # type: ignore[attr-defined]
 
 
+async def _leased_member(kv_factory: Callable[[], KV], prefix: str) -> tuple[KV, KV, Lease]:
+    """(an owner holding ``prefix + "member"`` on a 2 s lease, another client to observe it, the lease)."""
+    owner, observer = kv_factory(), kv_factory()
+    lease = await owner.grant(2)
+    await owner.put(prefix + "member", b"alive", lease=lease)
+    return owner, observer, lease
+
+
 @pytest.mark.slow
 async def test_a_leased_key_vanishes_when_its_owner_stops_keeping_it_alive(
     kv_factory: Callable[[], KV], prefix: str
 ) -> None:
-    owner, observer = kv_factory(), kv_factory()
-    lease = await owner.grant(2)
-    await owner.put(prefix + "member", b"alive", lease=lease)
+    owner, observer, _ = await _leased_member(kv_factory, prefix)
     await owner.close()  # the owner dies: no more keep-alives
     took = await eventually_absent(observer, prefix + "member", within_s=6.0)
     assert took >= 1.0  # not deleted at once: the TTL ran out
@@ -238,9 +244,7 @@ def _compute_for(seconds: float) -> None:
 async def test_a_loop_turn_longer_than_the_ttl_does_not_lose_the_lease(
     kv_factory: Callable[[], KV], prefix: str
 ) -> None:
-    owner, observer = kv_factory(), kv_factory()
-    lease = await owner.grant(2)
-    await owner.put(prefix + "member", b"alive", lease=lease)
+    _, observer, lease = await _leased_member(kv_factory, prefix)
     _compute_for(6.0)  # three TTLs in one turn: no keep-alive could go out from this loop
     assert await observer.get(prefix + "member") is not None
     await asyncio.sleep(1.0)  # a loss reported during the turn would be delivered by now
@@ -279,7 +283,7 @@ async def test_stopping_a_lease_keeper_logs_no_error(
         await kv.put(prefix + "member", b"alive", lease=lease)
         await asyncio.sleep(1.0)  # a refresh or two on the keeper's stream
         await kv.close()
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # a closed channel's late event, were it mishandled, is logged by now
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, errors
 
