@@ -1,147 +1,32 @@
 """A whole PromQL query sent to one store (metricsd/proxy/wholequery.py), in one process: three
 real stores, each with its slot-ownership check, gRPC server and read port answering QUERY frames
 (metricsd/http/wholequery.py); a real ProxyBackend dialling them and its real HTTP API on
-loopback. The maps the proxy and the stores hold are set apart to make a stale map."""
+loopback (whole_query_harness.py). The maps the proxy and the stores hold are set apart to make a
+stale map."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
-from proxy_cluster import SLOTS, fast_settings, workload, write_request
+from proxy_cluster import SLOTS, fast_settings
+from whole_query_harness import AT, QUERIES, T0, Harness, learn_slow
 
-from metricsd.clock import SystemClock
-from metricsd.cluster.assign import assign
-from metricsd.cluster.mapsource import StaticMapSource
-from metricsd.cluster.shardmap import Member, ShardMap
-from metricsd.http.server import build_app, start_http, stop_http
-from metricsd.http.settings import HttpSettings
+from metricsd.cluster.shardmap import ShardMap
 from metricsd.http.wholehttp import may_select
-from metricsd.http.wholequery import QueryService
 from metricsd.promql.limits import QueryLimits
-from metricsd.proxy.backend import ProxyBackend
 from metricsd.proxy.latency import HedgeSettings, LatencyTracker
 from metricsd.proxy.members import MemberClient
 from metricsd.proxy.settings import HealthSettings
 from metricsd.proxy.wholequery import GRACE_S, first_place, hedge_delay, whole_order
-from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.backend import BadRequest
-from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
-from metricsd.rpc.server import start_grpc_server
-from metricsd.rpc.servicer import MetricsServicer
 from metricsd.rpc.wholequery import LIMIT_NAMES, QueryFrame, RunnerSettings, decode_request, encode_request
-from metricsd.store.api import LocalBackend, StoreAPI
-from metricsd.store.engine import Store
-
-T0 = 1_700_000_000_000
-TIMES = [T0 + i * 15_000 for i in range(40)]  # 10 minutes
-AT = str((T0 + 600_000) / 1000)
-
-# Instant and range queries: pushed-down aggregations, the engine, topk across pods, every slot.
-QUERIES = [
-    "sum(rate(container_cpu_usage_seconds_total[5m]))",
-    "sum by (namespace) (rate(container_cpu_usage_seconds_total[5m]))",
-    "topk(3, rate(container_cpu_usage_seconds_total[5m]))",
-    'rate(container_cpu_usage_seconds_total{namespace="ns1", pod="pod-4"}[5m])',
-    "sum(rate(container_cpu_usage_seconds_total[5m])) / sum(kube_pod_container_resource_requests)",
-    "count(kube_pod_container_resource_requests)",
-    "1",
-]
-
-
-@dataclass
-class Node:
-    member: str
-    store: Store = field(default_factory=Store)
-    maps: StaticMapSource | None = None
-    answers_queries: bool = True
-    service: QueryService | None = None
-    port: int = 0
-    servers: list[Any] = field(default_factory=list)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-
-@dataclass
-class Harness:
-    nodes: dict[str, Node]
-    proxy: ProxyBackend
-    proxy_maps: StaticMapSource
-    url: str
-    http: aiohttp.ClientSession
-
-    async def get(self, path: str, **params: str) -> tuple[int, Any]:
-        async with self.http.get(self.url + path, params=params) as r:
-            return r.status, await r.json()
-
-    def counter(self, name: str) -> int:
-        return int(self.proxy.counters[name])
-
-
-async def _start_node(node: Node) -> None:
-    """As metricsd/cmd/store.py wires a cluster member (ownership check, read port, gRPC)."""
-    assert node.maps is not None
-    backend = OwnershipBackend(LocalBackend(StoreAPI(node.store, node.member)), node.member, node.maps,
-                               store_write_slots(node.store))
-    node.service = QueryService(backend) if node.answers_queries else None
-    rp = ReadPortServer(backend, query=node.service.answer if node.service is not None else None)
-    advertised = AdvertisedReadPort(backend, await rp.start("127.0.0.1", 0))
-    server, node.port = await start_grpc_server(MetricsServicer(advertised), "127.0.0.1", node.port)
-    node.servers = [rp, server]
-
-
-def _map(nodes: list[Node], rf: int = 3) -> ShardMap:
-    return assign([Member(n.member, n.address) for n in nodes], None, SLOTS, rf)
-
-
-@pytest.fixture
-async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    param = getattr(request, "param", {})
-    old = param.get("old", ())
-    nodes = {f"store-{i}": Node(f"store-{i}", answers_queries=f"store-{i}" not in old) for i in range(3)}
-    # Servers bound to port 0 first, then the map from the ports they got: a port picked free
-    # beforehand can be taken by another process before the bind (seen under a loaded machine).
-    for n in nodes.values():
-        n.maps = StaticMapSource(ShardMap.empty(SLOTS, 3))  # no request is served before the real map
-        await _start_node(n)
-    shard_map = _map(list(nodes.values()))
-    for n in nodes.values():
-        assert n.maps is not None
-        n.maps.set(shard_map)
-    proxy_maps = StaticMapSource(shard_map)
-    proxy = ProxyBackend(proxy_maps, fast_settings(whole_queries=True, **param.get("settings", {})), SystemClock())
-    series = workload(24)
-    await proxy.write(write_request(series, TIMES, labels=True))
-    # The write returns at W = 2 acknowledgements; a read of one replica may go to the third, so
-    # every test starts from all three holding the data (under load the third lagged: an empty answer)
-    deadline = time.monotonic() + 20.0
-    while len({n.store.stats()["samples"] for n in nodes.values()}) > 1:
-        assert time.monotonic() < deadline, {m: n.store.stats()["samples"] for m, n in nodes.items()}
-        await asyncio.sleep(0.02)
-    settings = HttpSettings(max_samples=param.get("max_samples", 50_000_000))
-    app = build_app(proxy, settings=settings, registry=CollectorRegistry(), clock=SystemClock())
-    runner, port = await start_http(app, "127.0.0.1", 0)
-    try:
-        async with aiohttp.ClientSession() as http:
-            yield Harness(nodes, proxy, proxy_maps, f"http://127.0.0.1:{port}", http)
-    finally:
-        await stop_http(runner)
-        await proxy.close()
-        for n in nodes.values():
-            await n.servers[0].stop()
-            await n.servers[1].stop(None)
 
 
 async def _both(h: Harness, path: str, **params: str) -> tuple[tuple[int, Any], tuple[int, Any]]:
@@ -258,16 +143,6 @@ def test_a_frames_settings_decode_in_any_order_and_a_wrong_type_is_refused() -> 
         with pytest.raises(ValueError, match="query frame"):
             decode_request(orjson.dumps(bad))
 
-def _learn_slow(h: Harness, seconds: float, members: list[str] | None = None) -> None:
-    """Every store's (or ``members``') hedging delay learnt at ``seconds`` (its p99 of a full
-    window), so that a loaded machine's slow answer is not hedged where a test counts which store
-    answered (the initial delay is 50 ms)."""
-    latency = h.proxy.whole_queries.latency
-    for member in members if members is not None else list(h.nodes):
-        for _ in range(latency.settings.window):
-            latency.record(member, seconds)
-
-
 # store-0's down mark lasts the test: fast_settings' 50-200 ms ran out under a loaded machine
 @pytest.mark.parametrize("harness", [{"settings": {"health": HealthSettings(down_initial_s=60, down_max_s=60)}}],
                          indirect=True)
@@ -275,7 +150,7 @@ async def test_one_proxy_asks_the_same_store_each_time_while_it_has_room(harness
     """Queries one after another all go to the proxy's first store (a store asked in turn with two
     others spent ~1.8x the CPU a frame, perf/RESULTS.md); with it down, all to the next one."""
     nodes = list(harness.nodes.values())
-    _learn_slow(harness, harness.proxy.whole_queries.latency.settings.max_s)
+    learn_slow(harness, harness.proxy.whole_queries.latency.settings.max_s)
     before = [n.service.answered for n in nodes if n.service is not None]
     for i in range(5):
         status, body = await harness.get("/api/v1/query", query=QUERIES[i % 4], time=AT)
@@ -336,7 +211,7 @@ async def test_concurrent_queries_started_in_one_turn_spread_past_the_spill(harn
     them (``metricsd proxy --spill-in-flight``), the rest go to the others in turn, as each query
     counts against its store from the moment it is picked."""
     nodes = list(harness.nodes.values())
-    _learn_slow(harness, harness.proxy.whole_queries.latency.settings.max_s)  # no hedge under load
+    learn_slow(harness, harness.proxy.whole_queries.latency.settings.max_s)  # no hedge under load
     before = [n.service.answered for n in nodes if n.service is not None]
     answers = await _together(harness, together)
     assert all(a is not None and a.data for a in answers), answers
@@ -349,7 +224,7 @@ async def test_an_answer_is_taken_as_it_lands_not_at_the_hedge_delay(harness: Ha
     """A store's answer wakes the query at once: with a 20 s hedging delay learnt (and 10 s of
     timeout), a query waiting for a timer instead of the answer would take 11 s."""
     harness.proxy.whole_queries.latency = LatencyTracker(HedgeSettings(max_s=30.0))
-    _learn_slow(harness, 20.0)
+    learn_slow(harness, 20.0)
     assert all(a is not None and a.data for a in await _together(harness, 1))  # its connection warm
     t0 = time.monotonic()
     assert all(a is not None and a.data for a in await _together(harness, 3))
@@ -437,17 +312,17 @@ async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_t
             await asyncio.sleep(0.25)
             return await answer(body)
 
-    _learn_slow(harness, 2.0)  # the first query below, and the stalled case's second store, never hedged
+    learn_slow(harness, 2.0)  # the first query below, and the stalled case's second store, never hedged
     assert all(a is not None and a.data for a in await _together(harness, 1))  # its connection and caches warm
     node.servers[0].query = one_at_a_time
-    _learn_slow(harness, 0.6, ["store-0"])
+    learn_slow(harness, 0.6, ["store-0"])
     hedges = harness.counter("whole_query_hedges")
     answered = [n.service.answered for n in harness.nodes.values() if n.service is not None]
     assert all(a is not None and a.data for a in await _together(harness, 4))
     assert harness.counter("whole_query_hedges") == hedges
     assert [n.service.answered for n in harness.nodes.values() if n.service is not None] == [answered[0] + 4,
                                                                                          *answered[1:]]
-    _learn_slow(harness, 0.3, ["store-0"])  # the stalled case, quicker (the four answers above are forgotten)
+    learn_slow(harness, 0.3, ["store-0"])  # the stalled case, quicker (the four answers above are forgotten)
     turn_held = await turn.acquire()  # store-0 stalls: every query passes it within its delay, once each
     assert turn_held
     try:

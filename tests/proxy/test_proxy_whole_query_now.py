@@ -8,11 +8,9 @@ import asyncio
 import time
 from typing import Any
 
-from test_proxy_whole_query import AT, QUERIES, Harness, _learn_slow, harness
+from whole_query_harness import AT, QUERIES, Harness, learn_slow
 
 from metricsd.proxy.members import MemberClient
-
-__all__ = ["harness"]  # the fixture, imported for the tests below
 
 
 async def _warm(h: Harness) -> dict[str, MemberClient]:
@@ -46,7 +44,7 @@ async def test_a_stalled_store_sent_to_at_once_is_hedged_and_forgotten(harness: 
     members = await _warm(harness)
     port = members["store-0"]._port_client  # the proxy's first store (fast_settings: first place 0)
     assert port is not None
-    _learn_slow(harness, 20.0)
+    learn_slow(harness, 20.0)
     released = asyncio.Event()
     _stall(harness, "store-0", released)
     try:
@@ -58,7 +56,7 @@ async def test_a_stalled_store_sent_to_at_once_is_hedged_and_forgotten(harness: 
         assert status == 200 and body["data"]["result"], body
         assert harness.counter("whole_query_hedges") == 0 and not port._waiting
         released.clear()
-        _learn_slow(harness, 0.01)
+        learn_slow(harness, 0.01)
         status, body = await harness.get("/api/v1/query", query=QUERIES[0], time=AT)
         assert status == 200 and body["data"]["result"], body
         assert harness.counter("whole_query_hedges") == 1
@@ -71,7 +69,7 @@ async def test_a_stalled_store_sent_to_at_once_is_hedged_and_forgotten(harness: 
 async def test_a_store_whose_connection_breaks_under_an_ask_sent_at_once_is_replaced_at_once(
         harness: Harness) -> None:
     await _warm(harness)
-    _learn_slow(harness, 20.0)  # no hedge: the next store is asked because the first failed
+    learn_slow(harness, 20.0)  # no hedge: the next store is asked because the first failed
     released = asyncio.Event()
     _stall(harness, "store-0", released)
     before = [n.service.answered for n in harness.nodes.values() if n.service is not None]
