@@ -12,7 +12,11 @@ class Corked:
     """Frames written to one connection within one turn of the event loop go out as one write
     (one send on the socket) at the end of that turn: at concurrency, several reads asked or
     answered in the same turn cost one system call and one wake-up of the peer, not one each. A
-    lone frame waits no longer than the rest of the turn."""
+    lone frame waits no longer than the rest of the turn.
+
+    ReadPortClient.send_now writes past it, straight to the transport, ahead of frames corked
+    earlier in the same turn: safe because every frame is whole in one write and requests are
+    matched to answers by id, not by order."""
 
     def __init__(self, transport: asyncio.WriteTransport) -> None:
         self.transport = transport
