@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import itertools
 import mmap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["SLAB", "Arena"]
+__all__ = ["SLAB", "Arena", "Frozen"]
 
 SLAB = 4 << 20  # bytes a slab (a longer wave or row gets a slab of its own size)
 _POS = (1 << 32) - 1
@@ -216,6 +216,14 @@ class Arena:
             self.grow(part, b"", np.zeros(len(part) + 1, np.int64))
         return moved
 
+    def freeze(self, rows: np.ndarray) -> Frozen:
+        """``rows``' bytes as they are now, for a snapshot written later on another thread: their
+        addresses and lengths copied and every slab held by a view of its own (regions are never
+        written twice, so what they address stays). O(slabs) here, not a view a row: a row's view
+        costs ~1 us and is tracked by the collector (200,000 rows were ~0.6 s of the owner's turn)."""
+        return Frozen(self.at[rows].copy(), self.size[rows].astype(np.int64),
+                      [v[:] if v is not None else None for v in self.views])
+
     # --- accounting --------------------------------------------------------------------------
 
     @property
@@ -241,3 +249,49 @@ class Arena:
         for sp in spans.values():
             sp.sort()
             assert all(a[1] <= b[0] for a, b in itertools.pairwise(sp)), "regions overlap"
+
+
+class Frozen:
+    """Rows' bytes frozen by :meth:`Arena.freeze`, read in row order. The slabs are held until
+    :meth:`rows` with ``release`` has passed each one's last row, so a slab the store has since
+    given up goes back to the system as soon as the writer is past it, not at the end."""
+
+    def __init__(self, at: np.ndarray, size: np.ndarray, views: list[memoryview | None]) -> None:
+        self.at = at
+        self.size = size  # int64, the rows' lengths
+        self._views = views
+
+    def __len__(self) -> int:
+        return len(self.size)
+
+    def rows(self, release: bool = False) -> Iterator[memoryview]:
+        """Each row's bytes (a view; empty for none), in order. With ``release``, each slab's hold
+        is dropped after its last row (readable once then)."""
+        views = self._views
+        at, size = self.at.tolist(), self.size.tolist()
+        last: dict[int, int] = {}
+        if release:
+            for i, (a, n) in enumerate(zip(at, size, strict=True)):
+                if n:
+                    last[a >> 32] = i  # rows in order: the last assignment is the last use
+        for i, (a, n) in enumerate(zip(at, size, strict=True)):
+            if not n:
+                yield _EMPTY
+                continue
+            s = a >> 32
+            view = views[s]
+            assert view is not None, "a frozen row read after its slab was released"
+            pos = a & _POS
+            yield view[pos : pos + n]
+            if release and last[s] == i:
+                view.release()
+                views[s] = None
+        if release:
+            self.release()
+
+    def release(self) -> None:
+        """Drop every slab still held (a snapshot abandoned, or written)."""
+        for s, view in enumerate(self._views):
+            if view is not None:
+                view.release()
+                self._views[s] = None

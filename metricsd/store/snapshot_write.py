@@ -36,6 +36,7 @@ from typing import BinaryIO
 import cramjam
 import numpy as np
 
+from metricsd.store.arena import Frozen
 from metricsd.store.chunks import STRIDE, split_closed
 from metricsd.store.engine import Store
 from metricsd.store.snapshot import (
@@ -256,8 +257,9 @@ class LeanImage:
     """What a snapshot needs from the store at the WAL position, without copying the chunks.
 
     ``columns`` are per-series arrays (tag -> array, in the file's types) and the closed rollups;
-    ``chunk_data`` and ``open_data`` are views of the series' own arena regions, which the store
-    never writes again (closed chunks then their index; the open chunk: store/arena.py);
+    ``chunk_data`` and ``open_data`` are the series' own arena regions frozen (store/arena.py's
+    ``Frozen``: the store never writes a region again; closed chunks then their index, the open
+    chunk);
     ``head_ts`` / ``head_vals`` the ring samples, a zstd frame per block of rows; labels as codes
     per label name into the index's append-only value tables."""
 
@@ -267,8 +269,8 @@ class LeanImage:
     columns: dict[bytes, np.ndarray]
     head_ts: Frames  # zstd, int64
     head_vals: Frames  # zstd, float64
-    chunk_data: list[bytes | memoryview]
-    open_data: list[bytes | memoryview]
+    chunk_data: Frozen
+    open_data: Frozen
     label_names: list[str]
     label_codes: list[np.ndarray]
     label_values: list[list[str]]
@@ -284,8 +286,8 @@ def _zstd(a: np.ndarray) -> bytes:
 
 def capture_lean(store: Store, position: WalPosition) -> LeanImage:
     """The store at ``position``: call with no write in between the WAL reaching it and this.
-    O(series) Python work (two lists of references) plus copies of the per-series columns and of
-    the ring samples, compressed; nothing proportional to the chunks' bytes."""
+    Copies of the per-series columns (the chunks' addresses among them) and of the ring samples,
+    compressed; no Python object a series, nothing proportional to the chunks' bytes."""
     idx = store.index
     rows = np.flatnonzero(idx.alive[: idx.n_rows])
     h, c, ro = store.head, store.chunks, store.rollups
@@ -301,7 +303,6 @@ def capture_lean(store: Store, position: WalPosition) -> LeanImage:
         head_vals.append(_zstd(hv[mask]))
         del ht, hv, mask
     bh, bs, brow, bval, bcnt = ro.closed_of(rows)
-    row_list = rows.tolist()
     cols: dict[bytes, np.ndarray] = {
         b"SIDS": idx.id_column[rows].astype(np.uint64),
         b"HFIL": filled.astype(np.int32), b"HUNS": h.unsealed[rows].astype(np.int32),
@@ -323,7 +324,7 @@ def capture_lean(store: Store, position: WalPosition) -> LeanImage:
                        rejected={k: int(v) for k, v in store.rejected.items()}, head_keep=h.capacity,
                        chunk_samples=c.chunk_samples),
         n=len(rows), columns=cols, head_ts=head_ts, head_vals=head_vals,
-        chunk_data=[c.data[r] for r in row_list], open_data=[c.open[r] for r in row_list],
+        chunk_data=c.data.freeze(rows), open_data=c.open.freeze(rows),
         label_names=list(lc.names), label_codes=[np.asarray(x, np.int32) for x in lc.codes],
         label_values=[v for v in lc.values],  # type: ignore[misc]
     )
@@ -371,24 +372,20 @@ def lean_sections(img: LeanImage) -> list[Section]:
     cols = img.columns
     closed = cols[b"CNUM"]
     index_bytes = 8 * STRIDE * int(closed.sum())
-    data_bytes = sum(map(len, img.chunk_data)) - index_bytes
-    open_len = np.fromiter(map(len, img.open_data), np.int64, img.n)
+    data_bytes = int(img.chunk_data.size.sum()) - index_bytes
+    open_len = img.open_data.size
 
     def closed_payloads() -> Iterator[memoryview]:
-        held = img.chunk_data
-        for i, k in enumerate(closed.tolist()):
+        # a slab the store has given up since is freed once the writer is past its last row
+        for d, k in zip(img.chunk_data.rows(release=True), closed.tolist(), strict=True):
             if k:
-                yield split_closed(held[i], k)[0]
-            held[i] = b""  # a chunk the store has replaced since is freed once written
+                yield split_closed(d, k)[0]
 
     def open_chunks() -> Iterator[bytes | memoryview]:
-        held = img.open_data
-        for i in range(len(held)):
-            yield held[i]
-            held[i] = b""
+        return img.open_data.rows(release=True)
 
     def closed_index() -> Iterator[memoryview]:
-        for d, k in zip(img.chunk_data, closed.tolist(), strict=True):
+        for d, k in zip(img.chunk_data.rows(), closed.tolist(), strict=True):
             if k:
                 yield split_closed(d, k)[1].reshape(-1).data.cast("B")
 

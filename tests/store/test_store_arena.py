@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metricsd.store import arena as arena_mod
-from metricsd.store.arena import Arena
+from metricsd.store.arena import Arena, Frozen
 
 ROWS = 12
 _op = st.one_of(
@@ -34,6 +34,7 @@ def test_rows_read_back_and_views_never_change(small_slabs: None, ops: list[tupl
     a.ensure_rows(ROWS, ROWS)
     model = {r: b"" for r in range(ROWS)}
     handed: list[tuple[memoryview, bytes]] = []
+    frozen: list[tuple[Frozen, list[bytes]]] = []  # snapshots' captures, read after later writes
     for kind, x, y in ops:
         if kind == "put":
             a[x] = y
@@ -58,7 +59,13 @@ def test_rows_read_back_and_views_never_change(small_slabs: None, ops: list[tupl
         assert a.take(np.arange(ROWS)[::-1]) == [model[r] for r in reversed(range(ROWS))]  # a scan's copies
         handed += [(a[r], model[r]) for r in range(ROWS)]
         assert all(bytes(v) == b for v, b in handed), "a view handed out changed"
+        order = np.arange(ROWS)[::-1] if len(frozen) % 2 else np.arange(ROWS)
+        frozen.append((a.freeze(order), [model[r] for r in order.tolist()]))
     assert a.live_bytes == sum(map(len, model.values()))
+    for f, rows in frozen:
+        assert [bytes(v) for v in f.rows()] == rows, "a frozen row changed"
+        assert [bytes(v) for v in f.rows(release=True)] == rows  # as the snapshot writer reads CDAT
+        assert not any(v is not None for v in f._views), "a slab still held after its last row was read"
 
 
 def test_a_slab_whose_rows_all_moved_is_dropped(small_slabs: None) -> None:
@@ -120,3 +127,27 @@ def test_a_dropped_slab_is_reused_only_once_no_view_of_it_is_left(small_slabs: N
     a._check()
     a.clean()
     assert a.spare is None
+
+
+def test_a_frozen_slab_is_let_go_once_read_past_its_last_row(small_slabs: None) -> None:
+    """The snapshot writer's read: a slab the store dropped while the snapshot was written is free
+    for reuse (no buffer of it exported: the spare's resize succeeds) as soon as the writer has
+    passed its rows, not at the end of the file."""
+    a = Arena()
+    a.ensure_rows(3, 3)
+    a[0] = b"a" * 400
+    a[1] = b"b" * 400  # a slab each
+    a[2] = b"c" * 100  # with row 1
+    frozen = a.freeze(np.arange(3))
+    first = a.slabs[0]
+    assert first is not None
+    a.clear(0)  # the store gives the first slab up while the snapshot is being written
+    assert a.spare is first
+    rows = frozen.rows(release=True)
+    assert bytes(next(rows)) == b"a" * 400
+    with pytest.raises(BufferError):
+        first.resize(len(first))  # the writer is still on the first slab's last row
+    assert bytes(next(rows)) == b"b" * 400
+    first.resize(len(first))  # past it: let go
+    assert bytes(next(rows)) == b"c" * 100
+    assert next(rows, None) is None
