@@ -7,6 +7,7 @@ flight per connection, a message past its sender's deadline not written)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,10 +195,11 @@ async def test_without_the_setting_writes_stay_on_the_stream(served: Served) -> 
 
 
 async def test_a_message_whose_senders_deadline_passed_while_it_waited_is_not_written(served: Served) -> None:
-    """A message with a 1 ms timeout waits its turn behind another write (the store's turn held for
-    50 ms): it is answered DEADLINE_EXCEEDED part by part and none of it is stored. Its sender had
-    given up on it and handed it off: writing it anyway is work a busy store cannot spare (a store
-    restarted under tests/cluster/test_cluster_proxies.py lost its lease to such writes)."""
+    """A message with a 1 ms timeout waits its turn behind another write (the store's turn held
+    until it waits, then 10 ms more): it is answered DEADLINE_EXCEEDED part by part and none of it
+    is stored. Its sender had given up on it and handed it off: writing it anyway is work a busy
+    store cannot spare (a store restarted under tests/cluster/test_cluster_proxies.py lost its
+    lease to such writes)."""
     assert served.servicer is not None and served.servicer._turn is not None
     client = ReadPortClient("127.0.0.1", served.port, served.security())
     try:
@@ -206,7 +208,14 @@ async def test_a_message_whose_senders_deadline_passed_while_it_waited_is_not_wr
             late = asyncio.ensure_future(client.call_raw(
                 Method.WRITE_PARTS, parts_body([_part(range(2, 5), 1000), _part(range(5, 7), 1000)], 0.001),
                 "WriteParts"))
-            await asyncio.sleep(0.05)
+            # until the message waits for the turn (a fixed sleep let a loaded machine deliver it
+            # after the turn was free), then past its 1 ms
+            turn = served.servicer._turn
+            deadline = time.monotonic() + 10.0
+            while not turn._waiters and time.monotonic() < deadline:  # type: ignore[attr-defined]
+                await asyncio.sleep(0.005)
+            assert turn._waiters, "the late message never reached the store"  # type: ignore[attr-defined]
+            await asyncio.sleep(0.01)
         results = pb.WritePartsResponse.FromString(await late).results
         assert [r.code for r in results] == [grpc.StatusCode.DEADLINE_EXCEEDED.value[0]] * 2
         assert "deadline passed before part 2 of 2" in results[1].message
