@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from metricsd.store.headrows import NO_TS, OFFSET_MAX, HeadRows, zero_grown
+from metricsd.store.headrows import NO_TS, OFFSET_MAX, HeadRows, flat_view, zero_grown
 
 __all__ = ["NO_TS", "OFFSET_MAX", "Head", "zero_grown"]
 
@@ -73,12 +73,12 @@ class Head(HeadRows):
         self.flat[rows[set_flat]] = vals[first[set_flat]]
         if self.n_varying:
             sample_rows = rows if owner is None else rows[owner]
-            v = self.varying[sample_rows].astype(np.int64) - 1
-            some = np.flatnonzero(v >= 0)
-            if len(some) == len(v):
-                self.vals[v, slot] = vals[src]
+            at = self.varying[sample_rows].astype(np.int64) * self.capacity + slot - self.capacity
+            some = np.flatnonzero(at >= 0)  # varying rows (slot < capacity: a flat row's is negative)
+            if len(some) == len(at):
+                flat_view(self.vals)[at] = vals[src]
             elif len(some):
-                self.vals[v[some], slot[some]] = vals[src[some]]
+                flat_view(self.vals)[at[some]] = vals[src[some]]
 
     def _write_one_val(self, rows: np.ndarray, filled: np.ndarray, src: np.ndarray, slot: np.ndarray,
                        vals: np.ndarray) -> None:
@@ -86,8 +86,8 @@ class Head(HeadRows):
         when nothing changes kind: a flat row's value compared, a varying row's stored."""
         v = vals[src]
         var = self.varying[rows]
-        flat = var == 0
-        off = flat & (v.view(np.uint64) != self.flat[rows].view(np.uint64))
+        is_flat = var == 0
+        off = is_flat & (v.view(np.uint64) != self.flat[rows].view(np.uint64))
         if bool(off.any()):
             empty = filled == 0  # an empty ring takes the value as its flat one
             start = off & empty
@@ -96,11 +96,14 @@ class Head(HeadRows):
             if bool(turn.any()):
                 self._vary(rows[turn])
                 var = self.varying[rows]
-                flat &= ~turn
-        if bool(flat.all()):
+                is_flat &= ~turn
+        if bool(is_flat.all()):
             return
-        some = np.flatnonzero(var)
-        self.vals[var[some].astype(np.int64) - 1, slot[some]] = v[some]
+        at = var.astype(np.int64) * self.capacity + slot - self.capacity  # (var - 1) * capacity + slot
+        if bool(is_flat.any()):
+            some = np.flatnonzero(var)
+            at, v = at[some], v[some]
+        flat_view(self.vals)[at] = v
 
     def _widen(self, rows: np.ndarray) -> None:
         """Regular rows (distinct) become wide: their ring timestamps written out as int32 offsets
@@ -184,13 +187,13 @@ class Head(HeadRows):
             self.base[rows[fresh]] = ts[first[fresh]]
         w = self.wide[rows].astype(np.int64) - 1
         if bool((counts == 1).all()):  # the agents' shape
-            self.wide_ts[w, self.pos[rows]] = ts[starts] - self.base[rows]
+            flat_view(self.wide_ts)[w * cap + self.pos[rows]] = ts[starts] - self.base[rows]
             return
         sample_w = np.repeat(w, kept)
         offset = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
         src = np.repeat(first, kept) + offset
         slot = (np.repeat(self.pos[rows].astype(np.int64) + counts - kept, kept) + offset) % cap
-        self.wide_ts[sample_w, slot] = ts[src] - np.repeat(self.base[rows], kept)
+        flat_view(self.wide_ts)[sample_w * cap + slot] = ts[src] - np.repeat(self.base[rows], kept)
 
     def fit(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """Before ``write``: a regular row whose segment leaves its step becomes wide, and a wide

@@ -47,6 +47,9 @@ batch seen twice is remembered (the first time its hash alone): a real Prometheu
 batches are cut by count and never repeat, and filled it with ~12 MB of entries never used again
 (perf/RESULTS.md, issue 24 session 38)."""
 
+SORT_KEYS_MIN = 32
+"""Batches of at least this many ids are searched in id order (SeriesIndex.rows_of)."""
+
 MAX_SELECTED = 256
 """Selections remembered (SeriesIndex.selected), a question's rows per slot filter; past it the
 memory is cleared."""
@@ -192,7 +195,14 @@ class SeriesIndex:
         # Removed series stay in the sorted arrays until the next rebuild (remove() is O(1)); an
         # id removed and added again is there twice, its live row last (stable merge): take the
         # last match and check that its row is live.
-        pos = np.searchsorted(self._sorted_ids, ids, side="right") - 1
+        if len(ids) >= SORT_KEYS_MIN:
+            # in key order: each search starts where the previous one ended, the probes of
+            # neighbouring keys share cache lines (in a batch's own order nearly every probe missed)
+            order = np.argsort(ids)
+            pos = np.empty(len(ids), np.int64)
+            pos[order] = np.searchsorted(self._sorted_ids, ids[order], side="right") - 1
+        else:
+            pos = np.searchsorted(self._sorted_ids, ids, side="right") - 1
         pos_c = np.maximum(pos, 0)
         cand = self._sorted_rows[pos_c].astype(np.int64)
         found = (self._sorted_ids[pos_c] == ids) & self.alive[cand]

@@ -216,6 +216,14 @@ class Rollups:
                cnt: np.ndarray, last: np.ndarray) -> None:
         cur = self.hour[rows]
         same = hours == cur
+        if bool(same.all()):  # every row in its open hour (a live write's, but once an hour): no selection
+            self.min[rows] = np.minimum(self.min[rows], mn)
+            self.max[rows] = np.maximum(self.max[rows], mx)
+            with np.errstate(over="ignore", invalid="ignore"):
+                self.sum[rows] += sm
+            self.count[rows] += cnt
+            self.last[rows] = last
+            return
         if bool(same.any()):
             rs = rows[same]
             self.min[rs] = np.minimum(self.min[rs], mn[same])

@@ -1,0 +1,108 @@
+"""A real Prometheus' remote-write shape inside one store, in process (a documented command, not a test):
+
+    .venv/bin/python perf/bench_ingest_store.py                     # 4,000 requests of ~500 samples
+    PYTHONPATH=/tmp/base .venv/bin/python perf/bench_ingest_store.py  # the same against a `git archive`
+
+perf/bench_seal.py measures the agents' shape (the same 2,000 ids every tick, which the index's
+batch memory answers); this is the other one. 10 targets x 1,000 pods x 4 series are "scraped"
+every 2 s, each target's samples stamped with its scrape time plus 0-3 ms (so rows go wide, as a
+real Prometheus' do), values moving but for the requests series; the samples are queued in scrape
+order and cut into requests of 494-500 samples, so that no request's ids repeat an earlier one's
+(a real Prometheus' batches never do: perf/RESULTS.md, issue 24 session 38). Each request goes
+through StoreAPI.write_columns (admission, validate, apply) as the one store's receiver calls it,
+after 40 scrapes of history. Prints the process CPU seconds per million samples of the measured
+requests (decoding the remote-write body is not in it: that is the receiver's).
+
+Process CPU, not wall time, so a loaded machine skews it less; still run A and B alternately, more
+than once: at load 10 one run moves +-10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from metricsd.model import Labels, make_labels, series_id
+from metricsd.rpc.columns import WriteColumns
+from metricsd.store.api import StoreAPI
+from metricsd.store.engine import Store
+
+METRICS = ("container_cpu_usage_seconds_total", "container_memory_working_set_bytes",
+           "container_network_receive_bytes_total", "kube_pod_container_resource_requests")
+
+
+def scrapes(targets: int, pods: int, t0: int, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray,
+                                                                                          np.ndarray]]:
+    """(series positions, timestamps, values) of each target's scrape, target after target."""
+    per = pods * len(METRICS)
+    vals = rng.random(targets * per) * 100
+    moving = np.arange(per) % len(METRICS) != len(METRICS) - 1  # the requests series stay put
+    k = 0
+    while True:
+        for t in range(targets):
+            at = slice(t * per, (t + 1) * per)
+            vals[at] += np.where(moving, rng.random(per), 0.0)
+            stamp = t0 + 2000 * k + 150 * t + int(rng.integers(0, 4))
+            yield np.arange(t * per, (t + 1) * per), np.full(per, stamp, np.int64), vals[at].copy()
+        k += 1
+
+
+def requests(targets: int, pods: int, t0: int, per: int, rng: np.random.Generator
+             ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The scraped samples in order, cut into requests of ``per`` samples less 0-6."""
+    queue: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    have = 0
+    for scrape in scrapes(targets, pods, t0, rng):
+        queue.append(scrape)
+        have += len(scrape[0])
+        while have >= per:
+            pos, ts, vals = (np.concatenate(c) for c in zip(*queue, strict=True))
+            cut = per - int(rng.integers(0, 7))
+            yield pos[:cut], ts[:cut], vals[:cut]
+            queue = [(pos[cut:], ts[cut:], vals[cut:])]
+            have = len(pos) - cut
+
+
+def run(n_requests: int, targets: int = 10, pods: int = 1000, per: int = 500, history: int = 40) -> float:
+    rng = np.random.default_rng(0)
+    labels: list[Labels] = [make_labels(m, {"namespace": f"ns{t}", "pod": f"pod-{t}-{p}", "container": "c",
+                                            "node": f"n{p % 7}"})
+                            for t in range(targets) for p in range(pods) for m in METRICS]
+    ids = np.array([series_id(lab) for lab in labels], np.uint64)
+    api = StoreAPI(Store())
+    span = history + n_requests * per // len(ids) + 10  # scrapes in all, so the newest is about now
+    t0 = (int(time.time() * 1000) // 2000) * 2000 - 2000 * span
+    known = np.zeros(len(ids), bool)
+    source = requests(targets, pods, t0, per, rng)
+
+    def batch() -> WriteColumns:
+        pos, ts, vals = next(source)
+        new = pos[~known[pos]]
+        known[new] = True
+        return WriteColumns(ids[pos], np.ones(len(pos), np.int64), ts, vals,
+                            {int(ids[i]): labels[i] for i in new.tolist()})
+
+    for _ in range(history * len(ids) // per):
+        api.write_columns(batch())
+    batches = [batch() for _ in range(n_requests)]
+    c = time.process_time()
+    written = sum(api.write_columns(b).samples_written for b in batches)
+    spent = time.process_time() - c
+    if written != sum(len(b.ids) for b in batches):
+        raise RuntimeError(f"{written} samples written of {sum(len(b.ids) for b in batches)}")
+    return spent / written * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=4000, help="measured requests")
+    args = ap.parse_args()
+    print(f"store, a real Prometheus' shape (40,000 series, ~500-sample requests that never repeat): "
+          f"{run(args.requests):.3f} CPU s per million samples")
+
+
+if __name__ == "__main__":
+    main()
