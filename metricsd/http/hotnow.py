@@ -22,6 +22,7 @@ replacement, fallback to the proxy's own evaluation and timeouts are exactly as 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from metricsd.http.hotpath import HotProtocol, HotQueries, HotRequest
 
 __all__ = ["Continued", "NowQueries", "NowRequest"]
+
+log = logging.getLogger("metricsd.http")
 
 Resume = Callable[[], Awaitable[QueryAnswer | None]]
 _INSTANT = {"/api/v1/query": True, "/api/v1/query_range": False}
@@ -115,20 +118,27 @@ class NowRequest:
         self.finished: asyncio.Future[None] | None = None  # made when a graceful stop waits
 
     def done(self, got: QueryAnswer) -> None:
-        """The store's answer, in the turn of the loop that read it: the HTTP answer written now."""
+        """The store's answer, in the turn of the loop that read it: the HTTP answer written now.
+        Called from the read port's ``data_received``, so nothing raised here may reach it (it
+        would end the connection that other queries wait on): an unexpected failure closes this
+        HTTP connection instead, as a failed request task's would leave it unanswered."""
         if self.over:
             return
         self.over = True
         q = self.now.queries
         try:
-            body = self.now.whole.body(got, self.started)
-            assert body is not None  # an answer is never None
-            status = 200
-        except Exception as e:  # the query's own error
-            status, body = q.failed(self.req, e)
-        q.counted(self.req, status, self.started)
-        self._finish()
-        self.proto.reply(self.req, (status, body, ""))
+            try:
+                body = self.now.whole.body(got, self.started)
+                assert body is not None  # an answer is never None
+                status = 200
+            except Exception as e:  # the query's own error
+                status, body = q.failed(self.req, e)
+            q.counted(self.req, status, self.started)
+            self._finish()
+            self.proto.reply(self.req, (status, body, ""))
+        except Exception:
+            log.exception("answering %s %s", self.req.method, self.req.name)
+            self.proto.close()
 
     def convert(self, resume: Resume) -> None:
         """The rest of the query in a task: HotRoute.answer's envelope around ``resume``."""
