@@ -22,6 +22,7 @@ replacement, fallback to the proxy's own evaluation and timeouts are exactly as 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
@@ -76,7 +77,7 @@ class NowQueries:
         try:
             prepared = q.prepare(req)
         except Exception:  # HotRoute.answer meets it again and answers the error
-            proto.run_task(req, q.answer(req, proto.peer))
+            proto.run_task(req, functools.partial(q.answer, req, proto.peer))
             return
         instant = _INSTANT[req.name]  # HotProtocol takes the two query routes here, and no others
         params = prepared[1][0]
@@ -88,7 +89,7 @@ class NowQueries:
         except Exception:  # a bad parameter: HotRoute.answer answers its 400
             ask = None
         if ask is None:
-            proto.run_task(req, q.answer(req, proto.peer, prepared, started))
+            proto.run_task(req, functools.partial(q.answer, req, proto.peer, prepared, started))
             return
         began = asyncio.get_running_loop().time()
         now = NowRequest(self, proto, req, prepared[0], params, began, started)
@@ -99,7 +100,7 @@ class NowQueries:
                                     convert=now.convert)
         if now.handle is None:  # not sent: the path's run() from the start, in a task
             now.over = True
-            proto.run_task(req, q.answer(req, proto.peer, prepared, started))
+            proto.run_task(req, functools.partial(q.answer, req, proto.peer, prepared, started))
 
 
 class NowRequest:
@@ -147,10 +148,17 @@ class NowRequest:
         self.over = True
         q = self.now.queries
         state = (self.params, Continued(resume, self.started))
-        task = self.proto.run_task(self.req, q.answer(self.req, self.proto.peer, (self.text, state), self.started,
-                                                      self.began))
-        if self.finished is not None:
-            task.add_done_callback(lambda _: self._finish())
+        task = self.proto.run_task(self.req, functools.partial(q.answer, self.req, self.proto.peer, (self.text, state),
+                                                               self.started, self.began))
+        task.add_done_callback(self._ended)
+
+    def _ended(self, _: object) -> None:
+        """The continuing task's end: its asks let go even if it was cancelled before its first step
+        (when ``_send``, which cancels them as it ends, never ran); a graceful stop's wait ends."""
+        abandon = getattr(self.handle, "abandon", None)
+        if abandon is not None:
+            abandon()
+        self._finish()
 
     def cancel(self) -> None:
         if self.over:

@@ -33,6 +33,7 @@ the connection (the transport's write buffer limits).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -352,16 +353,17 @@ class HotProtocol(asyncio.Protocol):
         if now is not None and req.name in _INSTANT:
             now.take(self, req)
         else:
-            self.run_task(req, self.server.queries.answer(req, self.peer))
+            self.run_task(req, functools.partial(self.server.queries.answer, req, self.peer))
 
-    def run_task(self, req: HotRequest, answering: Awaitable[Answer]) -> asyncio.Task[None]:
-        """``req`` answered in a task of its own (the connection's ``task``) with what ``answering`` gives."""
+    def run_task(self, req: HotRequest, answering: Callable[[], Awaitable[Answer]]) -> asyncio.Task[None]:
+        """``req`` answered in a task of its own (the connection's ``task``) with what ``answering()``
+        gives: made in the task, so a task cancelled before its first step leaves no coroutine unawaited."""
         task = self.task = asyncio.get_running_loop().create_task(self._answer(req, answering))
         return task
 
-    async def _answer(self, req: HotRequest, answering: Awaitable[Answer]) -> None:
+    async def _answer(self, req: HotRequest, answering: Callable[[], Awaitable[Answer]]) -> None:
         try:
-            status, body, extra = await answering
+            status, body, extra = await answering()
         except asyncio.CancelledError:
             self.task = None
             return
@@ -378,7 +380,7 @@ class HotProtocol(asyncio.Protocol):
         status, body, extra = answer
         if self._gzipped(req, body):
             if len(body) > GZIP_ON_LOOP:
-                self.run_task(req, _ready(answer))
+                self.run_task(req, functools.partial(_ready, answer))
                 return
             body = zlib.compress(body, 6, wbits=31)
             extra += _GZIP_HEADERS

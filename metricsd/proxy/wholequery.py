@@ -445,6 +445,12 @@ class _NowQuery:
         if self._end() and self.ask is not None:
             self.ask.cancel()
 
+    def abandon(self) -> None:
+        """After a hand-over, when the continuing task has ended: every ask it adopted let go (done
+        by _send as it ends; this is for a task cancelled before _send ever ran)."""
+        for ask in self.state.tasks.values():
+            ask.cancel()
+
     def _end(self) -> bool:
         """Whether this is the query's end here (the first of an answer, a hand-over, a cancel)."""
         if self.over:
