@@ -13,6 +13,12 @@ s39-23") found uvloop cheaper for ingest and for ``1`` in most runs, but the clu
 one pod at concurrency 8 at 0.89-1.14x asyncio's CPU and 0.85-1.49x its p50, and in every run
 10-28 of ~95 measures more than 10% worse: not the clear win a new default needs. The quiet
 machine's run of the same A/B decides it.
+
+``METRICSD_EVENT_LOOP_<ROLE>`` (``METRICSD_EVENT_LOOP_PROXY=uvloop``) picks the loop of one kind of
+process, above ``METRICSD_EVENT_LOOP``: so that the proxy alone can be measured on uvloop in a whole
+cluster (``perf/bench_reads.py --cluster-variant NAME=DIR,METRICSD_EVENT_LOOP_PROXY=uvloop``), the
+candidate of issue 23 that loaded A/Bs put at -6..-8% of the proxy's CPU a (b) (perf/RESULTS.md,
+session 41, s41-23), still not the default without a quiet run.
 """
 
 from __future__ import annotations
@@ -29,23 +35,27 @@ DEFAULT = "asyncio"
 T = TypeVar("T")
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """None for asyncio's default loop, or uvloop's factory with ``METRICSD_EVENT_LOOP=uvloop``.
+def loop_factory(role: str | None = None) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """None for asyncio's default loop, or uvloop's factory with ``METRICSD_EVENT_LOOP=uvloop``
+    (or ``METRICSD_EVENT_LOOP_<ROLE>=uvloop`` for a process of ``role``, which wins).
     Raises ValueError for another value, or for uvloop when it is not installed."""
-    choice = os.environ.get(ENV, DEFAULT).strip().lower() or DEFAULT
+    name = ENV
+    if role is not None and os.environ.get(f"{ENV}_{role.upper()}", "").strip():
+        name = f"{ENV}_{role.upper()}"
+    choice = os.environ.get(name, DEFAULT).strip().lower() or DEFAULT
     if choice == "asyncio":
         return None
     if choice != "uvloop":
-        raise ValueError(f"{ENV}={choice!r}: use asyncio or uvloop")
+        raise ValueError(f"{name}={choice!r}: use asyncio or uvloop")
     try:
         import uvloop
     except ImportError:
-        raise ValueError(f"{ENV}=uvloop, but uvloop is not installed (pip install uvloop)") from None
+        raise ValueError(f"{name}=uvloop, but uvloop is not installed (pip install uvloop)") from None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` on the loop :func:`loop_factory` picks."""
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+def run(main: Coroutine[Any, Any, T], role: str | None = None) -> T:
+    """``asyncio.run(main)`` on the loop :func:`loop_factory` picks for ``role``."""
+    with asyncio.Runner(loop_factory=loop_factory(role)) as runner:
         return runner.run(main)

@@ -190,4 +190,4 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"metricsd proxy: {e}", file=sys.stderr)
         return 2
-    return run_service("metricsd proxy", serve, args)
+    return run_service("metricsd proxy", serve, args, role="proxy")  # METRICSD_EVENT_LOOP_PROXY (cmd/eventloop.py)

@@ -101,13 +101,14 @@ def stop_event(stop: asyncio.Event | None = None) -> asyncio.Event:
 
 
 def run_main(name: str, main: Coroutine[Any, Any, object],
-             errors: tuple[type[Exception], ...] = (OSError, ValueError)) -> int:
+             errors: tuple[type[Exception], ...] = (OSError, ValueError), role: str | None = None) -> int:
     """Run a command's coroutine to its end (SIGINT / SIGTERM end a service cleanly). The expected
     start-up failures (a port in use, an unusable flag value, a locked data directory) become one
     line on stderr and exit status 1 instead of a traceback; Ctrl-C is a clean exit. A coroutine
-    that returns an int returns the exit status itself."""
+    that returns an int returns the exit status itself. ``role``: the kind of process, for its
+    event loop's own setting (metricsd/cmd/eventloop.py)."""
     try:
-        result = eventloop.run(main)
+        result = eventloop.run(main, role)
     except errors as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 1
@@ -117,6 +118,7 @@ def run_main(name: str, main: Coroutine[Any, Any, object],
 
 
 def run_service(name: str, serve: Callable[[argparse.Namespace], Coroutine[Any, Any, None]],
-                args: argparse.Namespace, errors: tuple[type[Exception], ...] = (OSError, ValueError)) -> int:
+                args: argparse.Namespace, errors: tuple[type[Exception], ...] = (OSError, ValueError),
+                role: str | None = None) -> int:
     """``run_main`` of a long-lived process's ``serve(args)``."""
-    return run_main(name, serve(args), errors)
+    return run_main(name, serve(args), errors, role)

@@ -72,17 +72,25 @@ class Deadlines:
         self.timer: asyncio.TimerHandle | None = None
         self.armed = 0.0  # when the timer fires
 
-    def deadline(self) -> Deadline:
+    def deadline(self, began: float | None = None) -> Deadline:
+        """A request's deadline, ``timeout_s`` from now or from ``began`` (the loop's time a request
+        begun without a task began at, metricsd/http/hotnow.py)."""
         loop = self.loop
         if loop is None:
             loop = self.loop = asyncio.get_running_loop()
-        return Deadline(self, loop.time() + self.timeout_s)
+        return Deadline(self, (loop.time() if began is None else began) + self.timeout_s)
 
     def add(self, d: Deadline) -> None:
         q = self.queue
         while q and q[0].over:  # the requests ended since: at concurrency 1, the last one
             q.popleft()
-        q.append(d)
+        if q and d.when < q[-1].when:  # begun earlier than the last (hotnow.py): in its place, so it expires in time
+            i = len(q)
+            while i > 0 and q[i - 1].when > d.when:
+                i -= 1
+            q.insert(i, d)
+        else:
+            q.append(d)
         if self.timer is None or d.when < self.armed:  # the second only if the loop's clock stepped back
             self._arm(d.when)
 

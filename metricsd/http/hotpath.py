@@ -33,6 +33,7 @@ the connection (the transport's write buffer limits).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -49,10 +50,12 @@ from multidict import MultiDict
 from yarl import URL
 
 from metricsd.clock import Clock
+from metricsd.http.hotnow import Continued, NowQueries, NowRequest
 from metricsd.http.hotroute import Answer, HotRoute
 from metricsd.http.hotwrite import MAX_WRITE_BODY, WRITE_PATH, HotWrites
 from metricsd.http.params import Params
 from metricsd.http.settings import HttpSettings
+from metricsd.http.wholehttp import WholeHttp, timed_out
 from metricsd.rpc import consistency
 from metricsd.rpc.consistency import CONSISTENCY_PARAM, Consistency
 from metricsd.security.auth import Authenticator
@@ -76,6 +79,11 @@ _WRITE_LINE = b"POST /api/v1/write "
 _UNSAFE = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
 _UNPRINTABLE = re.compile(rb"[^\t\x20-\x7e]")
 _FORM = "application/x-www-form-urlencoded"
+_GZIP_HEADERS = "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n"
+
+
+async def _ready(answer: Answer) -> Answer:
+    return answer
 
 
 class HotRequest:
@@ -158,34 +166,48 @@ def parse_request(buf: bytes, max_body: int = MAX_BODY, max_write_body: int = 0)
                       lines[0].decode("ascii"), size)
 
 
-class HotQueries(HotRoute[Params]):
+class HotQueries(HotRoute[tuple[Params, Continued | None]]):
     """The two routes' answers from a parsed request: the steps of server.py's middleware, the auth
-    middleware, the whole-query middleware and promapi.py's handlers, without aiohttp's objects."""
+    middleware, the whole-query middleware and promapi.py's handlers, without aiohttp's objects.
+    ``now``: a proxy's whole queries begun without a task (metricsd/http/hotnow.py), when ``whole``'s
+    path can."""
 
-    def __init__(self, bodies: dict[str, Callable[[Params], Awaitable[bytes]]],
-                 whole: Callable[[Params, bool], Awaitable[bytes | None]] | None, settings: HttpSettings,
-                 counter: Any, auth: Authenticator | None, clock: Clock) -> None:
+    def __init__(self, bodies: dict[str, Callable[[Params], Awaitable[bytes]]], whole: WholeHttp | None,
+                 settings: HttpSettings, counter: Any, auth: Authenticator | None, clock: Clock) -> None:
         super().__init__(settings, counter, auth, clock)
         self.bodies = bodies  # path -> the Prometheus API's body for its parameters
         self.whole = whole
         self.writes: HotWrites | None = None  # remote write on the hot path (build_app sets it)
+        start_now = getattr(whole.path, "start_now", None) if whole is not None else None
+        self.now = NowQueries(self, whole, start_now) if whole is not None and start_now is not None else None
 
-    async def answer(self, req: HotRequest, peer: str) -> Answer:
+    async def answer(self, req: HotRequest, peer: str, prepared: tuple[str | None, tuple[Params, Continued | None]]
+                     | None = None, started: float | None = None, began: float | None = None) -> Answer:
         if req.name == WRITE_PATH and self.writes is not None:
             return await self.writes.answer(req, peer)
-        return await super().answer(req, peer)
+        return await super().answer(req, peer, prepared, started, began)
 
-    def prepare(self, req: HotRequest) -> tuple[str | None, Params]:
+    def prepare(self, req: HotRequest) -> tuple[str | None, tuple[Params, Continued | None]]:
         params, text = req.params()
-        return text, params
+        return text, (params, None)
 
-    async def run(self, req: HotRequest, params: Params, peer: str) -> Answer:
+    async def run(self, req: HotRequest, state: tuple[Params, Continued | None], peer: str) -> Answer:
+        params, continued = state
+        if continued is not None and self.whole is not None:  # begun without a task (hotnow.py): no tokens
+            try:
+                got = await continued.resume()
+            except TimeoutError:
+                raise timed_out() from None
+            body = self.whole.body(got, continued.started)
+            if body is not None:
+                return 200, body, ""
+            return 200, await self.bodies[req.name](params), ""
         refused = await self.identity(req, peer)
         if isinstance(refused, tuple):
             return refused
         instant = _INSTANT[req.name]
         if self.whole is not None and consistency.current() is Consistency.ONE:
-            body = await self.whole(params, instant)
+            body = await self.whole.answer(params, instant)
             if body is not None:
                 return 200, body, ""
         return 200, await self.bodies[req.name](params), ""
@@ -239,7 +261,8 @@ class HotServer:
         for conn in list(self.connections):
             if conn.task is None:
                 conn.close()
-        busy = [c.task for c in self.connections if c.task is not None]
+        busy = [c.task if isinstance(c.task, asyncio.Task) else c.task.wait()
+                for c in self.connections if c.task is not None]
         if busy:
             await asyncio.wait(busy, timeout=timeout)
         for conn in list(self.connections):
@@ -253,7 +276,8 @@ class HotProtocol(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.buf = b""
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | NowRequest | None = None  # the request being answered, if any
+        self.at = 0.0  # when it was read (time.monotonic(), the access log's)
         self.peer = "?"
         self.read_paused = False
         self.write_paused = False
@@ -324,29 +348,58 @@ class HotProtocol(asyncio.Protocol):
         if self.read_paused and len(self.buf) <= MAX_PENDING:  # not after every answer: once drained
             self.transport.resume_reading()
             self.read_paused = False
-        self.task = asyncio.get_running_loop().create_task(self._answer(req))
+        self.at = time.monotonic()
+        now = self.server.queries.now
+        if now is not None and req.name in _INSTANT:
+            now.take(self, req)
+        else:
+            self.run_task(req, functools.partial(self.server.queries.answer, req, self.peer))
 
-    async def _answer(self, req: HotRequest) -> None:
-        started = time.monotonic()
+    def run_task(self, req: HotRequest, answering: Callable[[], Awaitable[Answer]]) -> asyncio.Task[None]:
+        """``req`` answered in a task of its own (the connection's ``task``) with what ``answering()``
+        gives: made in the task, so a task cancelled before its first step leaves no coroutine unawaited."""
+        task = self.task = asyncio.get_running_loop().create_task(self._answer(req, answering))
+        return task
+
+    async def _answer(self, req: HotRequest, answering: Callable[[], Awaitable[Answer]]) -> None:
         try:
-            status, body, extra = await self.server.queries.answer(req, self.peer)
+            status, body, extra = await answering()
         except asyncio.CancelledError:
             self.task = None
             return
-        if (len(body) >= self.server.settings.gzip_min_bytes
-                and "gzip" in req.headers.get(b"accept-encoding", "").lower()):
+        if self._gzipped(req, body):
             body = (zlib.compress(body, 6, wbits=31) if len(body) <= GZIP_ON_LOOP else  # zlib lets the GIL go
                     await asyncio.to_thread(zlib.compress, body, 6, wbits=31))
-            extra += "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n"
+            extra += _GZIP_HEADERS
+        self.task = None
+        self._write(req, status, body, extra)
+
+    def reply(self, req: HotRequest, answer: Answer) -> None:
+        """``answer`` written now, from the turn of the loop that has it (hotnow.py): no task, unless
+        its gzip is a worker thread's."""
+        status, body, extra = answer
+        if self._gzipped(req, body):
+            if len(body) > GZIP_ON_LOOP:
+                self.run_task(req, functools.partial(_ready, answer))
+                return
+            body = zlib.compress(body, 6, wbits=31)
+            extra += _GZIP_HEADERS
+        self.task = None
+        self._write(req, status, body, extra)
+
+    def _gzipped(self, req: HotRequest, body: bytes) -> bool:
+        return (len(body) >= self.server.settings.gzip_min_bytes
+                and "gzip" in req.headers.get(b"accept-encoding", "").lower())
+
+    def _write(self, req: HotRequest, status: int, body: bytes, extra: str) -> None:
         close = req.close or self.server.closing
         transport = self.transport
-        self.task = None
         if transport is None:
             return
         transport.write(response_bytes(status, body, extra, close))
         if ACCESS_LOG.isEnabledFor(logging.INFO) and self.server.settings.access_log:
             ACCESS_LOG.info('%s "%s" %d %d %f "%s"', self.peer, req.line, status, len(body),
-                            time.monotonic() - started, req.headers.get(b"user-agent", "-"))
+                            time.monotonic() - self.at, req.headers.get(b"user-agent", "-"))
         self.last = asyncio.get_running_loop().time()
         if close:
             self.close()

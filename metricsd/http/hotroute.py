@@ -28,12 +28,12 @@ from metricsd.security.auth import Authenticator
 if TYPE_CHECKING:
     from metricsd.http.hotpath import HotRequest
 
-__all__ = ["Answer", "HotRoute", "refused_answer"]
+__all__ = ["CONSISTENCY_HEADER_KEY", "Answer", "HotRoute", "refused_answer"]
 
 Answer = tuple[int, bytes, str]  # (status, JSON body or b"" for a 204, extra header lines ending in CRLF)
 S = TypeVar("S")  # what a route's ``prepare`` hands its ``run``
 
-_CONSISTENCY_HEADER = CONSISTENCY_HEADER.lower().encode()
+CONSISTENCY_HEADER_KEY = CONSISTENCY_HEADER.lower().encode()  # as HotRequest.headers keys it
 _UNAUTHORIZED = 'WWW-Authenticate: Bearer realm="metricsd"\r\n'
 
 
@@ -71,24 +71,36 @@ class HotRoute(ABC, Generic[S]):
     async def run(self, req: HotRequest, state: S, peer: str) -> Answer:
         """The route's answer, inside the envelope's consistency, missing-cluster collection and timeout."""
 
-    async def answer(self, req: HotRequest, peer: str) -> Answer:
-        """(status, JSON body or b"" for a 204, extra header lines) for ``req``."""
-        started = self.clock.monotonic()
+    async def answer(self, req: HotRequest, peer: str, prepared: tuple[str | None, S] | None = None,
+                     started: float | None = None, began: float | None = None) -> Answer:
+        """(status, JSON body or b"" for a 204, extra header lines) for ``req``. ``prepared``: what
+        :meth:`prepare` gave already; ``started`` (the clock's) and ``began`` (the loop's time): when a
+        request begun without a task began (metricsd/http/hotnow.py), for its metrics and timeout."""
+        if started is None:
+            started = self.clock.monotonic()
         extra = ""
         try:
-            text, state = self.prepare(req)
-            chosen = self.consistency_of(text or req.headers.get(_CONSISTENCY_HEADER), req.name)
+            text, state = self.prepare(req) if prepared is None else prepared
+            chosen = self.consistency_of(text or req.headers.get(CONSISTENCY_HEADER_KEY), req.name)
             with collecting() as missing, consistency.reading_with(chosen):
-                async with self.deadlines.deadline():
+                async with self.deadlines.deadline(began):
                     status, body, extra = await self.run(req, state, peer)
             if missing and body and (status == 200 or self.missing_on_any):
                 body = self.body_with_missing(body, missing, False)
         except Exception as e:
-            err = self.error_of(e, self.settings, f"{req.method} {req.name}")
-            status, body = err.status, json.dumps(error_body(err.error_type, err.message)).encode()
+            status, body = self.failed(req, e)
+        self.counted(req, status, started)
+        return status, body, extra
+
+    def failed(self, req: HotRequest, e: Exception) -> tuple[int, bytes]:
+        """The status and JSON error body ``e`` is answered with (server.py's error_of)."""
+        err = self.error_of(e, self.settings, f"{req.method} {req.name}")
+        return err.status, json.dumps(error_body(err.error_type, err.message)).encode()
+
+    def counted(self, req: HotRequest, status: int, started: float) -> None:
+        """The request metrics of an answered request (server.py's RequestMetrics)."""
         self.counter.count(req.name, status)
         self.counter.observe(req.name, self.clock.monotonic() - started)
-        return status, body, extra
 
     async def identity(self, req: HotRequest, peer: str) -> str | Answer | None:
         """The caller's identity (None without tokens), or the refusal to answer with."""

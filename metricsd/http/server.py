@@ -30,7 +30,7 @@ from metricsd.http.promapi import PromAPI
 from metricsd.http.remote_write import RemoteWriteReceiver
 from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
-from metricsd.http.wholehttp import whole_answer, whole_query_middleware
+from metricsd.http.wholehttp import WholeHttp, whole_query_middleware
 from metricsd.promql import PromQLError
 from metricsd.promql.queries import QueryRunner
 from metricsd.rpc import consistency
@@ -229,7 +229,7 @@ def build_app(
     prom = PromAPI(backend, runner, settings, clock, metrics)
     prom.add_routes(app)
     if settings.hot_path:  # the two query routes below aiohttp's web layer (http/hotpath.py)
-        answer_whole = (whole_answer(whole, settings, metrics, clock)
+        answer_whole = (WholeHttp(whole, settings, metrics, clock)
                         if whole is not None and getattr(whole, "enabled", True) else None)
         app[HOT_KEY] = HotQueries({"/api/v1/query": prom.query_body, "/api/v1/query_range": prom.query_range_body},
                                   answer_whole, settings, RequestMetrics(metrics), auth, clock)

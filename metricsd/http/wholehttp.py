@@ -23,7 +23,7 @@ from metricsd.rpc import consistency
 from metricsd.rpc.consistency import Consistency
 from metricsd.rpc.wholequery import LIMIT_NAMES, QueryAnswer, RunnerSettings
 
-__all__ = ["WholeAnswer", "may_select", "whole_answer", "whole_query_middleware"]
+__all__ = ["WholeAnswer", "WholeAsk", "WholeHttp", "may_select", "timed_out", "whole_answer", "whole_query_middleware"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -49,41 +49,73 @@ def may_select(expr: str) -> bool:
 WholeAnswer = Callable[[Params, bool], Awaitable[bytes | None]]
 
 
-def whole_answer(path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> WholeAnswer:
-    """A query's answer body from one store, or None to evaluate it here: called with the request's
-    parameters and whether it is instant, inside the request's consistency of one. Shared by the
-    middleware below and the hot path (metricsd/http/hotpath.py)."""
-    limits = tuple((name, int(getattr(settings.query_limits, name))) for name in LIMIT_NAMES)
-    runner = RunnerSettings(settings.lookback_ms, settings.max_samples, settings.pushdown,
-                            settings.request_timeout_s, limits)
-    duration = metrics.query_duration.labels(path="whole")  # once: labels() locks and builds a key
+WholeAsk = tuple[str, int, int, int, float]  # a whole query's text, start_ms, end_ms, step_ms and timeout_s
 
-    async def answer(params: Params, instant: bool) -> bytes | None:
+
+class WholeHttp:
+    """A whole query's HTTP steps around the proxy's path, in two halves: :meth:`ask` reads the
+    parameters (raising the API's 400), :meth:`body` turns the store's answer into the body (raising
+    the query's error). Two halves because the hot path also runs them without a task around the
+    store's answer (metricsd/http/hotnow.py); :meth:`answer` is both, awaiting the path between."""
+
+    def __init__(self, path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> None:
+        limits = tuple((name, int(getattr(settings.query_limits, name))) for name in LIMIT_NAMES)
+        self.runner = RunnerSettings(settings.lookback_ms, settings.max_samples, settings.pushdown,
+                                     settings.request_timeout_s, limits)
+        self.path = path
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.duration = metrics.query_duration.labels(path="whole")  # once: labels() locks and builds a key
+
+    def ask(self, params: Params, instant: bool) -> WholeAsk | None:
+        """The frame's arguments, or None for a query that reads no data (evaluated here)."""
         expr = params.require("query")
         if not may_select(expr):  # `1`: nothing to read, so a hop to a store is all it would add
             return None
         if instant:
-            start = end = params.time_ms("time", clock.now_ms())
+            start = end = params.time_ms("time", self.clock.now_ms())
             step = 1
         else:
             start, end, step = range_ms(params)
-        started = clock.monotonic()
-        timeout = query_timeout_s(params, settings.request_timeout_s)
-        try:  # under the path's own deadline, the timeout and a grace for the store's timeout answer
-            got = await path.run(expr, instant=instant, start_ms=start, end_ms=end, step_ms=step,
-                                 timeout_s=timeout, settings=runner)
-        except TimeoutError:
-            raise ApiError("timeout", "query timed out in expression evaluation") from None
+        return expr, start, end, step, query_timeout_s(params, self.settings.request_timeout_s)
+
+    def body(self, got: QueryAnswer | None, started: float) -> bytes | None:
+        """The answer's body (None: evaluate it here); raises ApiError for the query's own error.
+        ``started``: the clock's monotonic time the parameters were read at."""
         if got is None:
             return None
         if got.data is None:
             if got.limit:
-                metrics.queries_refused.labels(limit=got.limit).inc()
+                self.metrics.queries_refused.labels(limit=got.limit).inc()
             raise ApiError(got.error_type, got.message, got.status)
-        duration.observe(clock.monotonic() - started)
+        self.duration.observe(self.clock.monotonic() - started)
         return b'{"status":"success","data":' + got.data + b"}"
 
-    return answer
+    async def answer(self, params: Params, instant: bool) -> bytes | None:
+        ask = self.ask(params, instant)
+        if ask is None:
+            return None
+        started = self.clock.monotonic()
+        try:  # under the path's own deadline, the timeout and a grace for the store's timeout answer
+            query, start_ms, end_ms, step_ms, timeout_s = ask
+            got = await self.path.run(query, instant=instant, start_ms=start_ms, end_ms=end_ms, step_ms=step_ms,
+                                      timeout_s=timeout_s, settings=self.runner)
+        except TimeoutError:
+            raise timed_out() from None
+        return self.body(got, started)
+
+
+def timed_out() -> ApiError:
+    """What a whole query past its deadline answers."""
+    return ApiError("timeout", "query timed out in expression evaluation")
+
+
+def whole_answer(path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock) -> WholeAnswer:
+    """A query's answer body from one store, or None to evaluate it here: called with the request's
+    parameters and whether it is instant, inside the request's consistency of one. Shared by the
+    middleware below and the hot path (metricsd/http/hotpath.py)."""
+    return WholeHttp(path, settings, metrics, clock).answer
 
 
 def whole_query_middleware(path: WholeQueries, settings: HttpSettings, metrics: SelfMetrics, clock: Clock

@@ -38,7 +38,7 @@ import functools
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
@@ -149,18 +149,42 @@ class WholeQueryPath:
                   settings: RunnerSettings) -> QueryAnswer | None:
         """The store's answer (data or the query's error), or None: evaluate it on the proxy.
         Raises TimeoutError when no store answered within ``timeout_s`` and GRACE_S."""
+        planned = self._planned()
+        if planned is None:
+            return None
+        shard_map, holders = planned
+        if not holders:
+            self.counters["whole_query_skipped"] += 1
+            return None
+        frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings)
+        return await self._send(shard_map, holders, frame)
+
+    def _planned(self) -> tuple[ShardMap, list[str]] | None:
+        """(the map, the stores to ask in order), or None: not whole."""
         if not self.enabled:
             return None
         try:
             shard_map = self.view.current_map()
         except Unavailable:
             return None
-        holders = self._holders(shard_map)
-        if not holders:
-            self.counters["whole_query_skipped"] += 1
+        return shard_map, self._holders(shard_map)
+
+    def start_now(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
+                  settings: RunnerSettings, done: Callable[[QueryAnswer], None],
+                  convert: Callable[[Callable[[], Awaitable[QueryAnswer | None]]], None]) -> _Cancellable | None:
+        """:meth:`run` without a task while nothing but the first store's answer happens: the frame
+        is sent now (over the store's read port when its connection is up) and ``done`` is called
+        with a successful answer from the turn of the loop that reads it. A hedge's time, the
+        deadline, a failed ask or a port not up hands the query to ``convert`` instead, at once, as
+        a coroutine function that continues it as :meth:`run` would have from that point (call it
+        in a task). Returns what cancels the query, or None when :meth:`run` is needed from the
+        start (nothing was sent or counted)."""
+        planned = self._planned()
+        if planned is None or not planned[1]:
             return None
+        shard_map, holders = planned
         frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings)
-        return await self._send(shard_map, holders, frame)
+        return _NowQuery(self, shard_map, holders, frame, done, convert)
 
     def _holders(self, shard_map: ShardMap) -> list[str]:
         if self._full[0] is not shard_map:  # once per map: O(slots x rf) per member
@@ -179,7 +203,8 @@ class WholeQueryPath:
             ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
         return whole_order(full, ok, self.in_flight, self.first, self.view.rotation(), self.spill)
 
-    async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame) -> QueryAnswer | None:
+    async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame, *,
+                    adopted: _Adopted | None = None) -> QueryAnswer | None:
         """Asks ``holders`` in turn as the module says, under one deadline: the frame's timeout and
         GRACE_S for the store's own timeout answer to arrive. Past it the stores still asked are
         counted failed and TimeoutError is raised (the caller answers the API's timeout).
@@ -188,20 +213,18 @@ class WholeQueryPath:
         three timers (the caller's, each store's, the hedge's wait), the store's never the first
         to fire. Each ask hands its outcome over and wakes this wait itself as it ends, rather than
         through its task's done callbacks: those run a turn of the event loop later, and that turn
-        was one of the eight the proxy spent on each whole query."""
-        body = encode_request(frame)
+        was one of the eight the proxy spent on each whole query.
+
+        ``adopted``: a query :meth:`start_now` began without a task (its frame, deadline, the asks
+        under way and what they handed over), continued here from where it stood: ``holders`` are
+        then the stores not yet asked."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + frame.timeout_s + GRACE_S
-        tasks: dict[str, _Cancellable] = {}  # member -> its ask, while not looked at
-        landed: list[tuple[str, QueryAnswer | Exception]] = []  # asks that ended, in order, not yet looked at
-        waiter: list[asyncio.Future[None]] = []  # what the loop below sleeps on, while it does
-
-        def land(member: str, outcome: QueryAnswer | Exception) -> None:
-            landed.append((member, outcome))
-            if waiter and not waiter[0].done():
-                waiter[0].set_result(None)
-
+        if adopted is None:
+            adopted = _Adopted(encode_request(frame), loop.time() + frame.timeout_s + GRACE_S)
+        body, deadline, tasks, landing = adopted.body, adopted.deadline, adopted.tasks, adopted.landing
+        landed = landing.landed
         waiting = list(holders)
+        delay = 0.0
         try:
             while waiting or tasks:
                 if waiting and not landed:  # the first store, a hedge past the last one's delay, or a replacement
@@ -209,7 +232,7 @@ class WholeQueryPath:
                     if tasks:
                         self.counters["whole_query_hedges"] += 1
                     delay = hedge_delay(self.latency, member, self.in_flight[member])
-                    tasks[member] = self._start(shard_map, member, body, land)
+                    tasks[member] = self._start(shard_map, member, body, landing.land)
                 if not landed:
                     now = loop.time()
                     if now >= deadline:
@@ -218,58 +241,56 @@ class WholeQueryPath:
                                                              f"{frame.timeout_s + GRACE_S:g} s")
                         raise TimeoutError
                     woken: asyncio.Future[None] = loop.create_future()
-                    waiter.append(woken)
+                    landing.waiter = woken
                     timer = loop.call_at(min(deadline, now + delay) if waiting else deadline, _wake, woken)
                     try:
                         await woken
                     finally:
                         timer.cancel()
-                        waiter.clear()
+                        landing.waiter = None
                     continue
                 member, outcome = landed.pop(0)
                 del tasks[member]
                 if not isinstance(outcome, Exception):
                     self.counters["whole_queries"] += 1
                     return outcome
-                if isinstance(outcome, NotSupported):
-                    self._unsupported[member] = self.view.clock.monotonic()
-                    self.counters["whole_query_unsupported"] += 1
+                if not self._worth_another(member, outcome):
                     return None
-                if isinstance(outcome, SlotNotHeld):  # the maps differ: the proxy's path retries with a fresh one
-                    self.counters["whole_query_stale_map"] += 1
-                    self.view.refresh_soon()
-                    return None
-                if isinstance(outcome, BadRequest):  # a frame the store finds out of format: not the query's fault
-                    log.warning("%s refused a whole query frame: %s", member, outcome)
-                    return None
-                if isinstance(outcome, NoReadPort):  # the next store, at once; this one again next query
-                    self.counters["whole_query_no_port"] += 1
-                log.debug("whole query: %s failed: %s", member, outcome)
             self.counters["whole_query_failed"] += 1
             return None
         finally:
             for task in tasks.values():
                 task.cancel()
 
+    def _worth_another(self, member: str, outcome: Exception) -> bool:
+        """Whether, ``member`` having failed with ``outcome``, the next store is asked (False: the
+        caller evaluates the query itself)."""
+        if isinstance(outcome, NotSupported):
+            self._unsupported[member] = self.view.clock.monotonic()
+            self.counters["whole_query_unsupported"] += 1
+            return False
+        if isinstance(outcome, SlotNotHeld):  # the maps differ: the proxy's path retries with a fresh one
+            self.counters["whole_query_stale_map"] += 1
+            self.view.refresh_soon()
+            return False
+        if isinstance(outcome, BadRequest):  # a frame the store finds out of format: not the query's fault
+            log.warning("%s refused a whole query frame: %s", member, outcome)
+            return False
+        if isinstance(outcome, NoReadPort):  # the next store, at once; this one again next query
+            self.counters["whole_query_no_port"] += 1
+        log.debug("whole query: %s failed: %s", member, outcome)
+        return True
+
     def _start(self, shard_map: ShardMap, member: str, body: bytes,
                land: Callable[[str, QueryAnswer | Exception], None]) -> _Cancellable:
         """Sends ``body`` to ``member``, its outcome handed to ``land`` as it ends. Counted in
         ``in_flight`` from now, not from when a task first runs: queries parsed in the same turn of
         the loop would all see the same counts and pick the same store. At once over the store's
-        read port when its connection is up (MemberClient.query_now: no task, no turn of the loop
-        to start it or to wake it, perf/RESULTS.md session 40), else in a task of its own, which
+        read port when its connection is up (:meth:`_start_now`), else in a task of its own, which
         opens the connection or finds out there is none."""
-        try:
-            query_now = getattr(self.view.pool.get(shard_map, member), "query_now", None)
-        except Unavailable:
-            query_now = None  # the task's _ask meets it again, and hands it over
-        if query_now is not None:
-            now = _NowAsk(self, member, land)
-            forget = query_now(body, now.deliver)
-            if forget is not None:
-                now.forget = forget
-                self.in_flight[member] += 1
-                return now
+        now = self._start_now(shard_map, member, body, land)
+        if now is not None:
+            return now
 
         async def ask() -> None:
             land(member, await self._ask(shard_map, member, body))
@@ -280,6 +301,25 @@ class WholeQueryPath:
         self.in_flight[member] += 1
         task.add_done_callback(functools.partial(_landed, self.in_flight, member))
         return task
+
+    def _start_now(self, shard_map: ShardMap, member: str, body: bytes,
+                   land: Callable[[str, QueryAnswer | Exception], None]) -> _NowAsk | None:
+        """``body`` sent to ``member`` now when its read port's connection is up
+        (MemberClient.query_now: no task, no turn of the loop to start it or to wake it,
+        perf/RESULTS.md session 40), counted in ``in_flight``; else None, nothing sent."""
+        try:
+            query_now = getattr(self.view.pool.get(shard_map, member), "query_now", None)
+        except Unavailable:
+            return None  # the task's _ask meets it again, and hands it over
+        if query_now is None:
+            return None
+        now = _NowAsk(self, member, land)
+        forget = query_now(body, now.deliver)
+        if forget is None:
+            return None
+        now.forget = forget
+        self.in_flight[member] += 1
+        return now
 
     async def _ask(self, shard_map: ShardMap, member: str, body: bytes) -> QueryAnswer | Exception:
         """One store's answer to the frame ``body`` or why there is none (``_outcome``)."""
@@ -321,6 +361,104 @@ class WholeQueryPath:
 
 class _Cancellable(Protocol):
     def cancel(self) -> object: ...
+
+
+class _Landing:
+    """Where a query's asks hand their outcomes over (``land``) and the wait that sleeps on them:
+    an object, not _send's locals, so that an ask begun without a task hands over to the task
+    that continues it from the moment it is made, before that task first runs."""
+
+    __slots__ = ("landed", "waiter")
+
+    def __init__(self) -> None:
+        self.landed: list[tuple[str, QueryAnswer | Exception]] = []  # asks that ended, in order, not yet looked at
+        self.waiter: asyncio.Future[None] | None = None  # what _send sleeps on, while it does
+
+    def land(self, member: str, outcome: QueryAnswer | Exception) -> None:
+        self.landed.append((member, outcome))
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+class _Adopted:
+    """A query's state as _send keeps it: its frame's bytes, its deadline (the loop's time), its
+    asks under way (member -> ask) and their landing."""
+
+    __slots__ = ("body", "deadline", "landing", "tasks")
+
+    def __init__(self, body: bytes, deadline: float) -> None:
+        self.body = body
+        self.deadline = deadline
+        self.tasks: dict[str, _Cancellable] = {}
+        self.landing = _Landing()
+
+
+class _NowQuery:
+    """A whole query begun by WholeQueryPath.start_now: its first store asked at once, a timer for
+    the first of the hedge's time and the deadline. The store's answer in time is handed to
+    ``done`` in the turn that read it; anything else (the timer, a failed ask, the store's port not
+    up) hands the query over to ``convert``, as _send continued with the asks under way."""
+
+    __slots__ = ("ask", "convert", "done", "frame", "holders", "over", "path", "shard_map", "state", "timer")
+
+    def __init__(self, path: WholeQueryPath, shard_map: ShardMap, holders: list[str], frame: QueryFrame,
+                 done: Callable[[QueryAnswer], None],
+                 convert: Callable[[Callable[[], Awaitable[QueryAnswer | None]]], None]) -> None:
+        self.path, self.shard_map, self.frame, self.done, self.convert = path, shard_map, frame, done, convert
+        loop = asyncio.get_running_loop()
+        self.state = _Adopted(encode_request(frame), loop.time() + frame.timeout_s + GRACE_S)
+        self.over = False
+        self.timer: asyncio.TimerHandle | None = None
+        member = holders[0]
+        self.holders = holders[1:]
+        delay = hedge_delay(path.latency, member, path.in_flight[member])
+        self.ask = path._start_now(shard_map, member, self.state.body, self._land)
+        if self.ask is None:  # no connection up: _send asks it (and opens it) in a task
+            self.holders = holders
+            self._hand_over()
+            return
+        self.state.tasks[member] = self.ask
+        when = min(self.state.deadline, loop.time() + delay) if self.holders else self.state.deadline
+        self.timer = loop.call_at(when, self._hand_over)
+
+    def _land(self, member: str, outcome: QueryAnswer | Exception) -> None:
+        if self.over:
+            return
+        if isinstance(outcome, Exception):  # _send looks at it: the next store, or the caller's own path
+            self.state.landing.land(member, outcome)
+            self._hand_over()
+            return
+        if not self._end():
+            return
+        self.path.counters["whole_queries"] += 1
+        self.done(outcome)
+
+    def _hand_over(self) -> None:
+        if not self._end():
+            return
+        if self.ask is not None:
+            self.ask.land = self.state.landing.land
+        state, holders = self.state, self.holders
+        self.convert(functools.partial(self.path._send, self.shard_map, holders, self.frame, adopted=state))
+
+    def cancel(self) -> None:
+        if self._end() and self.ask is not None:
+            self.ask.cancel()
+
+    def abandon(self) -> None:
+        """After a hand-over, when the continuing task has ended: every ask it adopted let go (done
+        by _send as it ends; this is for a task cancelled before _send ever ran)."""
+        for ask in self.state.tasks.values():
+            ask.cancel()
+
+    def _end(self) -> bool:
+        """Whether this is the query's end here (the first of an answer, a hand-over, a cancel)."""
+        if self.over:
+            return False
+        self.over = True
+        if self.timer is not None:
+            self.timer.cancel()
+        return True
 
 
 class _NowAsk:

@@ -25,6 +25,21 @@ def test_asyncio_is_the_default_and_uvloop_is_one_variable_away(monkeypatch: pyt
         eventloop.loop_factory()
 
 
+def test_a_roles_own_variable_picks_that_roles_loop_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """METRICSD_EVENT_LOOP_PROXY=uvloop: the proxy on uvloop, every other process as before."""
+    monkeypatch.delenv(eventloop.ENV, raising=False)
+    monkeypatch.setenv(f"{eventloop.ENV}_PROXY", "uvloop")
+    assert issubclass(eventloop.run(_loop_type(), "proxy"), uvloop.Loop)
+    assert not issubclass(eventloop.run(_loop_type(), "store"), uvloop.Loop)
+    assert not issubclass(eventloop.run(_loop_type()), uvloop.Loop)
+    monkeypatch.setenv(eventloop.ENV, "uvloop")
+    monkeypatch.setenv(f"{eventloop.ENV}_PROXY", "asyncio")  # the role's wins over every process's
+    assert not issubclass(eventloop.run(_loop_type(), "proxy"), uvloop.Loop)
+    monkeypatch.setenv(f"{eventloop.ENV}_PROXY", "trio")
+    with pytest.raises(ValueError, match="METRICSD_EVENT_LOOP_PROXY='trio': use asyncio or uvloop"):
+        eventloop.loop_factory("proxy")
+
+
 async def _serve_and_ask() -> tuple[int, bytes, int]:
     """A store's HTTP API (its hot path) and read port on this loop, on 127.0.0.1, each asked once."""
     import aiohttp

@@ -88,3 +88,26 @@ async def test_a_cancel_from_outside_as_the_deadline_passes_stays_a_cancellation
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_deadline_begun_before_the_last_expires_at_its_own_time() -> None:
+    """A request begun without a task is given its deadline when a task continues it (hotnow.py),
+    from when it began: it goes in the queue in its place, not behind later ones."""
+    deadlines = Deadlines(0.3)
+    loop = asyncio.get_running_loop()
+    ended: dict[str, float] = {}
+
+    async def one(name: str, began: float | None) -> None:
+        try:
+            async with deadlines.deadline(began):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            ended[name] = loop.time()
+
+    t0 = loop.time()
+    late = asyncio.create_task(one("late", None))
+    await asyncio.sleep(0.05)
+    early = asyncio.create_task(one("early", t0 - 0.2))  # began 0.2 s before the first
+    await asyncio.gather(late, early)
+    assert ended["early"] - t0 < 0.2, ended  # at t0 + 0.1, not behind "late"'s t0 + 0.3
+    assert ended["late"] - t0 >= 0.29

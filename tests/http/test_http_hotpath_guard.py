@@ -23,11 +23,17 @@ from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
 # Every middleware build_app can install, by qualified name, and where the hot path mirrors it.
+# A proxy's whole query of consistency one without tokens is begun without a task
+# (metricsd/http/hotnow.py NowQueries.take) and answered from the store's answer by NowRequest.done:
+# consistency_of, HotRoute.failed (error_of), HotRoute.counted (RequestMetrics), HotProtocol.reply
+# (gzip); anything else on the way continues in HotRoute.answer's task, its timeout from when the
+# request began.
 MIRRORED = {
     "_middleware.<locals>.handle": "HotRoute.answer (metricsd/http/hotroute.py, both routes): consistency, "
-                                   "timeout, error_of, RequestMetrics; HotProtocol: gzip",
-    "auth_middleware.<locals>.check": "HotRoute.identity: metricsd.http.auth.refusal",
-    "whole_query_middleware.<locals>.handle": "HotQueries.run: metricsd.http.wholehttp.whole_answer",
+                                   "timeout, error_of, RequestMetrics; HotProtocol: gzip; hotnow.NowRequest",
+    "auth_middleware.<locals>.check": "HotRoute.identity: metricsd.http.auth.refusal (hotnow: tokens take a task)",
+    "whole_query_middleware.<locals>.handle": "HotQueries.run: metricsd.http.wholehttp.WholeHttp.answer; "
+                                              "hotnow.NowQueries.take: WholeHttp.ask, WholeHttp.body",
 }
 WHERE = ("build_app's request pipeline changed: metricsd/http/hotpath.py HotQueries answers /api/v1/query "
          "and /api/v1/query_range WITHOUT aiohttp's middlewares and signals; mirror the new step there (or "

@@ -1,52 +1,24 @@
 """A whole query sent at once on a read-port connection that is up (WholeQueryPath._start,
 MemberClient.query_now): hedged, replaced and cancelled as one sent from a task of its own, with
-nothing left counted or waiting. The three real stores and proxy of test_proxy_whole_query."""
+nothing left counted or waiting. The three real stores and proxy of whole_query_harness.py."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
-from whole_query_harness import AT, QUERIES, Harness, learn_slow
-
-from metricsd.proxy.members import MemberClient
-
-
-async def _warm(h: Harness) -> dict[str, MemberClient]:
-    """Every store's read port connection opened, as after a few queries."""
-    shard_map = h.proxy.view.current_map()
-    members: dict[str, MemberClient] = {}
-    for m in h.nodes:
-        backend = h.proxy.view.pool.get(shard_map, m)
-        assert isinstance(backend, MemberClient)
-        client = await backend._read_port()
-        assert client is not None
-        await client._connection()
-        members[m] = backend
-    return members
-
-
-def _stall(h: Harness, member: str, released: asyncio.Event) -> None:
-    service = h.nodes[member].service
-    assert service is not None
-
-    async def stall(body: bytes, answer: Any = service.answer) -> bytes:
-        await released.wait()
-        return bytes(await answer(body))
-
-    h.nodes[member].servers[0].query = stall
+from whole_query_harness import AT, QUERIES, Harness, learn_slow, stall, warm
 
 
 async def test_a_stalled_store_sent_to_at_once_is_hedged_and_forgotten(harness: Harness) -> None:
     """Sent at once (no task: what waits on the connection is the ask's own sink, not a future),
     answered; then, with a short hedging delay learnt, a stalled store is hedged and its ask forgotten."""
-    members = await _warm(harness)
+    members = await warm(harness)
     port = members["store-0"]._port_client  # the proxy's first store (fast_settings: first place 0)
     assert port is not None
     learn_slow(harness, 20.0)
     released = asyncio.Event()
-    _stall(harness, "store-0", released)
+    stall(harness, "store-0", released)
     try:
         asked = asyncio.ensure_future(harness.get("/api/v1/query", query=QUERIES[0], time=AT))
         await asyncio.sleep(0.2)
@@ -68,10 +40,10 @@ async def test_a_stalled_store_sent_to_at_once_is_hedged_and_forgotten(harness: 
 
 async def test_a_store_whose_connection_breaks_under_an_ask_sent_at_once_is_replaced_at_once(
         harness: Harness) -> None:
-    await _warm(harness)
+    await warm(harness)
     learn_slow(harness, 20.0)  # no hedge: the next store is asked because the first failed
     released = asyncio.Event()
-    _stall(harness, "store-0", released)
+    stall(harness, "store-0", released)
     before = [n.service.answered for n in harness.nodes.values() if n.service is not None]
     try:
         asked = asyncio.ensure_future(harness.get("/api/v1/query", query=QUERIES[0], time=AT))

@@ -24,6 +24,7 @@ from metricsd.http.server import build_app, start_http, stop_http
 from metricsd.http.settings import HttpSettings
 from metricsd.http.wholequery import QueryService
 from metricsd.proxy.backend import ProxyBackend
+from metricsd.proxy.members import MemberClient
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
 from metricsd.rpc.server import start_grpc_server
@@ -142,3 +143,29 @@ def learn_slow(h: Harness, seconds: float, members: list[str] | None = None) -> 
     for member in members if members is not None else list(h.nodes):
         for _ in range(latency.settings.window):
             latency.record(member, seconds)
+
+
+async def warm(h: Harness) -> dict[str, MemberClient]:
+    """Every store's read port connection opened, as after a few queries."""
+    shard_map = h.proxy.view.current_map()
+    members: dict[str, MemberClient] = {}
+    for m in h.nodes:
+        backend = h.proxy.view.pool.get(shard_map, m)
+        assert isinstance(backend, MemberClient)
+        client = await backend._read_port()
+        assert client is not None
+        await client._connection()
+        members[m] = backend
+    return members
+
+
+def stall(h: Harness, member: str, released: asyncio.Event) -> None:
+    """``member``'s read port answers no query until ``released`` is set."""
+    service = h.nodes[member].service
+    assert service is not None
+
+    async def stalled(body: bytes, answer: Any = service.answer) -> bytes:
+        await released.wait()
+        return bytes(await answer(body))
+
+    h.nodes[member].servers[0].query = stalled
