@@ -8,6 +8,7 @@ by one Prometheus, side by side (a documented command, not a test).
     .venv/bin/python perf/bench_rw_prometheus.py --cluster              # a third queue: a cluster's proxy
     .venv/bin/python perf/bench_rw_prometheus.py --base /tmp/main       # an A/B: a second store from that code
     .venv/bin/python perf/bench_rw_prometheus.py --cluster --cluster-b="--no-writes-on-read-port"  # two clusters
+    .venv/bin/python perf/bench_rw_prometheus.py --cluster --cluster-base /tmp/main  # two clusters, two checkouts
 
 perf/bench_remote_write.py builds its remote-write bodies itself, each series in the same request
 slot every time: the best case of the receiver's layout memo (metricsd/http/remote_write_layout.py).
@@ -190,10 +191,13 @@ def start_base(procs: Processes, code: Path) -> Server:
         return procs.start_metricsd("base")
 
 
-def start_cluster_b(procs: Processes, flags: str) -> Server:
-    """A second cluster whose ``cluster up`` also gets ``flags`` (e.g. ``--no-writes-on-read-port``):
-    an A/B of a cluster setting, both fed by the same Prometheus in the same run."""
-    with _env("BENCH_CLUSTER_ARGS", f"{os.environ.get('BENCH_CLUSTER_ARGS') or ''} {flags}"):
+def start_cluster_b(procs: Processes, flags: str, code: Path | None = None) -> Server:
+    """A second cluster whose ``cluster up`` also gets ``flags`` (e.g. ``--no-writes-on-read-port``)
+    and, with ``code``, runs that checkout's code in every process (as start_base): an A/B of a
+    cluster setting or of two checkouts, both fed by the same Prometheus in the same run (the same
+    load on both sides, which separate runs on a shared machine never have)."""
+    code_env = _env("PYTHONPATH", str(code.resolve())) if code is not None else contextlib.nullcontext()
+    with _env("BENCH_CLUSTER_ARGS", f"{os.environ.get('BENCH_CLUSTER_ARGS') or ''} {flags}"), code_env:
         return procs.start_metricsd_cluster("metricsd-cluster-b")
 
 
@@ -241,8 +245,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 servers["base"] = start_base(procs, args.base)
             if args.cluster:
                 servers["cluster"] = procs.start_metricsd_cluster()
-            if args.cluster_b is not None:
-                servers["cluster_b"] = start_cluster_b(procs, args.cluster_b)
+            if args.cluster_b is not None or args.cluster_base is not None:
+                servers["cluster_b"] = start_cluster_b(procs, args.cluster_b or "", args.cluster_base)
             for name in ("cluster", "cluster_b"):
                 if name in servers:
                     async with MetricsClient(servers[name].grpc_address, timeout_s=60) as probe:
@@ -361,6 +365,8 @@ def main() -> int:
     ap.add_argument("--base", type=Path, help="also a store running this checkout's code (an A/B in one run)")
     ap.add_argument("--cluster-b", metavar="FLAGS",
                     help="also a second cluster whose `cluster up` gets these flags (an A/B of a cluster setting)")
+    ap.add_argument("--cluster-base", type=Path, metavar="CODE",
+                    help="also a second cluster (cluster_b) running this checkout's code (an A/B of two checkouts)")
     ap.add_argument("--profile", action="store_true", help="py-spy the stores and the proxy (not a timing run)")
     ap.add_argument("--json", type=Path, default=HERE / "results" / "bench_rw_prometheus.json")
     args = ap.parse_args()
