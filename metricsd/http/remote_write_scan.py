@@ -300,10 +300,18 @@ def uniform_samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
     w = e - 12
     if not 1 <= w <= 8 or bool((size % e).any()) or bool((buf[first] != 0x12).any()):
         return None
-    # the sample runs end to end: one gather, each byte from its series' run (no bytes object a series)
-    total = int(size.sum())
-    table = buf[np.repeat(label_end - (np.cumsum(size) - size), size) + np.arange(total)]
-    n = len(table) // e
+    # The sample fields end to end, series after series: one gather of e-byte rows from a view of
+    # the body as overlapping rows (a row a byte); a real Prometheus sends a series' every sample
+    # as an entry of its own, so each run is one field and the rows are where the runs begin.
+    per_series = size // e
+    if bool((per_series == 1).all()):
+        at = label_end
+    else:
+        n = int(per_series.sum())
+        at = np.repeat(label_end, per_series) + (np.arange(n) - np.repeat(np.cumsum(per_series) - per_series,
+                                                                          per_series)) * e
+    table = np.ndarray((len(buf) - e + 1, e), np.uint8, buf, 0, (1, 1))[at].reshape(-1)
+    n = len(at)
     head = np.ndarray((n,), "<u4", table, 0, (e,)) & np.uint32(0xFFFFFF)
     if bool((head != np.uint32(0x09 << 16 | (e - 2) << 8 | 0x12)).any()):
         return None
@@ -320,7 +328,7 @@ def uniform_samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
     x = (x & np.uint64(0x000000000FFFFFFF)) | ((x & np.uint64(0x0FFFFFFF00000000)) >> np.uint64(4))
     values = np.array(np.ndarray((n,), "<f8", table, 3, (e,)), dtype=np.float64)
     digits = np.ndarray((n, w), np.uint8, table, 12, (e, 1))
-    return size // e, x.view(np.int64), values, digits
+    return per_series, x.view(np.int64), values, digits
 
 
 def _walk_labels(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
