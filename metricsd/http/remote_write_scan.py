@@ -220,15 +220,24 @@ def scan(raw: bytes, limits: RequestLimits | None = None,
     if label_end is None:
         return None
     keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
+    samples = _samples(buf, label_end, ends)
+    return None if samples is None else Scanned(keys, *samples)
+
+
+def _samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes | np.ndarray | None] | None:
+    """Counts, timestamps, values and timestamp varints of the sample runs [label_end, ends): as
+    one table when every field is of one size (uniform_samples), else field by field; None when
+    the runs are not sample fields in the usual form."""
     uniform = uniform_samples(buf, label_end, ends)
     if uniform is not None:
-        return Scanned(keys, *uniform)
+        return uniform
     found = _walk_samples(buf, label_end, ends)
     if found is None:
         return None
     counts, payload, size = found
     decoded = _decode_samples(buf, payload, size)
-    return None if decoded is None else Scanned(keys, counts, *decoded)
+    return None if decoded is None else (counts, *decoded)
 
 
 def first_label_end(joined: bytes, end: int) -> int | None:
@@ -255,32 +264,64 @@ def _known_layout(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.n
                   cached: Callable[[list[bytes]], list[int | None]], on_known: Known | None = None
                   ) -> Scanned | None:
     """The usual live request without the label walk: every series laid out as the first (its
-    label run the same number of bytes short of its end, where a sample field, 0x12, starts), and
-    the label bytes so placed of every series in the cache; None when either fails.
+    label run the same number of bytes short of its end, where a sample field, 0x12, starts), or
+    VALUE_LEFT_OUT bytes more or less (a sample of value 0, which proto3 leaves out: a real
+    Prometheus sends a few in most requests), and the label bytes so placed of every series in
+    the cache; None when that fails for some series.
 
     The result is the walk's: a cache key is a whole run of label fields (0x0a), as the walk (or
     protobuf) found it when the series was learnt, and a dict hit compares the bytes in full; so
     the walk over them would step field by field to their end, where the sample field's tag stops
-    it: the same label end. Costs a bytes object a series, as the walk's keys do."""
+    it: the same label end (so of the places tried, at most one can pass). Costs a bytes object a
+    series, as the walk's keys do."""
     first = first_label_end(joined, int(ends[0]))
     if first is None:
         return None
     tail = int(ends[0]) - first
+    if not tail or cached([joined[:first]])[0] is None:  # a new sender's first requests: no key a series for nothing
+        return None
     label_end = ends - tail
-    if not tail or bool((label_end < starts).any()) or bool((buf[label_end] != 0x12).any()):
+    placed = (label_end >= starts) & (buf[np.maximum(label_end, 0)] == 0x12)
+    if bool(placed.all()):
+        keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
+        found = cached(keys)
+    else:
+        keys = [joined[s:e] if ok else b"" for s, e, ok in zip(starts.tolist(), label_end.tolist(), placed.tolist(),
+                                                                strict=True)]
+        found = [f if ok else None for f, ok in zip(cached(keys), placed.tolist(), strict=True)]
+    if None in found and not _place_the_others(joined, buf, starts, ends, tail, label_end, keys, found, cached):
         return None
-    if cached([joined[:first]])[0] is None:  # a new sender's first requests: no key a series for nothing
-        return None
-    keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
-    found = cached(keys)
-    if None in found:
-        return None
-    uniform = uniform_samples(buf, label_end, ends)
-    if uniform is None:
+    samples = _samples(buf, label_end, ends)
+    if samples is None:
         return None
     if on_known is not None:
         on_known(starts, label_end, ends, cast(list[int], found))
-    return Scanned(keys, *uniform, found=cast(list[int], found))
+    return Scanned(keys, *samples, found=cast(list[int], found))
+
+
+VALUE_LEFT_OUT = 9
+"""Bytes a sample field is shorter without its value (a tag and a double): proto3 leaves a 0 out."""
+
+
+def _place_the_others(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, tail: int,
+                      label_end: np.ndarray, keys: list[bytes], found: list[int | None],
+                      cached: Callable[[list[bytes]], list[int | None]]) -> bool:
+    """_known_layout for the series the first's layout did not place (``found`` None): their
+    label run VALUE_LEFT_OUT bytes longer, then shorter, looked up where a sample field's tag
+    follows the cut (few but the right one pass that check). Fills ``label_end``, ``keys`` and
+    ``found`` in; False when some series is still not placed."""
+    for other in (tail + VALUE_LEFT_OUT, tail - VALUE_LEFT_OUT):
+        left = np.array([i for i, sid in enumerate(found) if sid is None], dtype=np.int64)  # an id may be 0
+        if not left.size:
+            break
+        at = ends[left] - other
+        ok = (other > 0) & (at >= starts[left]) & (buf[np.maximum(at, 0)] == 0x12)
+        tried, at = left[ok].tolist(), at[ok].tolist()
+        tried_keys = [joined[int(starts[i]):a] for i, a in zip(tried, at, strict=True)]
+        for i, a, key, sid in zip(tried, at, tried_keys, cached(tried_keys), strict=True):
+            if sid is not None:
+                label_end[i], keys[i], found[i] = a, key, sid
+    return None not in found
 
 
 def uniform_samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
