@@ -300,6 +300,18 @@ def _known_layout(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.n
 
 
 VALUE_LEFT_OUT = 9
+
+
+def _nones(found: list[int | None]) -> list[int]:
+    """Where ``found`` holds None, by list.index (a scan in C; a step in Python a None, few)."""
+    out: list[int] = []
+    at = -1
+    try:
+        while True:
+            at = found.index(None, at + 1)
+            out.append(at)
+    except ValueError:
+        return out
 """Bytes a sample field is shorter without its value (a tag and a double): proto3 leaves a 0 out."""
 
 
@@ -311,7 +323,7 @@ def _place_the_others(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: 
     follows the cut (few but the right one pass that check). Fills ``label_end``, ``keys`` and
     ``found`` in; False when some series is still not placed."""
     for other in (tail + VALUE_LEFT_OUT, tail - VALUE_LEFT_OUT):
-        left = np.array([i for i, sid in enumerate(found) if sid is None], dtype=np.int64)  # an id may be 0
+        left = np.array(_nones(found), dtype=np.int64)
         if not left.size:
             break
         at = ends[left] - other
@@ -331,15 +343,21 @@ def uniform_samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
     cut out and laid end to end, are then an (n, e) table read through strided views: one check of
     every field's fixed bytes and continuation bits, the w digits gathered into 56 bits by three
     shift-and-mask steps. Counts, timestamps, values and the digits (the timestamps' varints as a
-    (n, w) view); None when the body is in any other shape."""
+    (n, w) view); None when the body is in any other shape. When every series has one field, some
+    may be VALUE_LEFT_OUT bytes short (a value of 0: _with_values_left_out)."""
     size = ends - label_end
     has = size > 0
     if not bool(has.any()):
         return None
     first = label_end[has]
-    e = 2 + int(buf[first[0] + 1])
+    e = 2 + int(buf[first[0] + 1]) + (VALUE_LEFT_OUT if int(buf[first[0] + 2]) == 0x10 else 0)
     w = e - 12
-    if not 1 <= w <= 8 or bool((size % e).any()) or bool((buf[first] != 0x12).any()):
+    if not 1 <= w <= 8:
+        return None
+    short = size == e - VALUE_LEFT_OUT
+    if bool(short.any()):
+        return _with_values_left_out(buf, label_end, short, e) if bool((short | (size == e)).all()) else None
+    if bool((size % e).any()) or bool((buf[first] != 0x12).any()):
         return None
     # The sample fields end to end, series after series: one gather of e-byte rows from a view of
     # the body as overlapping rows (a row a byte); a real Prometheus sends a series' every sample
@@ -351,8 +369,37 @@ def uniform_samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
         n = int(per_series.sum())
         at = np.repeat(label_end, per_series) + (np.arange(n) - np.repeat(np.cumsum(per_series) - per_series,
                                                                           per_series)) * e
-    table = np.ndarray((len(buf) - e + 1, e), np.uint8, buf, 0, (1, 1))[at].reshape(-1)
-    n = len(at)
+    return _table_samples(np.ndarray((len(buf) - e + 1, e), np.uint8, buf, 0, (1, 1))[at], per_series)
+
+
+def _with_values_left_out(buf: np.ndarray, label_end: np.ndarray, short: np.ndarray, e: int
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """uniform_samples of a request whose every series has one sample field, of ``e`` bytes or,
+    where ``short``, without its value (a 0, which proto3 leaves out: 0x12 (e-11) 0x10 <varint>):
+    those rows are rewritten as the full field of value 0 before the table is read, so the
+    table's checks cover them too."""
+    if int(label_end.max()) + e > len(buf):  # a short field last in an unpadded body: its row would overrun
+        return None
+    table = np.ndarray((len(buf) - e + 1, e), np.uint8, buf, 0, (1, 1))[label_end]
+    s = np.flatnonzero(short)
+    rows = table[s]
+    if bool((rows[:, :3] != np.array([0x12, e - 11, 0x10], dtype=np.uint8)).any()):
+        return None
+    w = e - 12
+    fixed = np.zeros_like(rows)
+    fixed[:, :3] = (0x12, e - 2, 0x09)
+    fixed[:, 11] = 0x10
+    fixed[:, 12:] = rows[:, 3 : 3 + w]
+    table[s] = fixed
+    return _table_samples(table, np.ones(len(label_end), dtype=np.int64))
+
+
+def _table_samples(rows: np.ndarray, per_series: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """uniform_samples' reading of its (n, e) table of sample fields (``per_series`` fields a series)."""
+    n, e = rows.shape
+    w = e - 12
+    table = rows.reshape(-1)
     head = np.ndarray((n,), "<u4", table, 0, (e,)) & np.uint32(0xFFFFFF)
     if bool((head != np.uint32(0x09 << 16 | (e - 2) << 8 | 0x12)).any()):
         return None

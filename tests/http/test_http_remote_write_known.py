@@ -17,6 +17,7 @@ from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.model import make_labels
 from metricsd.proto import prometheus_remote_pb2 as prom
+from metricsd.rpc.columns import varints
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
@@ -175,3 +176,6 @@ def test_samples_of_value_0_among_cached_series_still_take_the_shortcut(zero: li
     _same(known, scan(raw))
     assert known is not None and known.found == cache.lookup(known.keys)
     assert None not in known.found
+    # read as one table (uniform_samples: the digits as an array), the sender's varints kept
+    assert isinstance(known.stamp_varints, np.ndarray)
+    assert known.stamp_varints.tobytes() == varints(known.timestamps.view(np.uint64))
