@@ -282,13 +282,11 @@ def _known_layout(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.n
         return None
     label_end = ends - tail
     placed = (label_end >= starts) & (buf[np.maximum(label_end, 0)] == 0x12)
-    if bool(placed.all()):
-        keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
-        found = cached(keys)
-    else:
-        keys = [joined[s:e] if ok else b"" for s, e, ok in zip(starts.tolist(), label_end.tolist(), placed.tolist(),
-                                                                strict=True)]
-        found = [f if ok else None for f, ok in zip(cached(keys), placed.tolist(), strict=True)]
+    keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
+    found = cached(keys)
+    if not bool(placed.all()):
+        for i in np.flatnonzero(~placed).tolist():  # no sample tag after the cut: a hit would be another series'
+            found[i] = None
     if None in found and not _place_the_others(joined, buf, starts, ends, tail, label_end, keys, found, cached):
         return None
     samples = _samples(buf, label_end, ends)
@@ -319,17 +317,19 @@ def _place_the_others(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: 
                       label_end: np.ndarray, keys: list[bytes], found: list[int | None],
                       cached: Callable[[list[bytes]], list[int | None]]) -> bool:
     """_known_layout for the series the first's layout did not place (``found`` None): their
-    label run VALUE_LEFT_OUT bytes longer, then shorter, looked up where a sample field's tag
-    follows the cut (few but the right one pass that check). Fills ``label_end``, ``keys`` and
-    ``found`` in; False when some series is still not placed."""
-    for other in (tail + VALUE_LEFT_OUT, tail - VALUE_LEFT_OUT):
+    label run VALUE_LEFT_OUT bytes longer (the usual: its value left out, the first's not), then
+    shorter, looked up where a sample field's tag follows the cut (few but the right one pass that
+    check). Fills ``label_end``, ``keys`` and ``found`` in; False when some series is still not
+    placed."""
+    for other in (tail - VALUE_LEFT_OUT, tail + VALUE_LEFT_OUT):
         left = np.array(_nones(found), dtype=np.int64)
         if not left.size:
             break
         at = ends[left] - other
         ok = (other > 0) & (at >= starts[left]) & (buf[np.maximum(at, 0)] == 0x12)
-        tried, at = left[ok].tolist(), at[ok].tolist()
-        tried_keys = [joined[int(starts[i]):a] for i, a in zip(tried, at, strict=True)]
+        tried, at = left[ok], at[ok].tolist()
+        tried_keys = [joined[s:a] for s, a in zip(starts[tried].tolist(), at, strict=True)]
+        tried = tried.tolist()
         for i, a, key, sid in zip(tried, at, tried_keys, cached(tried_keys), strict=True):
             if sid is not None:
                 label_end[i], keys[i], found[i] = a, key, sid
