@@ -8,6 +8,7 @@ by one Prometheus, side by side (a documented command, not a test).
     .venv/bin/python perf/bench_rw_prometheus.py --cluster              # a third queue: a cluster's proxy
     .venv/bin/python perf/bench_rw_prometheus.py --base /tmp/main       # an A/B: a second store from that code
     .venv/bin/python perf/bench_rw_prometheus.py --cluster --cluster-b="--no-writes-on-read-port"  # two clusters
+    .venv/bin/python perf/bench_rw_prometheus.py --cluster --cluster-base /tmp/main  # two clusters, two checkouts
 
 perf/bench_remote_write.py builds its remote-write bodies itself, each series in the same request
 slot every time: the best case of the receiver's layout memo (metricsd/http/remote_write_layout.py).
@@ -72,18 +73,22 @@ METRICS = (("container_cpu_usage_seconds_total", "counter"), ("container_memory_
 
 class Target:
     """One scrape target: ``pods`` pods x 4 series, their lines' label parts built once; a scrape
-    formats the values of the moment (counters grow, gauges wander)."""
+    formats the values of the moment (counters grow, gauges wander). ``zero_share`` of the series
+    (spread evenly) stay at 0, as an error counter that never moved does: a sample whose value
+    protobuf leaves out, 9 bytes shorter than the others."""
 
-    def __init__(self, index: int, pods: int) -> None:
+    def __init__(self, index: int, pods: int, zero_share: float = 0.0) -> None:
         self.prefixes: list[str] = []
         self.rates: list[float] = []
         self.counter: list[bool] = []
+        every = round(1 / zero_share) if zero_share > 0 else 0
         for p in range(pods):
             labels = (f'namespace="ns-{(index * pods + p) % 50}",pod="pod-{index}-{p}",container="app",'
                       f'node="node-{(index * pods + p) % 100}"')
             for j, (name, kind) in enumerate(METRICS):
                 self.prefixes.append(f"{name}{{{labels}}} ")
-                self.rates.append(0.001 * (1 + (p * 7 + j) % 97))
+                zero = every > 0 and (p * len(METRICS) + j) % every == 0
+                self.rates.append(0.0 if zero else 0.001 * (1 + (p * 7 + j) % 97))
                 self.counter.append(kind == "counter")
         head = "".join(f"# TYPE {name} {kind}\n" for name, kind in METRICS)
         self.head = head
@@ -93,16 +98,16 @@ class Target:
         t = time.monotonic() - self.t0
         lines = [self.head]
         for prefix, rate, counter in zip(self.prefixes, self.rates, self.counter, strict=True):
-            v = rate * t * 1000 if counter else 1e6 * (2 + math.sin(rate * t))
+            v = rate * t * 1000 if counter or not rate else 1e6 * (2 + math.sin(rate * t))
             lines.append(f"{prefix}{v:.6g}\n")
         return web.Response(text="".join(lines), content_type="text/plain")
 
 
-async def serve_targets(n: int, pods: int) -> tuple[list[web.AppRunner], list[int]]:
+async def serve_targets(n: int, pods: int, zero_share: float = 0.0) -> tuple[list[web.AppRunner], list[int]]:
     runners, ports = [], []
     for i in range(n):
         app = web.Application()
-        app.router.add_get("/metrics", Target(i, pods).handle)
+        app.router.add_get("/metrics", Target(i, pods, zero_share).handle)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         port = free_port()
@@ -190,10 +195,13 @@ def start_base(procs: Processes, code: Path) -> Server:
         return procs.start_metricsd("base")
 
 
-def start_cluster_b(procs: Processes, flags: str) -> Server:
-    """A second cluster whose ``cluster up`` also gets ``flags`` (e.g. ``--no-writes-on-read-port``):
-    an A/B of a cluster setting, both fed by the same Prometheus in the same run."""
-    with _env("BENCH_CLUSTER_ARGS", f"{os.environ.get('BENCH_CLUSTER_ARGS') or ''} {flags}"):
+def start_cluster_b(procs: Processes, flags: str, code: Path | None = None) -> Server:
+    """A second cluster whose ``cluster up`` also gets ``flags`` (e.g. ``--no-writes-on-read-port``)
+    and, with ``code``, runs that checkout's code in every process (as start_base): an A/B of a
+    cluster setting or of two checkouts, both fed by the same Prometheus in the same run (the same
+    load on both sides, which separate runs on a shared machine never have)."""
+    code_env = _env("PYTHONPATH", str(code.resolve())) if code is not None else contextlib.nullcontext()
+    with _env("BENCH_CLUSTER_ARGS", f"{os.environ.get('BENCH_CLUSTER_ARGS') or ''} {flags}"), code_env:
         return procs.start_metricsd_cluster("metricsd-cluster-b")
 
 
@@ -227,11 +235,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": " ".join(["perf/bench_rw_prometheus.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d %H:%M"),
         "load_before": _load(), "cores": os.cpu_count(),
         "workload": f"{args.targets} targets x {args.pods} pods x 4 series = {args.targets * args.pods * 4:,d} series, "
-                    f"scraped every {args.interval:g} s", "queue_config": queue or "Prometheus' defaults",
+                    f"scraped every {args.interval:g} s"
+                    + (f", {args.zero_share:.0%} of them at 0" if args.zero_share else ""),
+        "queue_config": queue or "Prometheus' defaults",
         "versions": {"prometheus": package_version("prometheus"),
                      "victoriametrics": package_version("victoria-metrics")}}
     tmp = Path(tempfile.mkdtemp(prefix="metricsd-rwprom-"))
-    runners, ports = await serve_targets(args.targets, args.pods)
+    runners, ports = await serve_targets(args.targets, args.pods, args.zero_share)
     prom: subprocess.Popen[bytes] | None = None
     try:
         with Processes() as procs:
@@ -241,8 +251,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 servers["base"] = start_base(procs, args.base)
             if args.cluster:
                 servers["cluster"] = procs.start_metricsd_cluster()
-            if args.cluster_b is not None:
-                servers["cluster_b"] = start_cluster_b(procs, args.cluster_b)
+            if args.cluster_b is not None or args.cluster_base is not None:
+                servers["cluster_b"] = start_cluster_b(procs, args.cluster_b or "", args.cluster_base)
             for name in ("cluster", "cluster_b"):
                 if name in servers:
                     async with MetricsClient(servers[name].grpc_address, timeout_s=60) as probe:
@@ -352,6 +362,8 @@ def main() -> int:
     ap.add_argument("--targets", type=int, default=10, help="scrape targets")
     ap.add_argument("--pods", type=int, default=1000, help="pods a target (4 series each)")
     ap.add_argument("--interval", type=float, default=2.0, help="scrape interval, seconds")
+    ap.add_argument("--zero-share", type=float, default=0.0,
+                    help="share of the series that stay at 0 (an unmoved counter; protobuf leaves the value out)")
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of each receiver's idle CPU measured first")
     ap.add_argument("--warmup", type=float, default=30.0, help="seconds before the window")
     ap.add_argument("--seconds", type=float, default=90.0, help="the measured window")
@@ -361,6 +373,8 @@ def main() -> int:
     ap.add_argument("--base", type=Path, help="also a store running this checkout's code (an A/B in one run)")
     ap.add_argument("--cluster-b", metavar="FLAGS",
                     help="also a second cluster whose `cluster up` gets these flags (an A/B of a cluster setting)")
+    ap.add_argument("--cluster-base", type=Path, metavar="CODE",
+                    help="also a second cluster (cluster_b) running this checkout's code (an A/B of two checkouts)")
     ap.add_argument("--profile", action="store_true", help="py-spy the stores and the proxy (not a timing run)")
     ap.add_argument("--json", type=Path, default=HERE / "results" / "bench_rw_prometheus.json")
     args = ap.parse_args()

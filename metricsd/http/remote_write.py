@@ -279,10 +279,13 @@ def prepare_write(scanned: Scanned, cache: SeriesCache, settings: HttpSettings) 
         ids = [sid for sid in ids if sid >= 0]
         if not ids:
             return PreparedWrite(None, learnt, [], [], dropped)
-    uids, counts, stamps, values = _columns(np.array(ids, dtype=np.uint64), len(set(ids)) == len(ids), scanned)
-    # The sender's timestamp varints serve when the samples pass unchanged.
+    as_array = np.fromiter(ids, dtype=np.uint64, count=len(ids))
+    uids, counts, stamps, values = _columns(as_array, len(set(ids)) == len(ids), scanned)
+    # The sender's timestamp varints serve when the samples pass unchanged, and its ids as ints
+    # when each series came once.
     stamp_bytes = scanned.stamp_varints if stamps is scanned.timestamps else None
-    batch = WriteColumns(uids, counts, stamps, values, new_labels, stamp_bytes)
+    batch = WriteColumns(uids, counts, stamps, values, new_labels, stamp_bytes,
+                         id_list=ids if uids is as_array else None)
     return PreparedWrite(batch, learnt, scanned.keys, ids, dropped)
 
 

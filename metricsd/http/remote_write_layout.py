@@ -30,7 +30,8 @@ from typing import overload
 
 import numpy as np
 
-from metricsd.http.remote_write_scan import Scanned, TooLarge, first_label_end, uniform_samples
+from metricsd.http.remote_write_scan import Scanned, TooLarge, first_label_end
+from metricsd.http.remote_write_table import uniform_samples
 from metricsd.rpc.limits import RequestLimits, check_counts
 
 __all__ = ["DEFAULT_LAYOUTS", "DEFAULT_LAYOUT_BYTES", "LayoutMemo"]

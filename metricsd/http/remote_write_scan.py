@@ -31,6 +31,7 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
+from metricsd.http.remote_write_table import VALUE_LEFT_OUT, uniform_samples
 from metricsd.proto import prometheus_remote_pb2 as prom
 from metricsd.rpc.columns import varints
 from metricsd.rpc.limits import Refusal, RequestLimits, check_counts
@@ -220,15 +221,24 @@ def scan(raw: bytes, limits: RequestLimits | None = None,
     if label_end is None:
         return None
     keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
+    samples = _samples(buf, label_end, ends)
+    return None if samples is None else Scanned(keys, *samples)
+
+
+def _samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes | np.ndarray | None] | None:
+    """Counts, timestamps, values and timestamp varints of the sample runs [label_end, ends): as
+    one table when every field is of one size (uniform_samples), else field by field; None when
+    the runs are not sample fields in the usual form."""
     uniform = uniform_samples(buf, label_end, ends)
     if uniform is not None:
-        return Scanned(keys, *uniform)
+        return uniform
     found = _walk_samples(buf, label_end, ends)
     if found is None:
         return None
     counts, payload, size = found
     decoded = _decode_samples(buf, payload, size)
-    return None if decoded is None else Scanned(keys, counts, *decoded)
+    return None if decoded is None else (counts, *decoded)
 
 
 def first_label_end(joined: bytes, end: int) -> int | None:
@@ -255,72 +265,72 @@ def _known_layout(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.n
                   cached: Callable[[list[bytes]], list[int | None]], on_known: Known | None = None
                   ) -> Scanned | None:
     """The usual live request without the label walk: every series laid out as the first (its
-    label run the same number of bytes short of its end, where a sample field, 0x12, starts), and
-    the label bytes so placed of every series in the cache; None when either fails.
+    label run the same number of bytes short of its end, where a sample field, 0x12, starts), or
+    VALUE_LEFT_OUT bytes more or less (a sample of value 0, which proto3 leaves out: a real
+    Prometheus sends a few in most requests), and the label bytes so placed of every series in
+    the cache; None when that fails for some series.
 
     The result is the walk's: a cache key is a whole run of label fields (0x0a), as the walk (or
     protobuf) found it when the series was learnt, and a dict hit compares the bytes in full; so
     the walk over them would step field by field to their end, where the sample field's tag stops
-    it: the same label end. Costs a bytes object a series, as the walk's keys do."""
+    it: the same label end (so of the places tried, at most one can pass). Costs a bytes object a
+    series, as the walk's keys do."""
     first = first_label_end(joined, int(ends[0]))
     if first is None:
         return None
     tail = int(ends[0]) - first
+    if not tail or cached([joined[:first]])[0] is None:  # a new sender's first requests: no key a series for nothing
+        return None
     label_end = ends - tail
-    if not tail or bool((label_end < starts).any()) or bool((buf[label_end] != 0x12).any()):
-        return None
-    if cached([joined[:first]])[0] is None:  # a new sender's first requests: no key a series for nothing
-        return None
+    placed = (label_end >= starts) & (buf[np.maximum(label_end, 0)] == 0x12)
     keys = [joined[s:e] for s, e in zip(starts.tolist(), label_end.tolist(), strict=True)]
     found = cached(keys)
-    if None in found:
+    if not bool(placed.all()):
+        for i in np.flatnonzero(~placed).tolist():  # no sample tag after the cut: a hit would be another series'
+            found[i] = None
+    if None in found and not _place_the_others(joined, buf, starts, ends, tail, label_end, keys, found, cached):
         return None
-    uniform = uniform_samples(buf, label_end, ends)
-    if uniform is None:
+    samples = _samples(buf, label_end, ends)
+    if samples is None:
         return None
     if on_known is not None:
         on_known(starts, label_end, ends, cast(list[int], found))
-    return Scanned(keys, *uniform, found=cast(list[int], found))
+    return Scanned(keys, *samples, found=cast(list[int], found))
 
 
-def uniform_samples(buf: np.ndarray, label_end: np.ndarray, ends: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """The usual body in one go: every sample field of every series is ``e`` bytes,
-    0x12 (e-2) 0x09 <double> 0x10 <varint of w = e-12 bytes, w <= 8>. The series' sample runs,
-    cut out and laid end to end, are then an (n, e) table read through strided views: one check of
-    every field's fixed bytes and continuation bits, the w digits gathered into 56 bits by three
-    shift-and-mask steps. Counts, timestamps, values and the digits (the timestamps' varints as a
-    (n, w) view); None when the body is in any other shape."""
-    size = ends - label_end
-    has = size > 0
-    if not bool(has.any()):
-        return None
-    first = label_end[has]
-    e = 2 + int(buf[first[0] + 1])
-    w = e - 12
-    if not 1 <= w <= 8 or bool((size % e).any()) or bool((buf[first] != 0x12).any()):
-        return None
-    # the sample runs end to end: one gather, each byte from its series' run (no bytes object a series)
-    total = int(size.sum())
-    table = buf[np.repeat(label_end - (np.cumsum(size) - size), size) + np.arange(total)]
-    n = len(table) // e
-    head = np.ndarray((n,), "<u4", table, 0, (e,)) & np.uint32(0xFFFFFF)
-    if bool((head != np.uint32(0x09 << 16 | (e - 2) << 8 | 0x12)).any()):
-        return None
-    if bool((np.ndarray((n,), "u1", table, 11, (e,)) != 0x10).any()):
-        return None
-    # The varint's w bytes, the record's last, as the top of a little-endian word.
-    x = np.ndarray((n,), "<u8", table, e - 8, (e,)) >> np.uint64(64 - 8 * w)
-    if bool(((x & np.uint64(int.from_bytes(b"\x80" * w, "little")))
-             != np.uint64(int.from_bytes(b"\x80" * (w - 1), "little"))).any()):
-        return None  # a continuation bit out of place: not one varint of exactly w bytes
-    x &= np.uint64(0x7F7F7F7F7F7F7F7F)
-    x = (x & np.uint64(0x007F007F007F007F)) | ((x & np.uint64(0x7F007F007F007F00)) >> np.uint64(1))
-    x = (x & np.uint64(0x00003FFF00003FFF)) | ((x & np.uint64(0x3FFF00003FFF0000)) >> np.uint64(2))
-    x = (x & np.uint64(0x000000000FFFFFFF)) | ((x & np.uint64(0x0FFFFFFF00000000)) >> np.uint64(4))
-    values = np.array(np.ndarray((n,), "<f8", table, 3, (e,)), dtype=np.float64)
-    digits = np.ndarray((n, w), np.uint8, table, 12, (e, 1))
-    return size // e, x.view(np.int64), values, digits
+def _nones(found: list[int | None]) -> list[int]:
+    """Where ``found`` holds None, by list.index (a scan in C; a step in Python a None, few)."""
+    out: list[int] = []
+    at = -1
+    try:
+        while True:
+            at = found.index(None, at + 1)
+            out.append(at)
+    except ValueError:
+        return out
+
+
+def _place_the_others(joined: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, tail: int,
+                      label_end: np.ndarray, keys: list[bytes], found: list[int | None],
+                      cached: Callable[[list[bytes]], list[int | None]]) -> bool:
+    """_known_layout for the series the first's layout did not place (``found`` None): their
+    label run VALUE_LEFT_OUT bytes longer (the usual: its value left out, the first's not), then
+    shorter, looked up where a sample field's tag follows the cut (few but the right one pass that
+    check). Fills ``label_end``, ``keys`` and ``found`` in; False when some series is still not
+    placed."""
+    for other in (tail - VALUE_LEFT_OUT, tail + VALUE_LEFT_OUT):
+        left = np.array(_nones(found), dtype=np.int64)
+        if not left.size:
+            break
+        at = ends[left] - other
+        ok = (other > 0) & (at >= starts[left]) & (buf[np.maximum(at, 0)] == 0x12)
+        tried, at = left[ok], at[ok].tolist()
+        tried_keys = [joined[s:a] for s, a in zip(starts[tried].tolist(), at, strict=True)]
+        tried = tried.tolist()
+        for i, a, key, sid in zip(tried, at, tried_keys, cached(tried_keys), strict=True):
+            if sid is not None:
+                label_end[i], keys[i], found[i] = a, key, sid
+    return None not in found
 
 
 def _walk_labels(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:

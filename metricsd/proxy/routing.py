@@ -30,6 +30,8 @@ __all__ = ["Batch", "KnownIds", "SeriesRouter"]
 BATCH_CACHE_BYTES = 32 * 2**20  # SeriesRouter's batches: ~2,000 batches of 1,000 series
 BATCHES_PER_MEMBER = 65_536  # KnownIds' complete batches per member (hashes, ~5 MiB)
 MAX_BIT = 1 << 62  # KnownIds' member bits: past it (members replaced 62 times) all is forgotten once
+KEY_MISSES_BEFORE_SKIP = 1024  # KnownIds: batch keys looked up in vain in a row before keys are mostly skipped
+KEY_RETRY_EVERY = 32  # KnownIds: while skipping, one batch in so many still gets a key
 
 
 class SeriesRouter:
@@ -163,30 +165,49 @@ class KnownIds:
         # skips the look-up of each id. A colliding hash would only send a batch without some
         # labels; the member answers unknown_ids and the sender resends them (writes.py).
         self._complete: dict[str, set[int]] = {}
+        self._key_misses = 0  # batch keys looked up in a row without a hit
+        self._key_skips = 0
 
-    def _common(self, ids: Sequence[int] | np.ndarray) -> tuple[list[int], int]:
-        """``ids`` as a list and the AND of their masks, reused while the same ids array is asked
-        and nothing changed (every member of a batch's slots: a batch's arrays are not changed once
-        made; a list is never reused, it may be)."""
+    def wants_key(self) -> bool:
+        """Whether a caller should build a batch key for :meth:`missing`: not while keys keep
+        missing (a real Prometheus never sends one batch twice: a key built and hashed a member a
+        batch answered nothing, ~1% of a proxy's CPU), but still every KEY_RETRY_EVERY-th batch,
+        so a sender whose batches repeat (an agent) is found again and keys come back at its
+        first hit. Without a key the answer is the same, from the ids."""
+        if self._key_misses < KEY_MISSES_BEFORE_SKIP:
+            return True
+        self._key_skips += 1
+        return self._key_skips % KEY_RETRY_EVERY == 0
+
+    def _common(self, ids: Sequence[int] | np.ndarray, id_list: list[int] | None = None) -> tuple[list[int], int]:
+        """``ids`` as a list (``id_list`` when given: the same ids, not to be changed) and the AND
+        of their masks, reused while the same ids array is asked and nothing changed (every member
+        of a batch's slots: a batch's arrays are not changed once made; a list is never reused, it
+        may be)."""
         last = self._last
         if last is not None and last[0] is ids and isinstance(ids, np.ndarray):
             return last[1], last[2]
-        as_list: list[int] = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+        as_list = _as_list(ids, id_list)
         get = self._masks.get
         common = functools.reduce(operator.and_, map(get, as_list, itertools.repeat(0)), -1) if as_list else -1
         self._last = (ids, as_list, common) if isinstance(ids, np.ndarray) else None
         return as_list, common
 
-    def missing(self, member: str, ids: Sequence[int] | np.ndarray, key: bytes | None = None) -> list[int]:
+    def missing(self, member: str, ids: Sequence[int] | np.ndarray, key: bytes | None = None,
+                id_list: list[int] | None = None) -> list[int]:
         """The ids among ``ids`` the member has not acknowledged with labels. ``key`` names the
-        batch (its ids' bytes): a batch seen complete before answers without a look at its ids."""
+        batch (its ids' bytes): a batch seen complete before answers without a look at its ids.
+        ``id_list``: ``ids`` as ints when the caller has them (WriteColumns.id_list)."""
         complete = self._complete.get(member)
-        if key is not None and complete is not None and hash(key) in complete:
-            return []
+        if key is not None:
+            if complete is not None and hash(key) in complete:
+                self._key_misses = 0
+                return []
+            self._key_misses += 1
         bit = self._bit.get(member)
         if bit is None:
-            return ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-        as_list, common = self._common(ids)
+            return list(_as_list(ids, id_list))
+        as_list, common = self._common(ids, id_list)
         if common & bit:
             if key is not None:
                 complete = self._complete.setdefault(member, set())
@@ -250,6 +271,13 @@ class KnownIds:
             self._bit.pop(m, None)
             self._count.pop(m, None)
             self._complete.pop(m, None)
+
+
+def _as_list(ids: Sequence[int] | np.ndarray, id_list: list[int] | None) -> list[int]:
+    """``ids`` as ints: ``id_list`` when the caller had them (the same ids; shared, not changed)."""
+    if id_list is not None:
+        return id_list
+    return ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
 
 
 @dataclass

@@ -78,7 +78,8 @@ class WritePath:
 
     async def _write(self, columns: WriteColumns) -> pb.WriteResponse:
         local = self.router.learn(columns.labels) if columns.labels else {}
-        hashes, unknown = self.router.resolve(columns.ids, local, columns.ids.tobytes())
+        ids = columns.id_list if columns.id_list is not None else columns.ids
+        hashes, unknown = self.router.resolve(ids, local, columns.ids.tobytes())
         if unknown:
             self.counters["write_unknown_ids"] += len(unknown)
             return pb.WriteResponse(unknown_ids=unknown)
@@ -176,7 +177,9 @@ class WritePath:
 
     async def _send(self, shard_map: ShardMap, member: str, batch: Batch, slots: Sequence[int]) -> pb.WriteResponse:
         part, ids = batch.part_bytes(slots)
-        missing = self.view.known.missing(member, ids, batch.sub_key(slots))
+        id_list = batch.columns.id_list if ids is batch.columns.ids else None  # the whole batch: ints at hand
+        known = self.view.known
+        missing = known.missing(member, ids, batch.sub_key(slots) if known.wants_key() else None, id_list)
         if missing:  # appended wire bytes merge into the message: its series gain these labels
             part += batch.labels_of(missing)
         labelled = missing

@@ -98,6 +98,9 @@ class WriteColumns:
     # The message these columns were read from (of_request): without labels, protobuf writes it
     # back faster than the columns are encoded.
     message: pb.WriteRequest | None = field(default=None, compare=False, repr=False)
+    # ``ids`` as Python ints, when the batch's maker had them (the remote-write receiver): a
+    # proxy's look-ups by id take them as they are instead of converting the array again.
+    id_list: list[int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def samples(self) -> int:
@@ -143,7 +146,8 @@ class WriteColumns:
 
     def with_labels(self, labels: Mapping[int, Labels]) -> WriteColumns:
         """The same samples with ``labels`` as the labels that travel with them."""
-        return WriteColumns(self.ids, self.counts, self.timestamps, self.values, labels, self.stamp_varints)
+        return WriteColumns(self.ids, self.counts, self.timestamps, self.values, labels, self.stamp_varints,
+                            id_list=self.id_list)
 
     @classmethod
     def of_request(cls, request: pb.WriteRequest) -> WriteColumns:

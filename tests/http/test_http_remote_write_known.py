@@ -17,6 +17,7 @@ from metricsd.http.selfmetrics import SelfMetrics
 from metricsd.http.settings import HttpSettings
 from metricsd.model import make_labels
 from metricsd.proto import prometheus_remote_pb2 as prom
+from metricsd.rpc.columns import varints
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
@@ -134,3 +135,47 @@ async def test_live_requests_of_cached_series_store_every_sample() -> None:
     assert stored == {make_labels(None, {k: v for k, v in lab.items() if v}):
                       [(T0 + t * 10_000, float(t + i)) for t in range(4)] for i, lab in enumerate(pods)}
     assert rx.label_resends == 0
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 2), st.integers(0, 3)),
+                min_size=1, max_size=8))
+def test_the_ids_given_as_ints_are_the_batchs_ids(entries: list[tuple[str, int, int]]) -> None:
+    """prepare_write hands the proxy its ids as ints (WriteColumns.id_list) only when they are the
+    batch's ids entry for entry: a series sent twice, or samples out of order, merge into other
+    columns, and then none are given."""
+    hs = HttpSettings(access_log=False)
+    series: list[Series] = [(_pod(pod), [(T0 + shift * 1000 + k, float(k)) for k in range(n + 1)][::-1 if n > 1 else 1])
+                            for pod, n, shift in entries]
+    raw = _raw(series)
+    cache = SeriesCache()
+    for _ in range(2):  # the first time the series are new, then cached
+        prepared = prepare_write(decode_body(bytes(cramjam.snappy.compress_raw(raw)), 1 << 20, None, cache), cache, hs)
+        cache.add(prepared.learnt)
+        assert prepared.batch is not None
+        given_ids = prepared.batch.id_list
+        if given_ids is not None:
+            assert given_ids == prepared.batch.ids.tolist()
+    if len({pod for pod, _, _ in entries}) == len(entries) and all(n < 2 for _, n, _ in entries):
+        assert given_ids is not None  # each series once, in time order: passed on
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.booleans(), min_size=1, max_size=40), st.sampled_from(["", "x", "yy" * 40]))
+def test_samples_of_value_0_among_cached_series_still_take_the_shortcut(zero: list[bool], pad: str) -> None:
+    """proto3 leaves a 0 value out, so such a sample field is 9 bytes shorter: a real Prometheus
+    sends a few in most requests (a counter still at 0). Wherever they are (the first series too),
+    a request of cached series with one sample each comes with its ids, and reads as the walk
+    reads it."""
+    pods = [_pod(f"p{i}", container=pad * (i % 2)) for i in range(len(zero))]
+    series: list[Series] = [(lab, [(T0, 0.0 if z else 1.5 + i)])
+                            for i, (lab, z) in enumerate(zip(pods, zero, strict=True))]
+    cache = _warm([(lab, [(T0 - 1000, 1.0)]) for lab in pods])
+    raw = _raw(series)
+    known = scan(raw, None, cache.lookup)
+    _same(known, scan(raw))
+    assert known is not None and known.found == cache.lookup(known.keys)
+    assert None not in known.found
+    # read as one table (uniform_samples: the digits as an array), the sender's varints kept
+    assert isinstance(known.stamp_varints, np.ndarray)
+    assert known.stamp_varints.tobytes() == varints(known.timestamps.view(np.uint64))

@@ -1,5 +1,5 @@
 """The usual remote-write body (every sample field the same size) is read in one go by
-``uniform_samples`` (http/remote_write_scan.py), its sample runs gathered end to end from every
+``uniform_samples`` (http/remote_write_table.py), its sample runs gathered end to end from every
 series; the general walk is not needed for it, and gives the same columns when it is used."""
 
 from __future__ import annotations

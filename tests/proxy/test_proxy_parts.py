@@ -20,7 +20,7 @@ from metricsd.proxy.handoff import HintedHandoff, MemberGone
 from metricsd.proxy.health import MemberHealth
 from metricsd.proxy.members import SlotNotHeld, call_with_retries
 from metricsd.proxy.quorum import QuorumSettings
-from metricsd.proxy.routing import Batch, KnownIds, SeriesRouter
+from metricsd.proxy.routing import KEY_MISSES_BEFORE_SKIP, KEY_RETRY_EVERY, Batch, KnownIds, SeriesRouter
 from metricsd.proxy.settings import HandoffSettings, HealthSettings, ProxySettings
 from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.columns import WriteColumns, varints
@@ -205,6 +205,24 @@ def test_known_ids_remember_complete_batches_until_a_member_forgets() -> None:
     assert known.missing("a", ids, key) == []
     known.forget(["a"])
     assert known.missing("a", ids, key) == [1, 2, 3]
+
+
+def test_known_ids_skip_batch_keys_while_they_keep_missing_and_take_them_back_at_a_hit() -> None:
+    """A sender whose batches never repeat (a real Prometheus) stops costing a key a batch; one
+    batch in KEY_RETRY_EVERY still gets one, and its first hit (batches repeating) brings keys back.
+    The answers never depend on it."""
+    known = KnownIds(limit=10_000)
+    known.add("a", [1, 2, 3])
+    for n in range(KEY_MISSES_BEFORE_SKIP):
+        assert known.wants_key()
+        assert known.missing("a", [1, 2, 3, 4], n.to_bytes(4, "little")) == [4]
+    asked = [known.wants_key() for _ in range(4 * KEY_RETRY_EVERY)]
+    assert asked.count(True) == 4
+    assert known.missing("a", [1, 2, 3], b"repeated") == []  # complete: remembered under its key
+    assert not known.wants_key()  # the remembering was no hit
+    assert known.missing("a", [1, 2, 3], b"repeated") == []  # a hit
+    assert all(known.wants_key() for _ in range(3 * KEY_RETRY_EVERY))
+    assert known.missing("a", [1, 2, 3, 5], None) == [5]  # without a key: the same answer, from the ids
 
 
 @settings(max_examples=60, deadline=None)
