@@ -12,13 +12,16 @@ a remote-write store on each loop, interleaved; four loaded runs, perf/RESULTS.m
 s39-23") found uvloop cheaper for ingest and for ``1`` in most runs, but the cluster's rate() of
 one pod at concurrency 8 at 0.89-1.14x asyncio's CPU and 0.85-1.49x its p50, and in every run
 10-28 of ~95 measures more than 10% worse: not the clear win a new default needs. The quiet
-machine's run of the same A/B decides it.
+run of the same A/B (perf/RESULTS.md, "Session 41, lead") settled it: one store's ingest 0.88-0.92x
+on uvloop, the cluster's stores' 1.00x, and of ~120 measures 30 more than 10% better and 34 more
+than 10% worse (p99s at concurrency 8 up to 3x, the cluster's CPU a rate() at c8 1.27x).
 
 ``METRICSD_EVENT_LOOP_<ROLE>`` (``METRICSD_EVENT_LOOP_PROXY=uvloop``) picks the loop of one kind of
 process, above ``METRICSD_EVENT_LOOP``: so that the proxy alone can be measured on uvloop in a whole
 cluster (``perf/bench_reads.py --cluster-variant NAME=DIR,METRICSD_EVENT_LOOP_PROXY=uvloop``), the
 candidate of issue 23 that loaded A/Bs put at -6..-8% of the proxy's CPU a (b) (perf/RESULTS.md,
-session 41, s41-23), still not the default without a quiet run.
+session 41, s41-23); the quiet A/B of every process had the proxy's CPU a rate() 0.83x at
+concurrency 1 and 1.50x at 8, so not the default either.
 """
 
 from __future__ import annotations
