@@ -198,19 +198,19 @@ class HotQueries(HotRoute[tuple[Params, Continued | None]]):
                 got = await continued.resume()
             except TimeoutError:
                 raise timed_out() from None
-            body = self.whole.body(got, continued.started)
-            if body is not None:
-                return 200, body, ""
-            return 200, await self.bodies[req.name](params), ""
+            return await self._whole_or_engine(req, params, self.whole.body(got, continued.started))
         refused = await self.identity(req, peer)
         if isinstance(refused, tuple):
             return refused
-        instant = _INSTANT[req.name]
+        body = None
         if self.whole is not None and consistency.current() is Consistency.ONE:
-            body = await self.whole.answer(params, instant)
-            if body is not None:
-                return 200, body, ""
-        return 200, await self.bodies[req.name](params), ""
+            body = await self.whole.answer(params, _INSTANT[req.name])
+        return await self._whole_or_engine(req, params, body)
+
+    async def _whole_or_engine(self, req: HotRequest, params: Params, body: bytes | None) -> Answer:
+        """The whole query's body, or the engine's when the whole path gave none (a query it does
+        not take, or stores that could not answer whole)."""
+        return 200, body if body is not None else await self.bodies[req.name](params), ""
 
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
@@ -367,29 +367,32 @@ class HotProtocol(asyncio.Protocol):
         except asyncio.CancelledError:
             self.task = None
             return
-        if self._gzipped(req, body):
-            body = (zlib.compress(body, 6, wbits=31) if len(body) <= GZIP_ON_LOOP else  # zlib lets the GIL go
-                    await asyncio.to_thread(zlib.compress, body, 6, wbits=31))
-            extra += _GZIP_HEADERS
+        ready = self._gzip_now(req, body, extra)
+        if ready is None:  # zlib lets the GIL go
+            ready = await asyncio.to_thread(zlib.compress, body, 6, wbits=31), extra + _GZIP_HEADERS
         self.task = None
-        self._write(req, status, body, extra)
+        self._write(req, status, *ready)
 
     def reply(self, req: HotRequest, answer: Answer) -> None:
         """``answer`` written now, from the turn of the loop that has it (hotnow.py): no task, unless
         its gzip is a worker thread's."""
         status, body, extra = answer
-        if self._gzipped(req, body):
-            if len(body) > GZIP_ON_LOOP:
-                self.run_task(req, functools.partial(_ready, answer))
-                return
-            body = zlib.compress(body, 6, wbits=31)
-            extra += _GZIP_HEADERS
+        ready = self._gzip_now(req, body, extra)
+        if ready is None:
+            self.run_task(req, functools.partial(_ready, answer))
+            return
         self.task = None
-        self._write(req, status, body, extra)
+        self._write(req, status, *ready)
 
-    def _gzipped(self, req: HotRequest, body: bytes) -> bool:
-        return (len(body) >= self.server.settings.gzip_min_bytes
-                and "gzip" in req.headers.get(b"accept-encoding", "").lower())
+    def _gzip_now(self, req: HotRequest, body: bytes, extra: str) -> tuple[bytes, str] | None:
+        """The body and extra headers to write, gzipped here when asked for and small enough to
+        compress on the loop; None when its gzip is a worker thread's (past ``GZIP_ON_LOOP``)."""
+        if (len(body) < self.server.settings.gzip_min_bytes
+                or "gzip" not in req.headers.get(b"accept-encoding", "").lower()):
+            return body, extra
+        if len(body) > GZIP_ON_LOOP:
+            return None
+        return zlib.compress(body, 6, wbits=31), extra + _GZIP_HEADERS
 
     def _write(self, req: HotRequest, status: int, body: bytes, extra: str) -> None:
         close = req.close or self.server.closing

@@ -7,11 +7,14 @@ whole_query_harness.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from collections.abc import Coroutine, Generator
 from typing import Any
 
 from whole_query_harness import AT, QUERIES, Harness, learn_slow, stall, warm
+
+from metricsd.http.hotpath import GZIP_ON_LOOP
 
 
 def _count_tasks(loop: asyncio.AbstractEventLoop) -> Counter[str]:
@@ -65,3 +68,32 @@ async def test_a_store_past_its_hedge_delay_hands_the_query_to_a_task_that_hedge
     assert harness.counter("whole_query_hedges") >= 1  # a loaded machine's second store may pass 10 ms too
     assert sum(harness.proxy.whole_queries.in_flight.values()) == 0
     assert not port._waiting  # the stalled ask forgotten when the hedge won
+
+
+async def test_a_whole_answer_is_gzipped_on_the_loop_or_handed_to_a_task_past_the_loops_size(
+        harness: Harness) -> None:
+    """hotnow's answer written from the read port's turn (HotProtocol.reply): gzipped there when it
+    is past gzip_min_bytes (32 KiB) and at most GZIP_ON_LOOP, in a task's worker thread past it."""
+    await warm(harness)
+    learn_slow(harness, 20.0)  # no hedge
+    selector = "container_cpu_usage_seconds_total"
+    start, end = str(float(AT) - 600), AT
+    loop = asyncio.get_running_loop()
+    sizes: list[tuple[int, int]] = []
+    for step in ("5", "0.1"):  # ~0.1 MiB, then past GZIP_ON_LOOP
+        made = _count_tasks(loop)
+        try:
+            async with harness.http.get(harness.url + "/api/v1/query_range",
+                                        params={"query": selector, "start": start, "end": end, "step": step},
+                                        headers={"Accept-Encoding": "gzip"}) as r:
+                assert r.status == 200 and r.headers.get("Content-Encoding") == "gzip", r.headers
+                raw = await r.read()
+                body = json.loads(raw)
+        finally:
+            loop.set_task_factory(None)
+        sizes.append((len(raw), made["HotProtocol._answer"]))
+        assert body["data"]["result"] and all(len(s["values"]) > 1 for s in body["data"]["result"])
+    (small, small_tasks), (large, large_tasks) = sizes
+    assert 32 * 1024 <= small <= GZIP_ON_LOOP and small_tasks == 0, sizes
+    assert large > GZIP_ON_LOOP and large_tasks == 1, sizes
+    assert harness.counter("whole_queries") >= 2
