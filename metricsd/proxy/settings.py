@@ -109,7 +109,7 @@ class ProxySettings:
     whole_spill_work_s: besides ``whole_spill``'s count, the first store keeps a whole query while
         the expected answer times of this proxy's queries under way there and this one's sum to at
         most this many seconds (proxy/wholeorder.py: a low quantile of each query shape's answer
-        times taken with nothing else of this proxy's at that store), when the query is cheap: expected
+        times taken with no other whole query of this proxy's under way), when the query is cheap: expected
         to take at most ``whole_spill_cheap_s`` (a heavy one joins no queue); 0: the count alone.
     writes_on_read_port: write parts go to a store over its read port (WRITE_PARTS frames,
         metricsd/rpc/readport.py) instead of its WriteStream: a frame costs each end a fraction of

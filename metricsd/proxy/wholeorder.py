@@ -20,10 +20,14 @@ some 3-5x a rate() of one pod's (the hop's fixed cost is in both): two heavy one
 
 A query's expected time (``QueryCosts``) is a low quantile of its recent answer times, per
 shape (query text, instant or range, number of steps: a dashboard sends the same text again with
-shifted times), taken only from asks sent when none of this proxy's other queries was under
-way at that store: an answer time under queueing includes the queueing, and would make a queue
-look like a heavy query, which spreads, which empties the queue. A shape not yet measured counts
-as the whole bound: it stays on the first store only when nothing is queued there (as at 1).
+shifted times), taken only from asks sent when none of this proxy's other whole queries was
+under way, at any store: an answer time under queueing includes the queueing, and one taken while
+the proxy's other queries keep the machine's cores busy includes waiting for a core. Either made
+a cheap query look heavy under load, which spread it, so that every lone answer was taken under
+load again and it stayed heavy (loaded A/B, perf/RESULTS.md session 42: with the rule "alone at
+that store", a rate() of one pod concentrated in 1 of 4 rounds at concurrency 8). Learnt in quiet
+moments only, a cost stays as it was through a busy spell. A shape not yet measured counts as
+the whole bound: heavy until measured.
 """
 
 from __future__ import annotations

@@ -92,6 +92,7 @@ class WholeQueryPath:
         self.first = first  # the place among the full holders (in member-id order) asked first (whole_order)
         self.in_flight: Counter[str] = Counter()  # member -> this proxy's whole queries under way there
         self.queued: dict[str, float] = {}  # member -> their expected seconds, summed (whole_order's bound)
+        self.under_way = 0  # this proxy's asks under way at every store together
         self.costs = QueryCosts()  # each query shape's expected seconds, learnt from lone answers
         self.latency = latency
         self.counters = counters
@@ -128,7 +129,11 @@ class WholeQueryPath:
         if self.bound_s <= 0:
             return 0.0
         cost = self.costs.cost(shape)
-        return self.bound_s if cost is None else cost
+        if cost is None:
+            return self.bound_s
+        if cost <= self.cheap_s:
+            self.counters["whole_query_cheap"] += 1
+        return cost
 
     def _planned(self, cost: float) -> tuple[ShardMap, list[str]] | None:
         """(the map, the stores to ask in order for a query of ``cost``), or None: not whole."""
@@ -281,15 +286,15 @@ class WholeQueryPath:
         """``query``'s frame sent to ``member`` now when its read port's connection is up
         (MemberClient.query_now: no task, no turn of the loop to start it or to wake it,
         perf/RESULTS.md session 40), counted in ``in_flight`` and ``queued``; else None, nothing
-        sent. Its answer time is learnt as the query's cost when it was this proxy's only query
-        there (QueryCosts)."""
+        sent. Its answer time is learnt as the query's cost when it was this proxy's only whole
+        query under way (wholeorder.py says why not "only at that store")."""
         try:
             query_now = getattr(self.view.pool.get(shard_map, member), "query_now", None)
         except Unavailable:
             return None  # the task's _ask meets it again, and hands it over
         if query_now is None:
             return None
-        alone = not self.in_flight[member]
+        alone = not self.under_way
         now = _NowAsk(self, member, land, query.cost, query.shape if alone else None)
         forget = query_now(query.body, now.deliver)
         if forget is None:
@@ -299,10 +304,12 @@ class WholeQueryPath:
         return now
 
     def _enter(self, member: str, cost: float) -> None:
+        self.under_way += 1
         self.in_flight[member] += 1
         self.queued[member] = self.queued.get(member, 0.0) + cost
 
     def _leave(self, member: str, cost: float) -> None:
+        self.under_way -= 1
         left = self.in_flight[member] - 1
         self.in_flight[member] = left
         # none left: exactly 0, not the sum's rounding residue

@@ -139,10 +139,11 @@ async def test_cheap_queries_started_together_share_the_first_store_heavy_ones_s
         await rates_together(harness, 1)
     shape = query_shape(QUERIES[3], True, 0, 0, 1)
     assert path.costs.cost(shape) is not None
-    learnt = len(path.costs._times[shape])
+    learnt, cheap = len(path.costs._times[shape]), harness.counter("whole_query_cheap")
     got = await _spread(harness, 8)
-    # only an ask alone at its store is learnt: the first at each store asked
-    assert len(path.costs._times[shape]) - learnt == sum(1 for n in got if n)
+    # only an ask sent while none of the proxy's others was under way is learnt: the first
+    assert len(path.costs._times[shape]) - learnt == 1
+    assert harness.counter("whole_query_cheap") - cheap == (8 if spread[0] == 8 else 0)
     assert got == spread if spread[0] == 8 else sorted(got) == sorted(spread), got
     assert sum(path.in_flight.values()) == 0
     assert all(v == 0.0 for v in path.queued.values())  # exactly: no rounding left over
@@ -154,11 +155,11 @@ async def test_each_ask_counts_its_expected_work_until_it_ends_and_none_is_left_
     path = harness.proxy.whole_queries
     path._enter("store-x", 0.1)
     path._enter("store-x", 0.2)
-    assert path.queued["store-x"] == pytest.approx(0.3) and path.in_flight["store-x"] == 2
+    assert path.queued["store-x"] == pytest.approx(0.3) and path.in_flight["store-x"] == 2 == path.under_way
     path._leave("store-x", 0.1)
     assert path.queued["store-x"] == pytest.approx(0.2)
     path._leave("store-x", 0.2)
-    assert path.queued["store-x"] == 0.0 and path.in_flight["store-x"] == 0
+    assert path.queued["store-x"] == 0.0 and path.in_flight["store-x"] == 0 == path.under_way
 
 
 def test_cluster_up_hands_the_work_bound_to_every_proxy_and_refuses_one_out_of_range() -> None:
