@@ -40,10 +40,20 @@ from dataclasses import dataclass
 
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proxy.latency import LatencyTracker
+from metricsd.proxy.settings import ProxySettings
 
-__all__ = ["QueryCosts", "QueryShape", "first_place", "hedge_delay", "query_shape", "whole_holders", "whole_order"]
+__all__ = ["SPILL_IN_FLIGHT", "QueryCosts", "QueryShape", "first_place", "hedge_delay", "query_shape", "whole_holders",
+           "whole_order"]
 
 QueryShape = tuple[str, bool, int]  # (query text, instant, steps)
+
+# The first store with this many of the proxy's whole queries under way passes the next to the
+# others (ProxySettings.whole_spill, ``metricsd proxy --spill-in-flight``). 1: queries in a row stay
+# on one store (warm), concurrent ones spread at once. At 4 (two stores took concurrency 8, the
+# third idled) and at 1 with ties to the first in order, c8's p50 was above the stores in turn in
+# 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36). At 8, heavier queries wait
+# for each other on the one store (ProxySettings says by how much, session 40).
+SPILL_IN_FLIGHT = ProxySettings.whole_spill
 
 
 def query_shape(query: str, instant: bool, start_ms: int, end_ms: int, step_ms: int) -> QueryShape:
@@ -109,8 +119,8 @@ def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offse
 
 
 def whole_order(full: Sequence[str], ok: AbstractSet[str], in_flight: Mapping[str, int], first: int,
-                turn: int = 0, spill: int = 1, *, queued: Mapping[str, float] | None = None, cost: float = 0.0,
-                bound_s: float = 0.0, cheap_s: float = 0.0) -> list[str]:
+                turn: int = 0, spill: int = SPILL_IN_FLIGHT, *, queued: Mapping[str, float] | None = None,
+                cost: float = 0.0, bound_s: float = 0.0, cheap_s: float = 0.0) -> list[str]:
     """The stores to ask for one query, in order: of ``full`` (every store holding every slot,
     sorted) those in ``ok``, starting from place ``first`` of ``full`` (fixed, so the same store
     is asked while it stays up). That store goes first while it has fewer than ``spill`` queries

@@ -46,9 +46,9 @@ from metricsd.cluster.shardmap import ShardMap
 from metricsd.proxy.fanout import readable
 from metricsd.proxy.latency import LatencyTracker
 from metricsd.proxy.members import SlotNotHeld
-from metricsd.proxy.settings import ProxySettings
 from metricsd.proxy.view import ClusterView
 from metricsd.proxy.wholeorder import (
+    SPILL_IN_FLIGHT,
     QueryCosts,
     QueryShape,
     first_place,
@@ -75,13 +75,6 @@ log = logging.getLogger("metricsd.proxy.wholequery")
 
 UNSUPPORTED_RETRY_S = 60.0  # a store that did not know the frame is asked again after this (it may be upgraded)
 GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to arrive
-# The first store with this many of the proxy's whole queries under way passes the next to the
-# others (ProxySettings.whole_spill, ``metricsd proxy --spill-in-flight``). 1: queries in a row stay
-# on one store (warm), concurrent ones spread at once. At 4 (two stores took concurrency 8, the
-# third idled) and at 1 with ties to the first in order, c8's p50 was above the stores in turn in
-# 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36). At 8, heavier queries wait
-# for each other on the one store (ProxySettings says by how much, session 40).
-SPILL_IN_FLIGHT = ProxySettings.whole_spill
 
 
 class WholeQueryPath:
