@@ -18,7 +18,7 @@ alone: the store's saving needs nearly every concurrent query on it (at 4 of 8 t
 session 40), so the bound must hold about 8 cheap ones, and a heavy query's answer time is only
 some 3-5x a rate() of one pod's (the hop's fixed cost is in both): two heavy ones would fit too.
 
-A query's expected time (``QueryCosts``) is a low quantile of its recent answer times, per
+A query's expected time (``QueryCosts``) is the least of its recent answer times, per
 shape (query text, instant or range, number of steps: a dashboard sends the same text again with
 shifted times), taken only from asks sent when none of this proxy's other whole queries was
 under way, at any store: an answer time under queueing includes the queueing, and one taken while
@@ -66,15 +66,17 @@ def query_shape(query: str, instant: bool, start_ms: int, end_ms: int, step_ms: 
 
 @dataclass
 class QueryCosts:
-    """Each query shape's expected answer time in seconds: the ``quantile`` (a low one) of its
-    last ``window`` lone answer times. A low quantile, not a mean: a lone ask still shares the
-    machine's cores with the rest of the cluster, and under load its answer time swings with
-    that contention; the quickest answers are the query's own work. At most ``limit`` shapes,
-    the least recently measured forgotten first (a client sending ever new query texts costs a
-    bounded dict). Not thread-safe."""
+    """Each query shape's expected answer time in seconds: the ``quantile`` of its last ``window``
+    lone answer times, by default the least of 32. The least, not a mean nor a p25: a lone ask
+    still shares the machine's cores with the rest of the cluster, and under load its answer time
+    swings with that contention, while the quickest answers stay near the query's own work; a
+    p25 of 16 put a rate() of one pod near 1 ms on a loaded machine, where the heavy questions'
+    quickest were 1.7 ms (perf/RESULTS.md session 42). At most ``limit`` shapes, the least
+    recently measured forgotten first (a client sending ever new query texts costs a bounded
+    dict). Not thread-safe."""
 
-    window: int = 16
-    quantile: float = 0.25
+    window: int = 32
+    quantile: float = 0.0
     limit: int = 4096
 
     def __post_init__(self) -> None:
