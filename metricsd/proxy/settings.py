@@ -111,11 +111,12 @@ class ProxySettings:
         most this many seconds (proxy/wholeorder.py: a low quantile of each query shape's answer
         times taken with no other whole query of this proxy's under way), when the query is cheap: expected
         to take at most ``whole_spill_cheap_s`` (a heavy one joins no queue); 0: the count alone.
-        10 ms and 1 ms by measurement (perf/RESULTS.md, "Session 42, s42-23", loaded, interleaved):
-        concurrent rate()s of one pod (~0.5-0.8 ms alone) share one store as at a spill of 8 and
-        the cluster's CPU per question at concurrency 8 falls toward that spill's, while the top
-        10 pods, the HPA's question and the workloads' average memory (1.7 ms and more alone)
-        spread as at 1.
+        10 ms and 0.8 ms by measurement (perf/RESULTS.md, "Session 42, s42-23", loaded,
+        interleaved): concurrent rate()s of one pod (quickest alone 0.36-0.75 ms under load) share
+        one store as at a spill of 8 and the cluster's CPU per question at concurrency 8 falls to
+        about that spill's, while the top 10 pods, the HPA's question and the workloads' average
+        memory (quickest alone 1.5-2.2 ms under load, less on a quiet machine: hence 0.8 and not
+        1.0, a heavy query taken as cheap queues behind others) spread as at 1.
     writes_on_read_port: write parts go to a store over its read port (WRITE_PARTS frames,
         metricsd/rpc/readport.py) instead of its WriteStream: a frame costs each end a fraction of
         a grpc.aio stream message (perf/RESULTS.md issue 24 sessions 38 and 39). Each message
@@ -142,7 +143,7 @@ class ProxySettings:
     whole_first: int | None = None
     whole_spill: int = 1
     whole_spill_work_s: float = 0.010
-    whole_spill_cheap_s: float = 0.001
+    whole_spill_cheap_s: float = 0.0008
     writes_on_read_port: bool = True
 
     def __post_init__(self) -> None:
