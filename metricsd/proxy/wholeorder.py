@@ -93,19 +93,24 @@ class QueryCosts:
 
     def observe(self, shape: QueryShape, seconds: float) -> None:
         """A lone answer time of ``shape`` (a negative one, from a clock that stepped, is ignored).
-        O(window log window)."""
+        O(window) for the least (~1 us: a sort for any other quantile took ~10 us, 3% of the
+        proxy's CPU per query at concurrency 1, where every answer is a lone one)."""
         if seconds < 0:
             return
-        times = self._times.pop(shape, None)
+        times = self._times.get(shape)
         if times is None:
             if len(self._times) >= self.limit:
                 gone, _ = self._times.popitem(last=False)
                 del self._cost[gone]
-            times = deque(maxlen=self.window)
-        self._times[shape] = times
+            times = self._times[shape] = deque(maxlen=self.window)
+        else:
+            self._times.move_to_end(shape)
         times.append(seconds)
-        ordered = sorted(times)
-        self._cost[shape] = ordered[min(len(ordered) - 1, int(self.quantile * len(ordered)))]
+        if self.quantile == 0.0:
+            self._cost[shape] = min(times)
+        else:
+            ordered = sorted(times)
+            self._cost[shape] = ordered[min(len(ordered) - 1, int(self.quantile * len(ordered)))]
 
     def __len__(self) -> int:
         return len(self._times)

@@ -179,3 +179,14 @@ def test_cluster_up_hands_the_work_bound_to_every_proxy_and_refuses_one_out_of_r
     for flag in ("--spill-queued-ms", "--spill-cheap-ms"):
         with pytest.raises(ValueError, match=flag):
             proxies_argv(up.parse_args(["up", flag, "60001"]))
+
+
+def test_the_default_cost_is_the_least_of_the_last_32_lone_answers() -> None:
+    costs = QueryCosts()
+    shape = ("q", True, 1)
+    costs.observe(shape, 0.0001)  # the quickest, then 32 slower ones push it out of the window
+    for i in range(32):
+        costs.observe(shape, 0.002 + i * 1e-5)
+    assert costs.cost(shape) == 0.002
+    costs.observe(shape, 0.0015)
+    assert costs.cost(shape) == 0.0015
