@@ -2,8 +2,10 @@
 over PromQL HTTP on one store (``metricsd up``), a cluster (``metricsd cluster up --plaintext``: 3
 stores, RF 3, W 2, R 2, one proxy) and VictoriaMetrics, fed the same seeded workload
 (perf/compare_workload.py), then asked in rounds, systems interleaved, with each system's server
-CPU per question from /proc. Smaller and quicker than perf/compare.py (no Prometheus, no ingest
-figures), so that a change can be measured against its parent in the same minutes.
+CPU per question from /proc (in nanoseconds, perf/compare_cpu.py; each row's ``cpu_ms_all_ticks``
+is the old utime + stime reading in 10 ms ticks, beside it). Smaller and quicker than
+perf/compare.py (no Prometheus, no ingest figures), so that a change can be measured against its
+parent in the same minutes.
 
     .venv/bin/python perf/bench_reads.py                       # 2,000 pods x 1 h, questions 1 b a
     .venv/bin/python perf/bench_reads.py --questions 1,b --rounds 5 --queries 200 --concurrency 1,8
@@ -37,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare_peers
 from compare import grpc_sender, ingest, remote_write_sender, server_cpu, wait_cluster_ready
+from compare_cpu import cpu_seconds
 from compare_http import http_questions, interleaved_cpu, profile_pids
 from compare_peers import Processes, Server
 from compare_queries import Question, promql_get, summarise
 from compare_workload import Workload, WorkloadConfig
-from procstat import cpu_seconds
 
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import MetricsClient, StreamingBackend
@@ -173,7 +175,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                    "p99_ms": pct["p99_ms"],
                                    "cpu_ms": spent[n].get("all", 0.0) / len(t) * 1000,
                                    **{f"cpu_ms_{k}": v / len(t) * 1000 for k, v in spent[n].items()
-                                      if k in ("proxy", "store")}}
+                                      if k in ("proxy", "store", "all_ticks")}}
                             out["rows"].append(row)
                             print(json.dumps(row), flush=True)
             for n, s in servers.items():  # how the clusters' proxies read: one replica, hedges, quorum

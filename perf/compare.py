@@ -49,6 +49,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from compare_cpu import cpu_seconds, ticks_ns
 from compare_http import HTTP_SYSTEMS, check_http_answers, http_questions, profile_pids, time_http
 from compare_peers import Processes, Server, armed, check_loops, ensure_installed, package_version, server_of
 from compare_queries import (
@@ -64,7 +65,7 @@ from compare_queries import (
 )
 from compare_report import latency_chart, loop_ab, markdown, measure, ratios, replace_section
 from compare_workload import Batch, Workload, WorkloadConfig
-from procstat import cpu_seconds, peak_rss_bytes, rss_bytes
+from procstat import peak_rss_bytes, rss_bytes
 
 from metricsd import __version__
 from metricsd.cmd import eventloop
@@ -80,9 +81,13 @@ Send = Callable[[Batch], Awaitable[None]]
 
 
 def server_cpu(server: Server) -> dict[str, float]:
-    """CPU seconds so far by role (``server`` for one process; a cluster's roles, and ``all``)."""
-    by_role = {role: sum(cpu_seconds(p) for p in pids) for role, pids in server.pids().items()}
+    """CPU seconds so far by role (``server`` for one process; a cluster's roles, and ``all``), in
+    nanoseconds (perf/compare_cpu.py); ``all_ticks``: every process's utime + stime, the old
+    10 ms-step reading, kept beside it so that a result can say how the two agree."""
+    pids = server.pids()
+    by_role = {role: sum(cpu_seconds(p) for p in ps) for role, ps in pids.items()}
     by_role["all"] = sum(by_role.values())
+    by_role["all_ticks"] = sum(ticks_ns(p) for ps in pids.values() for p in ps) / 1e9
     return by_role
 
 

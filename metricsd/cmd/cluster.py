@@ -116,6 +116,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--spill-in-flight", type=int, default=None, metavar="N",
                    help="every proxy's --spill-in-flight: its whole queries under way on its first store at which "
                         "the next goes to the least busy store (at least 1; default: the proxy's own)")
+    u.add_argument("--spill-queued-ms", type=float, default=None, metavar="MS",
+                   help="every proxy's --spill-queued-ms: the expected work of its whole queries under way on its "
+                        "first store within which the next stays there (0-60000; default: the proxy's own)")
+    u.add_argument("--spill-cheap-ms", type=float, default=None, metavar="MS",
+                   help="every proxy's --spill-cheap-ms: the expected answer time up to which a whole query may "
+                        "share the first store (0-60000; default: the proxy's own)")
     add_remote_write_arguments(u)
     add_onward_arguments(u)
     s = sub.add_parser("status", help="members, slots per member, map version, leader and health")
@@ -131,19 +137,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def proxies_argv(args: argparse.Namespace) -> tuple[str, ...]:
     """The flags every proxy gets: remote write in and out, --parquet-dir (the proxies elect the
     one that writes: metricsd/onward/hourly.py ElectedParquet), --write-linger and
-    --[no-]writes-on-read-port and --spill-in-flight when given.
+    --[no-]writes-on-read-port, --spill-in-flight, --spill-queued-ms and --spill-cheap-ms when given.
 
     Raises ValueError for a linger or spill the proxies would refuse, before any process starts."""
     return remote_write_argv(args) + onward_argv(args) + parquet_argv(args) + _linger_argv(args) + _spill_argv(args)
 
 
 def _spill_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    out: tuple[str, ...] = ()
     spill = getattr(args, "spill_in_flight", None)
-    if spill is None:
-        return ()
-    if spill < 1:
-        raise ValueError(f"--spill-in-flight must be at least 1, not {spill}")
-    return ("--spill-in-flight", str(spill))
+    if spill is not None:
+        if spill < 1:
+            raise ValueError(f"--spill-in-flight must be at least 1, not {spill}")
+        out += ("--spill-in-flight", str(spill))
+    for flag in ("--spill-queued-ms", "--spill-cheap-ms"):
+        ms = getattr(args, flag[2:].replace("-", "_"), None)
+        if ms is not None:
+            if not 0 <= ms <= 60_000:
+                raise ValueError(f"{flag} must be in [0, 60000], not {ms}")
+            out += (flag, f"{ms:g}")
+    return out
 
 
 def _linger_argv(args: argparse.Namespace) -> tuple[str, ...]:

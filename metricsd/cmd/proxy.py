@@ -87,6 +87,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="whole queries of this proxy under way on its first store at which the next goes to the "
                         "least busy store instead (1: concurrent queries spread over every store; more: fewer "
                         "stores busy, less CPU a query; default %(default)s)")
+    p.add_argument("--spill-queued-ms", type=float, default=ProxySettings.whole_spill_work_s * 1000, metavar="MS",
+                   help="also keep a whole query on the first store while the expected answer times of this "
+                        "proxy's queries under way there and its own sum to at most MS (cheap queries share one "
+                        "store, heavy ones spread; 0: --spill-in-flight alone; 0-60000, default %(default)g)")
+    p.add_argument("--spill-cheap-ms", type=float, default=ProxySettings.whole_spill_cheap_s * 1000, metavar="MS",
+                   help="the expected answer time up to which a whole query is cheap enough to share the first "
+                        "store under --spill-queued-ms (a heavier one goes there only when it is idle; 0-60000, "
+                        "default %(default)g)")
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")
@@ -115,10 +123,14 @@ async def serve(args: argparse.Namespace) -> None:
         raise SystemExit("metricsd proxy: --whole-first must be >= 0")
     if args.spill_in_flight < 1:
         raise SystemExit("metricsd proxy: --spill-in-flight must be >= 1")
+    if not (0 <= args.spill_queued_ms <= 60_000 and 0 <= args.spill_cheap_ms <= 60_000):
+        raise SystemExit("metricsd proxy: --spill-queued-ms and --spill-cheap-ms must be in [0, 60000] milliseconds")
     if not 0 <= args.write_linger <= 1000:
         raise SystemExit("metricsd proxy: --write-linger must be in [0, 1000] milliseconds")
     settings = ProxySettings(w=args.w, r=args.r, call_timeout_s=args.call_timeout, whole_queries=args.whole_queries,
                              whole_first=args.whole_first, whole_spill=args.spill_in_flight,
+                             whole_spill_work_s=args.spill_queued_ms / 1000,
+                             whole_spill_cheap_s=args.spill_cheap_ms / 1000,
                              writes_on_read_port=args.writes_on_read_port,
                              coalesce=CoalesceSettings(calls_per_member=args.write_calls_per_member,
                                                        linger_s=args.write_linger / 1000))

@@ -106,6 +106,17 @@ class ProxySettings:
         rate() of one pod at concurrency 8 fell from 1.5-2.1x one store's to 1.25-1.44x, but its
         p50 rose 6-24%, and heavier queries queued behind each other on the one store: p50 of the
         top 10 pods, the HPA's question and the workloads' average memory +41-68% at concurrency 8.
+    whole_spill_work_s: besides ``whole_spill``'s count, the first store keeps a whole query while
+        the expected answer times of this proxy's queries under way there and this one's sum to at
+        most this many seconds (proxy/wholeorder.py: a low quantile of each query shape's answer
+        times taken with no other whole query of this proxy's under way), when the query is cheap: expected
+        to take at most ``whole_spill_cheap_s`` (a heavy one joins no queue); 0: the count alone.
+        10 ms and 0.8 ms by measurement (perf/RESULTS.md, "Session 42, s42-23", loaded,
+        interleaved): concurrent rate()s of one pod (quickest alone 0.36-0.75 ms under load) share
+        one store as at a spill of 8 and the cluster's CPU per question at concurrency 8 falls to
+        about that spill's, while the top 10 pods, the HPA's question and the workloads' average
+        memory (quickest alone 1.5-2.2 ms under load, less on a quiet machine: hence 0.8 and not
+        1.0, a heavy query taken as cheap queues behind others) spread as at 1.
     writes_on_read_port: write parts go to a store over its read port (WRITE_PARTS frames,
         metricsd/rpc/readport.py) instead of its WriteStream: a frame costs each end a fraction of
         a grpc.aio stream message (perf/RESULTS.md issue 24 sessions 38 and 39). Each message
@@ -131,6 +142,8 @@ class ProxySettings:
     whole_queries: bool = True
     whole_first: int | None = None
     whole_spill: int = 1
+    whole_spill_work_s: float = 0.010
+    whole_spill_cheap_s: float = 0.0008
     writes_on_read_port: bool = True
 
     def __post_init__(self) -> None:
@@ -144,6 +157,10 @@ class ProxySettings:
             raise ValueError(f"whole_first must be at least 0, got {self.whole_first}")
         if self.whole_spill < 1:
             raise ValueError(f"whole_spill must be at least 1, got {self.whole_spill}")
+        if not 0.0 <= self.whole_spill_work_s <= 60.0:  # also refuses NaN
+            raise ValueError(f"whole_spill_work_s must be in [0, 60] seconds, got {self.whole_spill_work_s}")
+        if not 0.0 <= self.whole_spill_cheap_s <= 60.0:
+            raise ValueError(f"whole_spill_cheap_s must be in [0, 60] seconds, got {self.whole_spill_cheap_s}")
 
     def quorum(self, rf: int) -> QuorumSettings:
         """W and R capped at the map's RF. Raises ValueError when R + W <= RF (reads would not

@@ -10,8 +10,10 @@ Which store: a member that is readable (healthy, not joining) and holds every sl
 map. At RF 3 on 3 stores every store qualifies. The proxy's own first store (a place in
 member-id order, at random per proxy unless configured: ``first_place``, so that the queries of
 many proxies do not all land on one store), while it has none of this proxy's queries under way
-(``SPILL_IN_FLIGHT``), or the next up from it; else the least busy of them all, ties taken in turn. So one after
-another, queries go to the same store; concurrent ones spread over every store, as before. Not
+(``SPILL_IN_FLIGHT``) or, with ``whole_spill_work_s``, while the expected work of those under way
+and this one stays within that bound (proxy/wholeorder.py), or the next up from it; else the least
+busy of them all, ties taken in turn. So one after another, queries go to the same store; concurrent
+cheap ones too, up to the bound; concurrent heavy ones spread over every store, as before. Not
 the stores in turn for every query, as before: a store asked every third query in turn spent
 1.40-1.47 ms of CPU a (b) frame against 0.73-0.83 asked every time (its caches cold after two
 others' turns, presumably; perf/RESULTS.md, issue 23 session 36), and answered sooner too. (A
@@ -36,18 +38,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.proxy.fanout import readable
 from metricsd.proxy.latency import LatencyTracker
 from metricsd.proxy.members import SlotNotHeld
-from metricsd.proxy.settings import ProxySettings
 from metricsd.proxy.view import ClusterView
+from metricsd.proxy.wholeorder import (
+    SPILL_IN_FLIGHT,
+    QueryCosts,
+    QueryShape,
+    first_place,
+    hedge_delay,
+    query_shape,
+    whole_holders,
+    whole_order,
+)
 from metricsd.rpc.backend import BadRequest, Unavailable
 from metricsd.rpc.wholequery import (
     NoReadPort,
@@ -66,68 +75,6 @@ log = logging.getLogger("metricsd.proxy.wholequery")
 
 UNSUPPORTED_RETRY_S = 60.0  # a store that did not know the frame is asked again after this (it may be upgraded)
 GRACE_S = 1.0  # past the query's own timeout, for the store's timeout answer to arrive
-# The first store with this many of the proxy's whole queries under way passes the next to the
-# others (ProxySettings.whole_spill, ``metricsd proxy --spill-in-flight``). 1: queries in a row stay
-# on one store (warm), concurrent ones spread at once. At 4 (two stores took concurrency 8, the
-# third idled) and at 1 with ties to the first in order, c8's p50 was above the stores in turn in
-# 10 of 10 interleaved rounds (perf/RESULTS.md, issue 23 session 36). At 8, heavier queries wait
-# for each other on the one store (ProxySettings says by how much, session 40).
-SPILL_IN_FLIGHT = ProxySettings.whole_spill
-
-
-def whole_holders(shard_map: ShardMap, healthy: frozenset[str] | set[str], offset: int) -> list[str]:
-    """The healthy members that hold every slot of the map, rotated by ``offset``. Pure."""
-    everything = shard_map.num_slots
-    out = sorted(m for m in healthy if m in shard_map.members and len(set(shard_map.slots_of(m))) == everything)
-    if out:
-        k = offset % len(out)
-        out = out[k:] + out[:k]
-    return out
-
-
-def whole_order(full: Sequence[str], ok: AbstractSet[str], in_flight: Mapping[str, int], first: int,
-                turn: int = 0, spill: int = SPILL_IN_FLIGHT) -> list[str]:
-    """The stores to ask for one query, in order: of ``full`` (every store holding every slot,
-    sorted) those in ``ok``, starting from place ``first`` of ``full`` (fixed, so the same store
-    is asked while it stays up). When that store has ``spill`` or more queries in flight, the
-    least busy of them all goes first instead, ties broken in turn by ``turn`` (so that
-    concurrent queries spread evenly over every store, as the stores in turn did). The rest
-    follow in order, for hedges and replacements. Pure."""
-    if not full:
-        return []
-    k = first % len(full)
-    out = [m for m in [*full[k:], *full[:k]] if m in ok]
-    if len(out) < 2 or in_flight.get(out[0], 0) < spill:
-        return out
-    j = turn % len(out)
-    pick = min([*out[j:], *out[:j]], key=lambda m: in_flight.get(m, 0))  # the first of the least busy
-    return [pick, *(m for m in out if m != pick)]
-
-
-def first_place(configured: int | None, rng: random.Random | None = None) -> int:
-    """The place ``whole_order`` starts from: the configured one, else one at random, so that each
-    proxy of a cluster keeps its sequential queries on a store of its own rather than every proxy
-    on the first store in member-id order."""
-    if configured is not None:
-        return configured
-    return (rng or random.Random()).randrange(1 << 16)
-
-
-def hedge_delay(latency: LatencyTracker, member: str, ahead: int) -> float:
-    """How long a whole query sent to ``member`` waits before the next store is asked too: the
-    store's delay (its recent p99, latency.py) for each query of this proxy's there before it and
-    itself, since a store answers its queries one after another. The tracker's delay alone is
-    learnt from answers at whatever concurrency came before: after a spell at concurrency 1 it is
-    a lone query's p99, which every query queued behind two others passes, so at concurrency 8
-    each such query was asked twice, a second store's CPU spent where there was none to spare.
-    At most the tracker's ceiling (``max_s``) past one query's delay, so a stalled store is still
-    passed by within a bounded time. Pure."""
-    one = latency.delay(member)
-    return min(one * (1 + ahead), one + latency.settings.max_s)
-
-
-def _landed(in_flight: Counter[str], member: str, _: asyncio.Future[QueryAnswer]) -> None:
-    in_flight[member] -= 1
 
 
 class WholeQueryPath:
@@ -137,10 +84,15 @@ class WholeQueryPath:
         self.view = view
         self.first = first  # the place among the full holders (in member-id order) asked first (whole_order)
         self.in_flight: Counter[str] = Counter()  # member -> this proxy's whole queries under way there
+        self.queued: dict[str, float] = {}  # member -> their expected seconds, summed (whole_order's bound)
+        self.under_way = 0  # this proxy's asks under way at every store together
+        self.costs = QueryCosts()  # each query shape's expected seconds, learnt from lone answers
         self.latency = latency
         self.counters = counters
         self.enabled = view.settings.whole_queries
         self.spill = view.settings.whole_spill  # whole_order's: so many under way on the first store, then others
+        self.bound_s = view.settings.whole_spill_work_s  # whole_order's: or so much expected work there,
+        self.cheap_s = view.settings.whole_spill_cheap_s  # of queries expected to take at most this
         self._unsupported: dict[str, float] = {}  # member -> monotonic time it said it does not know the frame
         self._full: tuple[ShardMap | None, list[str]] = (None, [])  # (map, its members holding every slot)
         self._readable: tuple[ShardMap | None, frozenset[str]] = (None, frozenset())  # while none failed
@@ -149,7 +101,9 @@ class WholeQueryPath:
                   settings: RunnerSettings) -> QueryAnswer | None:
         """The store's answer (data or the query's error), or None: evaluate it on the proxy.
         Raises TimeoutError when no store answered within ``timeout_s`` and GRACE_S."""
-        planned = self._planned()
+        shape = query_shape(query, instant, start_ms, end_ms, step_ms)
+        cost = self._cost(shape)
+        planned = self._planned(cost)
         if planned is None:
             return None
         shard_map, holders = planned
@@ -157,17 +111,32 @@ class WholeQueryPath:
             self.counters["whole_query_skipped"] += 1
             return None
         frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings)
-        return await self._send(shard_map, holders, frame)
+        loop = asyncio.get_running_loop()
+        adopted = _Adopted(encode_request(frame), loop.time() + frame.timeout_s + GRACE_S, shape, cost)
+        return await self._send(shard_map, holders, frame, adopted)
 
-    def _planned(self) -> tuple[ShardMap, list[str]] | None:
-        """(the map, the stores to ask in order), or None: not whole."""
+    def _cost(self, shape: QueryShape) -> float:
+        """The work a query of ``shape`` is expected to bring to a store (whole_order's ``cost``):
+        its learnt answer time; a shape not yet learnt, the whole bound (heavy until measured: it
+        joins no queue); 0 without a bound."""
+        if self.bound_s <= 0:
+            return 0.0
+        cost = self.costs.cost(shape)
+        if cost is None:
+            return self.bound_s
+        if cost <= self.cheap_s:
+            self.counters["whole_query_cheap"] += 1
+        return cost
+
+    def _planned(self, cost: float) -> tuple[ShardMap, list[str]] | None:
+        """(the map, the stores to ask in order for a query of ``cost``), or None: not whole."""
         if not self.enabled:
             return None
         try:
             shard_map = self.view.current_map()
         except Unavailable:
             return None
-        return shard_map, self._holders(shard_map)
+        return shard_map, self._holders(shard_map, cost)
 
     def start_now(self, query: str, *, instant: bool, start_ms: int, end_ms: int, step_ms: int, timeout_s: float,
                   settings: RunnerSettings, done: Callable[[QueryAnswer], None],
@@ -179,14 +148,16 @@ class WholeQueryPath:
         a coroutine function that continues it as :meth:`run` would have from that point (call it
         in a task). Returns what cancels the query, or None when :meth:`run` is needed from the
         start (nothing was sent or counted)."""
-        planned = self._planned()
+        shape = query_shape(query, instant, start_ms, end_ms, step_ms)
+        cost = self._cost(shape)
+        planned = self._planned(cost)
         if planned is None or not planned[1]:
             return None
         shard_map, holders = planned
         frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings)
-        return _NowQuery(self, shard_map, holders, frame, done, convert)
+        return _NowQuery(self, shard_map, holders, frame, shape, cost, done, convert)
 
-    def _holders(self, shard_map: ShardMap) -> list[str]:
+    def _holders(self, shard_map: ShardMap, cost: float) -> list[str]:
         if self._full[0] is not shard_map:  # once per map: O(slots x rf) per member
             self._full = (shard_map, whole_holders(shard_map, frozenset(shard_map.members), 0))
         full = self._full[1]
@@ -201,10 +172,11 @@ class WholeQueryPath:
         if self._unsupported:
             now = self.view.clock.monotonic()
             ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
-        return whole_order(full, ok, self.in_flight, self.first, self.view.rotation(), self.spill)
+        return whole_order(full, ok, self.in_flight, self.first, self.view.rotation(), self.spill, queued=self.queued,
+                           cost=cost, bound_s=self.bound_s, cheap_s=self.cheap_s)
 
-    async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame, *,
-                    adopted: _Adopted | None = None) -> QueryAnswer | None:
+    async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame,
+                    adopted: _Adopted) -> QueryAnswer | None:
         """Asks ``holders`` in turn as the module says, under one deadline: the frame's timeout and
         GRACE_S for the store's own timeout answer to arrive. Past it the stores still asked are
         counted failed and TimeoutError is raised (the caller answers the API's timeout).
@@ -215,13 +187,11 @@ class WholeQueryPath:
         through its task's done callbacks: those run a turn of the event loop later, and that turn
         was one of the eight the proxy spent on each whole query.
 
-        ``adopted``: a query :meth:`start_now` began without a task (its frame, deadline, the asks
-        under way and what they handed over), continued here from where it stood: ``holders`` are
-        then the stores not yet asked."""
+        ``adopted``: the query's frame as bytes, deadline and expected work (:meth:`run`), or a query
+        :meth:`start_now` began without a task (with the asks under way and what they handed over),
+        continued here from where it stood: ``holders`` are then the stores not yet asked."""
         loop = asyncio.get_running_loop()
-        if adopted is None:
-            adopted = _Adopted(encode_request(frame), loop.time() + frame.timeout_s + GRACE_S)
-        body, deadline, tasks, landing = adopted.body, adopted.deadline, adopted.tasks, adopted.landing
+        deadline, tasks, landing = adopted.deadline, adopted.tasks, adopted.landing
         landed = landing.landed
         waiting = list(holders)
         delay = 0.0
@@ -232,7 +202,7 @@ class WholeQueryPath:
                     if tasks:
                         self.counters["whole_query_hedges"] += 1
                     delay = hedge_delay(self.latency, member, self.in_flight[member])
-                    tasks[member] = self._start(shard_map, member, body, landing.land)
+                    tasks[member] = self._start(shard_map, member, adopted, landing.land)
                 if not landed:
                     now = loop.time()
                     if now >= deadline:
@@ -281,16 +251,18 @@ class WholeQueryPath:
         log.debug("whole query: %s failed: %s", member, outcome)
         return True
 
-    def _start(self, shard_map: ShardMap, member: str, body: bytes,
+    def _start(self, shard_map: ShardMap, member: str, query: _Adopted,
                land: Callable[[str, QueryAnswer | Exception], None]) -> _Cancellable:
-        """Sends ``body`` to ``member``, its outcome handed to ``land`` as it ends. Counted in
-        ``in_flight`` from now, not from when a task first runs: queries parsed in the same turn of
-        the loop would all see the same counts and pick the same store. At once over the store's
-        read port when its connection is up (:meth:`_start_now`), else in a task of its own, which
-        opens the connection or finds out there is none."""
-        now = self._start_now(shard_map, member, body, land)
+        """Sends ``query``'s frame to ``member``, its outcome handed to ``land`` as it ends.
+        Counted in ``in_flight`` and ``queued`` from now, not from when a task first runs: queries
+        parsed in the same turn of the loop would all see the same counts and pick the same store.
+        At once over the store's read port when its connection is up (:meth:`_start_now`), else in
+        a task of its own, which opens the connection or finds out there is none (its answer time,
+        connecting included, is not learnt as the query's cost)."""
+        now = self._start_now(shard_map, member, query, land)
         if now is not None:
             return now
+        body = query.body
 
         async def ask() -> None:
             land(member, await self._ask(shard_map, member, body))
@@ -298,28 +270,46 @@ class WholeQueryPath:
         task = asyncio.get_running_loop().create_task(ask())
         # Given back by a done callback, which runs however the task ends (cancelled before its
         # first step too, when its coroutine's own code never runs)
-        self.in_flight[member] += 1
-        task.add_done_callback(functools.partial(_landed, self.in_flight, member))
+        self._enter(member, query.cost)
+        task.add_done_callback(functools.partial(self._task_left, member, query.cost))
         return task
 
-    def _start_now(self, shard_map: ShardMap, member: str, body: bytes,
+    def _start_now(self, shard_map: ShardMap, member: str, query: _Adopted,
                    land: Callable[[str, QueryAnswer | Exception], None]) -> _NowAsk | None:
-        """``body`` sent to ``member`` now when its read port's connection is up
+        """``query``'s frame sent to ``member`` now when its read port's connection is up
         (MemberClient.query_now: no task, no turn of the loop to start it or to wake it,
-        perf/RESULTS.md session 40), counted in ``in_flight``; else None, nothing sent."""
+        perf/RESULTS.md session 40), counted in ``in_flight`` and ``queued``; else None, nothing
+        sent. Its answer time is learnt as the query's cost when it was this proxy's only whole
+        query under way (wholeorder.py says why not "only at that store")."""
         try:
             query_now = getattr(self.view.pool.get(shard_map, member), "query_now", None)
         except Unavailable:
             return None  # the task's _ask meets it again, and hands it over
         if query_now is None:
             return None
-        now = _NowAsk(self, member, land)
-        forget = query_now(body, now.deliver)
+        alone = not self.under_way
+        now = _NowAsk(self, member, land, query.cost, query.shape if alone else None)
+        forget = query_now(query.body, now.deliver)
         if forget is None:
             return None
         now.forget = forget
-        self.in_flight[member] += 1
+        self._enter(member, query.cost)
         return now
+
+    def _enter(self, member: str, cost: float) -> None:
+        self.under_way += 1
+        self.in_flight[member] += 1
+        self.queued[member] = self.queued.get(member, 0.0) + cost
+
+    def _leave(self, member: str, cost: float) -> None:
+        self.under_way -= 1
+        left = self.in_flight[member] - 1
+        self.in_flight[member] = left
+        # none left: exactly 0, not the sum's rounding residue
+        self.queued[member] = self.queued.get(member, 0.0) - cost if left > 0 else 0.0
+
+    def _task_left(self, member: str, cost: float, _: object) -> None:
+        self._leave(member, cost)
 
     async def _ask(self, shard_map: ShardMap, member: str, body: bytes) -> QueryAnswer | Exception:
         """One store's answer to the frame ``body`` or why there is none (``_outcome``)."""
@@ -340,9 +330,10 @@ class WholeQueryPath:
             result = e
         return self._outcome(member, t0, result)
 
-    def _outcome(self, member: str, t0: float, result: bytes | Exception) -> QueryAnswer | Exception:
-        """The answer ``result`` decoded, its latency recorded and the store's health told; or the
-        error, a store that is unavailable told failed."""
+    def _outcome(self, member: str, t0: float, result: bytes | Exception,
+                 learn: QueryShape | None = None) -> QueryAnswer | Exception:
+        """The answer ``result`` decoded, its latency recorded (as ``learn``'s cost too, when
+        given) and the store's health told; or the error, a store that is unavailable told failed."""
         try:
             if isinstance(result, Exception):
                 raise result
@@ -354,7 +345,10 @@ class WholeQueryPath:
             return e
         except Exception as e:
             return e
-        self.latency.record(member, self.view.clock.monotonic() - t0)
+        took = self.view.clock.monotonic() - t0
+        self.latency.record(member, took)
+        if learn is not None:
+            self.costs.observe(learn, took)
         self.view.health.success(member)
         return answer
 
@@ -382,13 +376,15 @@ class _Landing:
 
 class _Adopted:
     """A query's state as _send keeps it: its frame's bytes, its deadline (the loop's time), its
-    asks under way (member -> ask) and their landing."""
+    shape and expected cost (wholeorder.py), its asks under way (member -> ask) and their landing."""
 
-    __slots__ = ("body", "deadline", "landing", "tasks")
+    __slots__ = ("body", "cost", "deadline", "landing", "shape", "tasks")
 
-    def __init__(self, body: bytes, deadline: float) -> None:
+    def __init__(self, body: bytes, deadline: float, shape: QueryShape, cost: float) -> None:
         self.body = body
         self.deadline = deadline
+        self.shape = shape
+        self.cost = cost
         self.tasks: dict[str, _Cancellable] = {}
         self.landing = _Landing()
 
@@ -402,17 +398,17 @@ class _NowQuery:
     __slots__ = ("ask", "convert", "done", "frame", "holders", "over", "path", "shard_map", "state", "timer")
 
     def __init__(self, path: WholeQueryPath, shard_map: ShardMap, holders: list[str], frame: QueryFrame,
-                 done: Callable[[QueryAnswer], None],
+                 shape: QueryShape, cost: float, done: Callable[[QueryAnswer], None],
                  convert: Callable[[Callable[[], Awaitable[QueryAnswer | None]]], None]) -> None:
         self.path, self.shard_map, self.frame, self.done, self.convert = path, shard_map, frame, done, convert
         loop = asyncio.get_running_loop()
-        self.state = _Adopted(encode_request(frame), loop.time() + frame.timeout_s + GRACE_S)
+        self.state = _Adopted(encode_request(frame), loop.time() + frame.timeout_s + GRACE_S, shape, cost)
         self.over = False
         self.timer: asyncio.TimerHandle | None = None
         member = holders[0]
         self.holders = holders[1:]
         delay = hedge_delay(path.latency, member, path.in_flight[member])
-        self.ask = path._start_now(shard_map, member, self.state.body, self._land)
+        self.ask = path._start_now(shard_map, member, self.state, self._land)
         if self.ask is None:  # no connection up: _send asks it (and opens it) in a task
             self.holders = holders
             self._hand_over()
@@ -439,7 +435,7 @@ class _NowQuery:
         if self.ask is not None:
             self.ask.land = self.state.landing.land
         state, holders = self.state, self.holders
-        self.convert(functools.partial(self.path._send, self.shard_map, holders, self.frame, adopted=state))
+        self.convert(functools.partial(self.path._send, self.shard_map, holders, self.frame, state))
 
     def cancel(self) -> None:
         if self._end() and self.ask is not None:
@@ -465,10 +461,11 @@ class _NowAsk:
     """An ask sent at once (WholeQueryPath._start): its outcome handed over from the turn of the
     loop that read the answer; cancelled (a hedge won, the query ended), its late answer dropped."""
 
-    __slots__ = ("forget", "land", "member", "over", "path", "t0")
+    __slots__ = ("cost", "forget", "land", "learn", "member", "over", "path", "t0")
 
-    def __init__(self, path: WholeQueryPath, member: str, land: Callable[[str, QueryAnswer | Exception], None]) -> None:
-        self.path, self.member, self.land = path, member, land
+    def __init__(self, path: WholeQueryPath, member: str, land: Callable[[str, QueryAnswer | Exception], None],
+                 cost: float, learn: QueryShape | None) -> None:
+        self.path, self.member, self.land, self.cost, self.learn = path, member, land, cost, learn
         self.t0 = path.view.clock.monotonic()
         self.forget: Callable[[], object] = _nothing
         self.over = False
@@ -477,15 +474,15 @@ class _NowAsk:
         if self.over:
             return
         self.over = True
-        self.path.in_flight[self.member] -= 1
-        self.land(self.member, self.path._outcome(self.member, self.t0, result))
+        self.path._leave(self.member, self.cost)
+        self.land(self.member, self.path._outcome(self.member, self.t0, result, self.learn))
 
     def cancel(self) -> None:
         if self.over:
             return
         self.over = True
         self.forget()
-        self.path.in_flight[self.member] -= 1
+        self.path._leave(self.member, self.cost)
         self.path.latency.record(self.member, self.path.view.clock.monotonic() - self.t0)  # at least this long
 
 

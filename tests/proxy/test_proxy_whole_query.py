@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from proxy_cluster import SLOTS, fast_settings
-from whole_query_harness import AT, QUERIES, T0, Harness, learn_slow
+from whole_query_harness import AT, QUERIES, T0, Harness, learn_slow, rates_together
 
 from metricsd.cluster.shardmap import ShardMap
 from metricsd.http.wholehttp import may_select
@@ -190,17 +190,6 @@ async def test_a_query_no_store_answers_ends_at_its_deadline_with_the_stores_cou
     assert sum(harness.proxy.view.health.failed(m) for m in harness.nodes) == asked
 
 
-async def _together(h: Harness, n: int) -> list[Any]:
-    """``n`` whole queries of one pod's rate started in the same turn of the loop (a dashboard's
-    panels, or concurrency n); their answers (None where the proxy would evaluate it itself)."""
-    limits = QueryLimits()
-    settings = RunnerSettings(300_000, 50_000_000, True, 10.0, tuple((k, int(getattr(limits, k))) for k in LIMIT_NAMES))
-    at = int(float(AT) * 1000)
-    return await asyncio.gather(*(h.proxy.whole_queries.run(
-        QUERIES[3], instant=True, start_ms=at, end_ms=at, step_ms=1, timeout_s=10.0, settings=settings)
-        for _ in range(n)))
-
-
 @pytest.mark.parametrize(("harness", "together", "spread"),
                          [({"settings": {"whole_spill": 1}}, 3, [1, 1, 1]),
                           ({"settings": {"whole_spill": 3}}, 5, [3, 1, 1]),
@@ -213,7 +202,7 @@ async def test_concurrent_queries_started_in_one_turn_spread_past_the_spill(harn
     nodes = list(harness.nodes.values())
     learn_slow(harness, harness.proxy.whole_queries.latency.settings.max_s)  # no hedge under load
     before = [n.service.answered for n in nodes if n.service is not None]
-    answers = await _together(harness, together)
+    answers = await rates_together(harness, together)
     assert all(a is not None and a.data for a in answers), answers
     after = [n.service.answered for n in nodes if n.service is not None]
     assert [a - b for a, b in zip(after, before, strict=True)] == spread
@@ -225,9 +214,9 @@ async def test_an_answer_is_taken_as_it_lands_not_at_the_hedge_delay(harness: Ha
     timeout), a query waiting for a timer instead of the answer would take 11 s."""
     harness.proxy.whole_queries.latency = LatencyTracker(HedgeSettings(max_s=30.0))
     learn_slow(harness, 20.0)
-    assert all(a is not None and a.data for a in await _together(harness, 1))  # its connection warm
+    assert all(a is not None and a.data for a in await rates_together(harness, 1))  # its connection warm
     t0 = time.monotonic()
-    assert all(a is not None and a.data for a in await _together(harness, 3))
+    assert all(a is not None and a.data for a in await rates_together(harness, 3))
     assert time.monotonic() - t0 < 5.0
     assert harness.counter("whole_query_hedges") == 0
 
@@ -244,7 +233,7 @@ async def test_concurrent_queries_while_a_stores_read_port_is_learnt_all_go_whol
     and goes whole too; it was refused as if the store had no read port, and the store left alone
     for UNSUPPORTED_RETRY_S (a minute in which concurrency 8 went to one store of three)."""
     nodes = list(harness.nodes.values())
-    answers = await _together(harness, 6)
+    answers = await rates_together(harness, 6)
     assert all(a is not None and a.data for a in answers), answers
     assert harness.counter("whole_query_unsupported") == harness.counter("whole_query_no_port") == 0
     assert harness.counter("whole_queries") == 6
@@ -313,12 +302,12 @@ async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_t
             return await answer(body)
 
     learn_slow(harness, 2.0)  # the first query below, and the stalled case's second store, never hedged
-    assert all(a is not None and a.data for a in await _together(harness, 1))  # its connection and caches warm
+    assert all(a is not None and a.data for a in await rates_together(harness, 1))  # its connection and caches warm
     node.servers[0].query = one_at_a_time
     learn_slow(harness, 0.6, ["store-0"])
     hedges = harness.counter("whole_query_hedges")
     answered = [n.service.answered for n in harness.nodes.values() if n.service is not None]
-    assert all(a is not None and a.data for a in await _together(harness, 4))
+    assert all(a is not None and a.data for a in await rates_together(harness, 4))
     assert harness.counter("whole_query_hedges") == hedges
     assert [n.service.answered for n in harness.nodes.values() if n.service is not None] == [answered[0] + 4,
                                                                                          *answered[1:]]
@@ -326,7 +315,7 @@ async def test_queries_queued_on_a_busy_store_are_not_hedged_for_waiting_their_t
     turn_held = await turn.acquire()  # store-0 stalls: every query passes it within its delay, once each
     assert turn_held
     try:
-        assert all(a is not None and a.data for a in await _together(harness, 3))
+        assert all(a is not None and a.data for a in await rates_together(harness, 3))
     finally:
         turn.release()
     assert harness.counter("whole_query_hedges") == hedges + 3

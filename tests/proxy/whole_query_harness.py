@@ -23,12 +23,14 @@ from metricsd.cluster.shardmap import Member, ShardMap
 from metricsd.http.server import build_app, start_http, stop_http
 from metricsd.http.settings import HttpSettings
 from metricsd.http.wholequery import QueryService
+from metricsd.promql.limits import QueryLimits
 from metricsd.proxy.backend import ProxyBackend
 from metricsd.proxy.members import MemberClient
 from metricsd.replica.ownership import OwnershipBackend, store_write_slots
 from metricsd.rpc.readport import AdvertisedReadPort, ReadPortServer
 from metricsd.rpc.server import start_grpc_server
 from metricsd.rpc.servicer import MetricsServicer
+from metricsd.rpc.wholequery import LIMIT_NAMES, RunnerSettings
 from metricsd.store.api import LocalBackend, StoreAPI
 from metricsd.store.engine import Store
 
@@ -169,3 +171,14 @@ def stall(h: Harness, member: str, released: asyncio.Event) -> None:
         return bytes(await answer(body))
 
     h.nodes[member].servers[0].query = stalled
+
+
+async def rates_together(h: Harness, n: int) -> list[Any]:
+    """``n`` whole queries of one pod's rate started in the same turn of the loop (a dashboard's
+    panels, or concurrency n); their answers (None where the proxy would evaluate it itself)."""
+    limits = QueryLimits()
+    settings = RunnerSettings(300_000, 50_000_000, True, 10.0, tuple((k, int(getattr(limits, k))) for k in LIMIT_NAMES))
+    at = int(float(AT) * 1000)
+    return await asyncio.gather(*(h.proxy.whole_queries.run(
+        QUERIES[3], instant=True, start_ms=at, end_ms=at, step_ms=1, timeout_s=10.0, settings=settings)
+        for _ in range(n)))
