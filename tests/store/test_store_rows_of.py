@@ -1,5 +1,8 @@
 """SeriesIndex.rows_of with its memory of write batches: the same rows as the search, also after
-series are removed or added, and never a row that no longer holds the id."""
+series are removed or added, and never a row that no longer holds the id. And store/rowruns.py: a
+batch's rows guessed as runs of consecutive rows are the rows the search finds, whatever the batch
+(runs, ids at random, unknown ids, removed series, a series twice), and a real Prometheus' requests
+(runs of the order the series were first written in) are found by the guess alone."""
 
 from __future__ import annotations
 
@@ -8,7 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metricsd.model import make_labels, series_id
-from metricsd.store.index import BATCH_CACHE_MIN, SeriesIndex
+from metricsd.store.index import BATCH_CACHE_MIN, SORT_KEYS_MIN, SeriesIndex
+from metricsd.store.rowruns import RUN_MIN, RUNS_TRIED, rows_by_runs
+
+N = 400
 
 
 def _index(n: int) -> tuple[SeriesIndex, np.ndarray]:
@@ -85,3 +91,67 @@ def test_a_remembered_batch_under_another_batchs_hash_is_not_trusted() -> None:
     assert index.rows_of(ids[:80]).tolist() == want
     index._batch_rows[hash(ids[:80].tobytes())] = index.rows_of(ids[:90]).astype(np.int32)
     assert index.rows_of(ids[:80]).tolist() == want
+
+
+_UNKNOWN = st.integers(1, 2**64 - 1).map(lambda i: np.uint64(i))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_rows_by_runs_answers_as_the_search_does(data: st.DataObject) -> None:
+    index, ids = _index(N)
+    for row in data.draw(st.lists(st.integers(0, N - 1), max_size=30, unique=True)):
+        index.remove(row)
+    pieces = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        kind = data.draw(st.sampled_from(["run", "random", "unknown"]))
+        if kind == "run":
+            a = data.draw(st.integers(0, N - 1))
+            pieces.append(ids[a : a + data.draw(st.integers(1, 150))])
+        elif kind == "random":
+            pieces.append(ids[np.array(data.draw(st.lists(st.integers(0, N - 1), min_size=1, max_size=20)))])
+        else:
+            pieces.append(np.array(data.draw(st.lists(_UNKNOWN, min_size=1, max_size=3)), dtype=np.uint64))
+    batch = np.concatenate(pieces)
+    start = data.draw(st.integers(-2, N + 2))
+    rows, k = rows_by_runs(batch, index.id_column, index.alive, index.n_rows, start, index.row_of)
+    assert 0 < k <= len(batch) and len(rows) == k
+    assert rows.tolist() == _plain(index, batch[:k]).tolist()
+    # and through rows_of, guess and search together
+    assert index.rows_of(batch).tolist() == _plain(index, batch).tolist()
+
+
+def test_a_scrape_cut_into_requests_is_found_by_the_guess_alone() -> None:
+    index, ids = _index(N)
+    start = 0
+    for lo in range(0, N, 50):  # requests of 50 in the order the series were made: one run each
+        rows, k = rows_by_runs(ids[lo : lo + 50], index.id_column, index.alive, index.n_rows, start,
+                               lambda sid: None)  # no search at all
+        assert k == 50 and rows.tolist() == list(range(lo, lo + 50))
+        start = int(rows[-1]) + 1
+    # two runs (the end of one target's scrape, the start of another's), found by row_of
+    batch = np.concatenate([ids[350:380], ids[100:140]])
+    rows, k = rows_by_runs(batch, index.id_column, index.alive, index.n_rows, 350, index.row_of)
+    assert k == 70 and rows.tolist() == [*range(350, 380), *range(100, 140)]
+
+
+def test_guessing_stops_at_a_short_run_or_after_its_runs() -> None:
+    index, ids = _index(N)
+    scattered = ids[np.arange(0, N, 7)][:SORT_KEYS_MIN]  # no two in consecutive rows
+    rows, k = rows_by_runs(scattered, index.id_column, index.alive, index.n_rows, 0, index.row_of)
+    assert k == 1 and rows.tolist() == [0]
+    runs = np.concatenate([ids[a : a + RUN_MIN] for a in range(0, 100 * (RUNS_TRIED + 2), 100)])
+    rows, k = rows_by_runs(runs, index.id_column, index.alive, index.n_rows, 0, index.row_of)
+    assert k == RUNS_TRIED * RUN_MIN
+    assert index.rows_of(runs).tolist() == _plain(index, runs).tolist()
+
+
+def test_rows_of_starts_its_guess_after_the_last_batch() -> None:
+    index, ids = _index(N)
+    asked: list[int] = []
+    row_of = index.row_of
+    index.row_of = lambda sid: asked.append(sid) or row_of(sid)  # type: ignore[method-assign]
+    assert index.rows_of(ids[100:200]).tolist() == list(range(100, 200))
+    assert asked == [int(ids[100])]  # not where the guess starts (row 0): looked up
+    assert index.rows_of(ids[200:350]).tolist() == list(range(200, 350))
+    assert asked == [int(ids[100])]  # the second batch went on from the first one's end
