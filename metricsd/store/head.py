@@ -134,38 +134,58 @@ class Head(HeadRows):
         """Push segment i (``counts[i]`` samples of ``ts``/``vals`` from ``starts[i]``) into the ring
         of distinct ``rows[i]``: only its newest ``capacity`` can stay. The caller has checked with
         ``fit`` that the ring takes them (a regular row stays on its step, a wide row's base
-        reaches them), and keeps ``unsealed`` itself."""
+        reaches them), and keeps ``unsealed`` itself.
+
+        Every row wide (a real Prometheus' rows: its scrape stamps jitter) skips the regular rows'
+        step bookkeeping and the split of the write into wide and regular rows: a ~500-sample
+        request paid ~15 NumPy calls on empty selections (perf/RESULTS.md issue 24 session 42)."""
         if len(rows) == 0:
             return
         cap = self.capacity
         counts = np.asarray(counts, dtype=np.int64)
-        kept = np.minimum(counts, cap)
-        first = starts + counts - kept  # the samples that can survive in the ring
         filled = self.filled[rows]
-        newest = ts[starts + counts - 1]
-        one = bool((counts == 1).all())  # one sample a series (the agents' shape)
-        if one:
-            self._write_vals(rows, filled, counts, starts, None, starts, self.pos[rows], vals)
+        pos = self.pos[rows]
+        one = bool((counts == 1).all())  # one sample a series (the agents' and a real Prometheus' shape)
+        if one:  # the ring keeps the one sample: it is its own first and newest
+            kept, first = counts, starts
+            newest = ts[starts]
+            self._write_vals(rows, filled, counts, starts, None, starts, pos, vals)
         else:
+            kept = np.minimum(counts, cap)
+            first = starts + counts - kept  # the samples that can survive in the ring
+            newest = ts[starts + counts - 1]
             owner = np.repeat(np.arange(len(rows)), kept)
             offset = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
             src = first[owner] + offset
-            slot = ((self.pos[rows].astype(np.int64) + counts - kept)[owner] + offset) % cap
+            slot = ((pos.astype(np.int64) + counts - kept)[owner] + offset) % cap
             self._write_vals(rows, filled, counts, first, owner, src, slot, vals)
+        wide = self.wide[rows] if self.n_wide else None
+        if wide is not None and bool(wide.all()):
+            self._write_wide(rows, counts, starts, kept, first, filled == 0, ts, wide, pos, one)
+        else:
+            self._write_regular(rows, counts, starts, kept, first, filled, newest, ts, wide, pos, one)
+        self.pos[rows] = (pos.astype(np.int64) + counts) % cap
+        self.filled[rows] = np.minimum(filled.astype(np.int64) + counts, cap)
+        self.last_ts[rows] = newest
+
+    def _write_regular(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, kept: np.ndarray,
+                       first: np.ndarray, filled: np.ndarray, newest: np.ndarray, ts: np.ndarray,
+                       wide: np.ndarray | None, pos: np.ndarray, one: bool) -> None:
+        """``write``'s timestamps when some rows are regular: the wide ones' offsets, then each
+        regular row's newest timestamp and the step back to the one before it."""
         reg, r_counts, r_starts, r_kept, r_filled, r_newest = rows, counts, starts, kept, filled, newest
-        if self.n_wide:
-            wide = self.wide[rows]
-            if bool(wide.any()):
-                w = np.flatnonzero(wide)
-                self._write_wide(rows[w], counts[w], starts[w], kept[w], first[w], filled[w] == 0, ts)
-                r = np.flatnonzero(wide == 0)
-                reg, r_counts, r_starts, r_kept, r_filled, r_newest = (
-                    rows[r], counts[r], starts[r], kept[r], filled[r], newest[r])
-        # Regular rows: the newest timestamp, and the step back to the one before it.
+        if wide is not None and bool(wide.any()):
+            w = np.flatnonzero(wide)
+            self._write_wide(rows[w], counts[w], starts[w], kept[w], first[w], filled[w] == 0, ts, wide[w], pos[w],
+                             one)
+            r = np.flatnonzero(wide == 0)
+            reg, r_counts, r_starts, r_kept, r_filled, r_newest = (
+                rows[r], counts[r], starts[r], kept[r], filled[r], newest[r])
         if one:
             prev = self.base[reg]
             has_two = r_filled > 0
         else:
+            cap = self.capacity
             prev = np.where(r_kept >= 2, ts[np.maximum(r_starts + r_counts - 2, 0)], self.base[reg])
             has_two = (r_kept >= 2) | ((r_filled > 0) & (r_counts < cap))
         gap = r_newest - prev
@@ -174,25 +194,24 @@ class Head(HeadRows):
             new &= has_two & (gap > 0) & (gap <= self.step_max)
             self.step[reg[new]] = gap[new]
         self.base[reg] = r_newest
-        self.pos[rows] = (self.pos[rows].astype(np.int64) + counts) % cap
-        self.filled[rows] = np.minimum(filled.astype(np.int64) + counts, cap)
-        self.last_ts[rows] = newest
 
     def _write_wide(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, kept: np.ndarray,
-                    first: np.ndarray, empty: np.ndarray, ts: np.ndarray) -> None:
-        """``write``'s timestamps of wide rows: int32 offsets from their base."""
+                    first: np.ndarray, empty: np.ndarray, ts: np.ndarray, wide: np.ndarray, pos: np.ndarray,
+                    one: bool) -> None:
+        """``write``'s timestamps of wide rows: int32 offsets from their base. ``wide`` and ``pos``:
+        the rows' entries of those columns, ``one``: one sample a row."""
         cap = self.capacity
-        fresh = empty | (counts >= cap)
+        fresh = empty if one and cap > 1 else empty | (counts >= cap)
         if bool(fresh.any()):
             self.base[rows[fresh]] = ts[first[fresh]]
-        w = self.wide[rows].astype(np.int64) - 1
-        if bool((counts == 1).all()):  # the agents' shape
-            flat_view(self.wide_ts)[w * cap + self.pos[rows]] = ts[starts] - self.base[rows]
+        w = wide.astype(np.int64) - 1
+        if one:  # the agents' and a real Prometheus' shape
+            flat_view(self.wide_ts)[w * cap + pos] = ts[starts] - self.base[rows]
             return
         sample_w = np.repeat(w, kept)
         offset = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
         src = np.repeat(first, kept) + offset
-        slot = (np.repeat(self.pos[rows].astype(np.int64) + counts - kept, kept) + offset) % cap
+        slot = (np.repeat(pos.astype(np.int64) + counts - kept, kept) + offset) % cap
         flat_view(self.wide_ts)[sample_w * cap + slot] = ts[src] - np.repeat(self.base[rows], kept)
 
     def fit(self, rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, ts: np.ndarray) -> np.ndarray:
@@ -204,7 +223,10 @@ class Head(HeadRows):
         rows = np.asarray(rows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         if self.n_wide:
-            regular = np.flatnonzero(self.wide[rows] == 0)
+            wide = self.wide[rows]
+            if bool(wide.all()):  # every row wide (a real Prometheus' jittered stamps): none to widen
+                return self._fit_wide(rows, counts, starts, ts)
+            regular = np.flatnonzero(wide == 0)
             off = regular[~self._on_step(rows[regular], counts[regular], starts[regular], ts)]
         else:
             off = np.flatnonzero(~self._on_step(rows, counts, starts, ts))

@@ -33,6 +33,7 @@ from metricsd.maths.slots import pod_hash
 from metricsd.model import Labels, pod_key
 from metricsd.selector import Matcher, MatchOp
 from metricsd.store.postings import EMPTY_ROWS, LabelColumn, grown
+from metricsd.store.rowruns import RowOrder
 
 __all__ = ["SeriesIndex"]
 
@@ -133,6 +134,7 @@ class SeriesIndex:
         self._pending: dict[int, int] = {}  # id -> row of the series added since the sorted ids were merged
         self._ranks: dict[str, tuple[int, np.ndarray]] = {}  # label name -> (values seen, rank per value id)
         self._dead_sorted = 0  # removed series still in _sorted_ids
+        self._order = RowOrder()  # rows in the order written: where rows_of guesses a batch's rows
         # a write batch's ids, by the hash of their bytes -> their rows (rows_of; checked on use, so a
         # collision costs a search, and the ids' bytes are not kept: 8 bytes a series)
         self._batch_rows: dict[int, np.ndarray] = {}
@@ -186,6 +188,28 @@ class SeriesIndex:
         if cached is not None and len(cached) == len(ids) and bool(self.alive[cached].all()) \
                 and bool((self.id_column[cached] == ids).all()):
             return cached.astype(np.int64)
+        if len(ids) >= SORT_KEYS_MIN and self._n:  # a real Prometheus' request: runs of an order seen before
+            guessed, k = self._order.guess(ids, self.id_column, self.alive, self.row_of)
+            if k < len(ids):  # searched: the order to guess the next batches from (store/rowruns.py)
+                rows = np.concatenate([guessed, self._search(ids[k:])])
+                self._order.record(rows[rows >= 0])
+            else:
+                rows = guessed
+        else:
+            rows = self._search(ids)
+        if len(ids) >= BATCH_CACHE_MIN and bool((rows >= 0).all()):
+            if h in self._batch_seen:  # a batch sent again (an agent's, every tick): remember its rows
+                if len(self._batch_rows) >= BATCH_CACHE_SIZE:
+                    self._batch_rows.clear()
+                self._batch_rows[h] = rows.astype(np.int32)
+            else:  # the first time: its hash alone (a real Prometheus' batches never repeat)
+                if len(self._batch_seen) >= 4 * BATCH_CACHE_SIZE:
+                    self._batch_seen.clear()
+                self._batch_seen.add(h)
+        return rows
+
+    def _search(self, ids: np.ndarray) -> np.ndarray:
+        """rows_of by the binary search of the sorted live ids."""
         if self._pending:
             self._merge_pending()
         if self._dead_sorted > max(1024, len(self._sorted_ids) // 4):
@@ -206,17 +230,7 @@ class SeriesIndex:
         pos_c = np.maximum(pos, 0)
         cand = self._sorted_rows[pos_c].astype(np.int64)
         found = (self._sorted_ids[pos_c] == ids) & self.alive[cand]
-        rows = np.where(found, cand, -1)
-        if len(ids) >= BATCH_CACHE_MIN and bool(found.all()):
-            if h in self._batch_seen:  # a batch sent again (an agent's, every tick): remember its rows
-                if len(self._batch_rows) >= BATCH_CACHE_SIZE:
-                    self._batch_rows.clear()
-                self._batch_rows[h] = rows.astype(np.int32)
-            else:  # the first time: its hash alone (a real Prometheus' batches never repeat)
-                if len(self._batch_seen) >= 4 * BATCH_CACHE_SIZE:
-                    self._batch_seen.clear()
-                self._batch_seen.add(h)
-        return rows
+        return np.where(found, cand, -1)
 
     def _merge_pending(self) -> None:
         """Insert the rows added since into the sorted ids: a sort of the new ones and one O(n)
@@ -262,6 +276,7 @@ class SeriesIndex:
         self.pod_hash[row] = pod_hash(pod_key(labels))
         self.n_alive += 1
         self._pending[sid] = row
+        self._order.add(row)
         for name, value in labels:
             col = self.columns.get(name)
             if col is None:

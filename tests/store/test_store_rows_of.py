@@ -1,5 +1,9 @@
 """SeriesIndex.rows_of with its memory of write batches: the same rows as the search, also after
-series are removed or added, and never a row that no longer holds the id."""
+series are removed or added, and never a row that no longer holds the id. And store/rowruns.py: a
+batch's rows guessed as runs of the order of earlier batches are the rows the search finds, whatever
+the batch (runs, ids at random, unknown ids, removed series, a series twice) and however the order
+ring has turned, and a real Prometheus' requests (runs of an order written before, cut anywhere)
+are found by the guess alone."""
 
 from __future__ import annotations
 
@@ -8,7 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metricsd.model import make_labels, series_id
-from metricsd.store.index import BATCH_CACHE_MIN, SeriesIndex
+from metricsd.store.index import BATCH_CACHE_MIN, SORT_KEYS_MIN, SeriesIndex
+from metricsd.store.rowruns import RUN_MIN, RUNS_TRIED, RowOrder
+
+N = 400
 
 
 def _index(n: int) -> tuple[SeriesIndex, np.ndarray]:
@@ -85,3 +92,80 @@ def test_a_remembered_batch_under_another_batchs_hash_is_not_trusted() -> None:
     assert index.rows_of(ids[:80]).tolist() == want
     index._batch_rows[hash(ids[:80].tobytes())] = index.rows_of(ids[:90]).astype(np.int32)
     assert index.rows_of(ids[:80]).tolist() == want
+
+
+_UNKNOWN = st.integers(1, 2**64 - 1).map(lambda i: np.uint64(i))
+
+
+def _no_search(index: SeriesIndex) -> list[int]:
+    """The ids rows_of looks up one by one from now on (the guess's restarts); the search must not run."""
+    asked: list[int] = []
+    row_of = index.row_of
+    index.row_of = lambda sid: asked.append(sid) or row_of(sid)  # type: ignore[method-assign]
+
+    def no_search(ids: np.ndarray) -> np.ndarray:
+        raise AssertionError(f"searched {len(ids)} ids")
+    index._search = no_search  # type: ignore[method-assign]
+    return asked
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_guessed_rows_are_the_rows_the_search_finds(data: st.DataObject) -> None:
+    index, ids = _index(N)
+    index._order.order = np.zeros(N // 2, dtype=np.int32)  # a small ring: it turns within the test
+    perm = ids[np.array(data.draw(st.permutations(range(N))))]  # another sender's order
+    for _ in range(data.draw(st.integers(1, 8))):
+        for row in data.draw(st.lists(st.integers(0, N - 1), max_size=8, unique=True)):
+            index.remove(row)
+        pieces = []
+        for _ in range(data.draw(st.integers(1, 5))):
+            kind = data.draw(st.sampled_from(["made", "other", "random", "unknown"]))
+            if kind in ("made", "other"):
+                a = data.draw(st.integers(0, N - 1))
+                pieces.append((ids if kind == "made" else perm)[a : a + data.draw(st.integers(1, 150))])
+            elif kind == "random":
+                pieces.append(ids[np.array(data.draw(st.lists(st.integers(0, N - 1), min_size=1, max_size=20)))])
+            else:
+                pieces.append(np.array(data.draw(st.lists(_UNKNOWN, min_size=1, max_size=3)), dtype=np.uint64))
+        batch = np.concatenate(pieces)
+        rows, k = RowOrder.guess(index._order, batch, index.id_column, index.alive, index.row_of)
+        assert 0 < k <= len(batch) and len(rows) == k
+        assert rows.tolist() == _plain(index, batch[:k]).tolist()
+        assert index.rows_of(batch).tolist() == _plain(index, batch).tolist()  # guess and search together
+
+
+def test_a_scrape_cut_into_requests_is_found_by_the_guess_alone() -> None:
+    index, ids = _index(N)
+    asked = _no_search(index)
+    for lo in range(0, N, 50):  # requests in the order the series were made
+        assert index.rows_of(ids[lo : lo + 50]).tolist() == list(range(lo, lo + 50))
+    assert asked == []  # each request went on where the last one ended
+    # two runs (the end of one target's scrape, the start of another's)
+    batch = np.concatenate([ids[350:380], ids[100:140]])
+    assert index.rows_of(batch).tolist() == [*range(350, 380), *range(100, 140)]
+    assert asked == [int(ids[350]), int(ids[100])]
+
+
+def test_an_order_of_its_own_is_searched_once_then_guessed() -> None:
+    """A sender of another order (Prometheus' shards split series by hash): its first requests are
+    searched and their order recorded, the next round's, cut elsewhere, found by the guess."""
+    index, ids = _index(N)
+    perm = np.random.default_rng(1).permutation(N)
+    for lo in range(0, N, 64):
+        assert index.rows_of(ids[perm[lo : lo + 64]]).tolist() == perm[lo : lo + 64].tolist()
+    asked = _no_search(index)
+    for lo in range(10, N - 50, 50):  # cut elsewhere: a request spans two recorded ones
+        assert index.rows_of(ids[perm[lo : lo + 50]]).tolist() == perm[lo : lo + 50].tolist()
+    assert len(asked) <= 2 * len(range(10, N - 50, 50))
+
+
+def test_guessing_stops_at_a_short_run_or_after_its_runs() -> None:
+    index, ids = _index(N)
+    scattered = ids[np.arange(0, N, 7)][:SORT_KEYS_MIN]  # no two in consecutive rows
+    rows, k = index._order.guess(scattered, index.id_column, index.alive, index.row_of)
+    assert k == 1 and rows.tolist() == [0]
+    runs = np.concatenate([ids[a : a + RUN_MIN] for a in range(0, 50 * (RUNS_TRIED + 2), 50)])
+    rows, k = index._order.guess(runs, index.id_column, index.alive, index.row_of)
+    assert k == RUNS_TRIED * RUN_MIN
+    assert index.rows_of(runs).tolist() == _plain(index, runs).tolist()
