@@ -173,7 +173,8 @@ def summary(res: dict[str, Any]) -> list[str]:
             ws = res["windows"][c]
             vals = [sum(v) for v in zip(*ws.values(), strict=True)] if p == "all" else ws.get(p, [])
             meds.append(statistics.median(vals) if vals else float("nan"))
-        ratio = f" | {meds[cols.index('head')] / meds[cols.index('base')]:.2f}" if len(cols) == 2 and meds[1] else ""
+        base = meds[cols.index("base")] if "base" in cols else 0.0
+        ratio = "" if len(cols) != 2 else f" | {meds[cols.index('head')] / base:.2f}" if base else " | -"
         lines.append(f"| {p} | " + " | ".join(f"{m:.2f}" for m in meds) + ratio + " |")
     return lines
 
