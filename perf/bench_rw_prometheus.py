@@ -201,7 +201,10 @@ def start_cluster_b(procs: Processes, flags: str, code: Path | None = None) -> S
     cluster setting or of two checkouts, both fed by the same Prometheus in the same run (the same
     load on both sides, which separate runs on a shared machine never have)."""
     code_env = _env("PYTHONPATH", str(code.resolve())) if code is not None else contextlib.nullcontext()
-    with _env("BENCH_CLUSTER_ARGS", f"{os.environ.get('BENCH_CLUSTER_ARGS') or ''} {flags}"), code_env:
+    # Its processes start as `python -m metricsd`, which puts their working directory (inherited
+    # from here) before PYTHONPATH: run from a checkout, they would all run that checkout's code.
+    code_dir = contextlib.chdir(code.resolve()) if code is not None else contextlib.nullcontext()
+    with _env("BENCH_CLUSTER_ARGS", f"{os.environ.get('BENCH_CLUSTER_ARGS') or ''} {flags}"), code_env, code_dir:
         return procs.start_metricsd_cluster("metricsd-cluster-b")
 
 

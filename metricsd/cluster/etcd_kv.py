@@ -9,12 +9,15 @@ aetcd is a thin layer over etcd's gRPC API and leaves two things to its user, bo
 - A lease is not kept alive. :meth:`EtcdKV.grant` starts a keeper that refreshes it every
   TTL / 3, logs failed refreshes, and declares the lease lost (``Lease.lost``, ``on_lost``) when
   etcd says it expired or when no refresh got through for a whole TTL: by then etcd has dropped
-  it, or will as soon as it hears from anyone, so holding on would risk two leaders. The refreshes
-  go on one LeaseKeepAlive stream per lease, opened again after a failure (aetcd's
-  ``refresh_lease`` opens a stream per refresh: a cluster's four leases made etcd set up and tear
-  down 2.4 streams a second, its only work while ingesting).
+  it, or will as soon as it hears from anyone, so holding on would risk two leaders. Each refresh
+  is one unary call on etcd's LeaseKeepAlive method (one request, one answer; etcd ends the call
+  at the client's half-close) with a deadline of its own. A long-lived stream per lease cost each
+  lease's process two more threads (gRPC's synchronous streaming polls its channel every 200 ms
+  and feeds requests from a thread) and a timer thread per refresh, ~0.3 of ~1.5 ms of CPU a
+  second an idle store spent (perf/RESULTS.md "Session 42, s42-24i"); a stream per refresh cost
+  etcd nothing measurable (perf/RESULTS.md, session 39: 5.5-7.0 against 6.5-7.5 ms a second).
 
-The keeper runs on a thread of its own, with its own synchronous gRPC channel and stream, and
+The keeper runs on a thread of its own, with its own synchronous gRPC channel and calls, and
 reports a loss to the owner's loop with ``call_soon_threadsafe``. On the owner's loop one long turn
 starved it: on the store-restart cluster test a restarted store's loop ran single turns of up to 2.6
 s at load 5-9 (asyncio's slow-callback log, py-spy: read-port answers into the empty replica,
@@ -43,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import queue
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
@@ -152,9 +154,8 @@ class _EtcdLease(Lease):
         self._beating: asyncio.TimerHandle | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._lock = threading.Lock()  # guards _stream between the keeper and stop()
-        # The LeaseKeepAlive call (synchronous stream-stream) and the queue feeding its requests.
-        self._stream: tuple[Any, queue.SimpleQueue[Any]] | None = None
+        self._lock = threading.Lock()  # guards _channel between the keeper and stop()
+        self._channel: grpc.Channel | None = None  # the keeper's; closed by stop() to end a refresh at once
 
     def start(self) -> None:
         self._owner = asyncio.get_running_loop()
@@ -177,7 +178,7 @@ class _EtcdLease(Lease):
         if thread is None:
             return
         self._stopping.set()
-        self._close_stream()
+        self._close_channel()
         if thread is not threading.current_thread():
             await asyncio.to_thread(thread.join, self._kv.settings.request_timeout_s * 2)
 
@@ -188,50 +189,22 @@ class _EtcdLease(Lease):
             with contextlib.suppress(RuntimeError):  # the owner's loop is closed: nobody to tell
                 self._owner.call_soon_threadsafe(self.mark_lost, reason)
 
-    def _close_stream(self) -> None:
+    def _close_channel(self) -> None:
         with self._lock:
-            stream, self._stream = self._stream, None
-        if stream is not None:
-            call, requests = stream
-            requests.put(None)  # ends the request iterator gRPC's sending thread is reading
-            call.cancel()
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()  # a refresh waiting on etcd ends with CANCELLED
 
-    def _refresh(self, channel: grpc.Channel) -> Any:
-        """One keep-alive on the lease's stream (opened now if it is not): etcd's answer, waited for
-        at most ``min(request_timeout_s, TTL / 3)``. Any failure closes the stream, so the next
-        refresh opens a new one."""
+    def _refresh(self, keep_alive: Any) -> Any:
+        """One keep-alive, a unary call on LeaseKeepAlive (``keep_alive``): etcd's answer, waited
+        for at most ``min(request_timeout_s, TTL / 3)``."""
         timeout = min(self._kv.settings.request_timeout_s, self._interval)
-        with self._lock:
-            if self._stream is None and not self._stopping.is_set():
-                requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-                call = aetcd.rpc.LeaseStub(channel).LeaseKeepAlive(iter(requests.get, None))
-                self._stream = (call, requests)
-            stream = self._stream
-        if stream is None:
-            raise KVUnavailable("the lease's keeper is stopping")
-        call, requests = stream
-        requests.put(aetcd.rpc.LeaseKeepAliveRequest(ID=self.id))
-        timed_out = threading.Event()
-
-        def expire() -> None:
-            timed_out.set()
-            call.cancel()
-
-        timer = threading.Timer(timeout, expire)
-        timer.daemon = True
-        timer.start()
         try:
-            return next(call)
-        except StopIteration:
-            self._close_stream()
-            raise KVUnavailable("etcd ended the keep-alive stream") from None
-        except grpc.RpcError as e:  # the call's own errors (one that ended, cancelled, etcd down)
-            self._close_stream()
-            if timed_out.is_set():
+            return keep_alive(aetcd.rpc.LeaseKeepAliveRequest(ID=self.id), timeout=timeout)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise KVUnavailable(f"etcd did not answer a keep-alive within {timeout:.1f}s") from None
-            raise KVUnavailable(f"keep-alive stream of lease {self.id:#x}: {_describe(e)}") from e
-        finally:
-            timer.cancel()
+            raise KVUnavailable(f"keep-alive of lease {self.id:#x}: {_describe(e)}") from e
 
     async def revoke(self) -> None:
         if self.revoked:
@@ -251,13 +224,21 @@ class _EtcdLease(Lease):
             ("grpc.keepalive_time_ms", s.keepalive_time_ms),
             ("grpc.keepalive_timeout_ms", s.keepalive_timeout_ms),
         ])
+        with self._lock:
+            if self._stopping.is_set():
+                channel.close()
+                return
+            self._channel = channel
+        keep_alive = channel.unary_unary(
+            "/etcdserverpb.Lease/LeaseKeepAlive",
+            request_serializer=aetcd.rpc.LeaseKeepAliveRequest.SerializeToString,
+            response_deserializer=aetcd.rpc.LeaseKeepAliveResponse.FromString)
         try:
-            self._keep_alive_on(channel)
+            self._keep_alive_on(keep_alive)
         finally:
-            self._close_stream()
-            channel.close()
+            self._close_channel()
 
-    def _keep_alive_on(self, channel: grpc.Channel) -> None:
+    def _keep_alive_on(self, keep_alive: Any) -> None:
         clock = self._kv._clock
         limit = self._kv.settings.loop_stall_limit_s
         last_ok = clock.monotonic()
@@ -267,7 +248,7 @@ class _EtcdLease(Lease):
                 self._report_lost(f"its event loop has not run for {stalled:.1f}s (limit {limit:.0f}s)")
                 return
             try:
-                reply = self._refresh(channel)
+                reply = self._refresh(keep_alive)
             except KVError as e:
                 if self._stopping.is_set():
                     return
@@ -278,7 +259,6 @@ class _EtcdLease(Lease):
                 _log.warning("keep-alive of lease %#x failed, retrying: %s", self.id, e)
                 continue
             if reply.TTL <= 0:
-                self._close_stream()
                 self._report_lost("etcd reports the lease expired")
                 return
             last_ok = clock.monotonic()

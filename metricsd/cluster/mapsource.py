@@ -28,6 +28,12 @@ class MapSource(Protocol):
         """Re-read the map now if the source can (a store said it does not hold a slot)."""
         ...
 
+    async def next_map(self, seen: ShardMap | None, timeout_s: float) -> ShardMap | None:
+        """The current map as soon as it is not ``seen`` (at once if it is not already), or None
+        when ``timeout_s`` passes first: what a loop that acts on map changes waits on, instead of
+        waking to look (a store's replication loop looked twice a second)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -36,7 +42,7 @@ class StaticMapSource:
 
     def __init__(self, shard_map: ShardMap) -> None:
         self._map = shard_map
-        self._changed = asyncio.Event()
+        self._changed = asyncio.Event()  # set (and replaced) by each set()
 
     def current(self) -> ShardMap | None:
         return self._map
@@ -47,9 +53,22 @@ class StaticMapSource:
     async def refresh(self) -> ShardMap | None:
         return self._map
 
+    async def next_map(self, seen: ShardMap | None, timeout_s: float) -> ShardMap | None:
+        changed = self._changed
+        if self._map is not seen:
+            return self._map
+        try:
+            async with asyncio.timeout(timeout_s):
+                await changed.wait()
+        except TimeoutError:
+            return None
+        return self._map
+
     def set(self, shard_map: ShardMap) -> None:
-        """Swap the map (tests of a proxy seeing a new map)."""
+        """Swap the map (tests of a proxy or a store seeing a new map)."""
         self._map = shard_map
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def close(self) -> None:
         return None

@@ -74,6 +74,13 @@ class EtcdMapSource:
         assert self._map is not None
         return self._map
 
+    async def next_map(self, seen: ShardMap | None, timeout_s: float) -> ShardMap | None:
+        """The current map as soon as it is not ``seen``; None after ``timeout_s`` (MapSource)."""
+        try:
+            return await self.wait_for(lambda m: m is not seen, timeout_s)
+        except TimeoutError:
+            return None
+
     async def refresh(self) -> ShardMap | None:
         """Read the map key now; on an etcd error keep the map we have and return it."""
         self.start()

@@ -18,8 +18,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from metricsd.cmd.clusterplan import ClusterPlan, ProcessSpec
@@ -54,12 +56,60 @@ async def _run(cluster: LocalCluster, timeout_s: float = 90.0) -> int:
     print(f"metricsd cluster up: {plan.stores} stores, {plan.config_servers} config servers, "
           f"{plan.proxies} proxies, {plan.slots} slots, rf {plan.rf}, w {plan.w}, r {plan.r}\n"
           f"{cluster.addresses()}\nCtrl-C stops everything.", flush=True)
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 1.0)
-        for death in cluster.deaths():
-            log.error("%s", death)
+    exited = asyncio.Event()
+    pids = [p.pid for p in cluster.procs.values()] + ([cluster.etcd.pid] if cluster.etcd.pid is not None else [])
+    unwatch = watch_exits(pids, exited)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while not stop.is_set():
+            exited.clear()
+            for death in cluster.deaths():
+                log.error("%s", death)
+            wake = asyncio.ensure_future(exited.wait())
+            await asyncio.wait([wake, stopped], timeout=None if unwatch else 1.0, return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
+    finally:
+        stopped.cancel()
+        if unwatch is not None:
+            unwatch()
     return 0
+
+
+def watch_exits(pids: list[int], exited: asyncio.Event) -> Callable[[], None] | None:
+    """Set ``exited`` when any of ``pids`` (children of this process) ends: a pidfd each, read by
+    the running loop, so that nothing wakes ``cluster up`` while its children run (it looked once a
+    second: 0.3 ms of CPU a second, perf/RESULTS.md "Session 42, s42-24i"). A pid gone already sets
+    it at once. Returns what stops the watch, or None where pidfds are missing (not Linux 5.3+: the
+    caller looks every second)."""
+    if not hasattr(os, "pidfd_open"):
+        return None
+    loop = asyncio.get_running_loop()
+    fds: list[int] = []
+
+    def ended(fd: int) -> None:
+        loop.remove_reader(fd)
+        exited.set()
+
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # ended and reaped already
+            exited.set()
+            continue
+        except OSError:
+            for fd in fds:
+                loop.remove_reader(fd)
+                os.close(fd)
+            return None
+        fds.append(fd)
+        loop.add_reader(fd, ended, fd)
+
+    def unwatch() -> None:
+        for fd in fds:
+            loop.remove_reader(fd)
+            os.close(fd)
+
+    return unwatch
 
 
 def up(plan: ClusterPlan, data_dir: Path | None, log_level: str, secure: bool = True) -> int:

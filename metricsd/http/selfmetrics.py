@@ -98,10 +98,11 @@ class SelfMetrics:
             "metricsd_query_duration_seconds", "PromQL and native query latency, by how it was answered.",
             ["path"], buckets=LATENCY_BUCKETS, registry=r)
         self.loop_lag = Gauge(
-            "metricsd_event_loop_lag_seconds", "Largest event-loop lag of the last 10 s (metricsd/http/looplag.py).",
+            "metricsd_event_loop_lag_seconds",
+            "Largest event-loop lag (longest turn) of the last 10 s (metricsd/http/looplag.py).",
             registry=r)
         self.loop_stalls = Counter(
-            "metricsd_event_loop_stalls", "Event-loop wake-ups more than 100 ms late.", registry=r)
+            "metricsd_event_loop_stalls", "Event-loop turns (wake-ups) longer (later) than 100 ms.", registry=r)
         self.queries_refused = Counter(
             "metricsd_queries_refused", "PromQL queries refused before running, by limit.", ["limit"], registry=r)
         self.series = Gauge("metricsd_series", "Series held.", registry=r)

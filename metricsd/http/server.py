@@ -23,7 +23,7 @@ from metricsd.http.dashboard import add_dashboard_routes
 from metricsd.http.export import ExportAPI
 from metricsd.http.hotpath import HotQueries, HotSite
 from metricsd.http.hotwrite import HotWrites
-from metricsd.http.looplag import run_lag_monitor
+from metricsd.http.looplag import attach, watch_loop
 from metricsd.http.native import NativeAPI
 from metricsd.http.params import ApiError, error_body
 from metricsd.http.promapi import PromAPI
@@ -265,7 +265,8 @@ async def start_http(app: web.Application, host: str, port: int, tls: ServerTLS 
         if tls is not None:  # re-read rotated certificate files while serving
             background.append(loop.create_task(tls.watch(), name="tls-watch"))
         if metrics is not None:
-            background.append(loop.create_task(run_lag_monitor(_lag_reporter(metrics)), name="loop-lag"))
+            lag = attach(metrics.loop_lag, metrics.loop_stalls)
+            background.append(loop.create_task(watch_loop(lag), name="loop-lag"))
 
     async def stop_background(_: web.Application) -> None:
         for task in background:
@@ -282,15 +283,6 @@ async def start_http(app: web.Application, host: str, port: int, tls: ServerTLS 
     bound = runner.addresses[0][1] if runner.addresses else port
     log.info("HTTP API serving on %s://%s:%d", "https" if tls is not None else "http", host, bound)
     return runner, int(bound)
-
-
-def _lag_reporter(metrics: SelfMetrics) -> Callable[[float, bool], None]:
-    def report(window_max: float, stalled: bool) -> None:
-        metrics.loop_lag.set(window_max)
-        if stalled:
-            metrics.loop_stalls.inc()
-
-    return report
 
 
 async def stop_http(runner: web.AppRunner) -> None:

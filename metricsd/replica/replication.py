@@ -170,8 +170,9 @@ class ReplicaSync:
         seen = shard_map
         next_round = self.clock.monotonic() + self.settings.interval_s
         while True:
-            await asyncio.sleep(0.5)
-            current = self.maps.current()
+            # Asleep until the map changes or the round is due (it looked twice a second: 0.2-0.3
+            # of a store's ~2 ms of CPU a second idle, perf/RESULTS.md "Session 42, s42-24i").
+            current = await self.maps.next_map(seen, max(0.0, next_round - self.clock.monotonic()))
             if current is not None:
                 self.readiness.observe(current)
                 held = set(current.slots_of(self.member_id))
@@ -183,16 +184,15 @@ class ReplicaSync:
                     log.info("member %s gained slots %s: catching up", self.member_id, describe_slots(gained))
                     await self.catch_up(gained, former=seen)
                 seen = current
-            if self.clock.monotonic() >= next_round:
+            if current is None or self.clock.monotonic() >= next_round:
                 await self.anti_entropy_round()
                 next_round = self.clock.monotonic() + self.settings.interval_s
 
     async def _first_map(self) -> ShardMap:
         while True:
-            current = self.maps.current()
+            current = await self.maps.next_map(None, 60.0)
             if current is not None:
                 return current
-            await asyncio.sleep(0.2)
 
     async def _set_state(self, event: MemberEvent) -> None:
         state = transition(self._published, event)

@@ -53,6 +53,23 @@ async def test_the_map_source_reads_the_map_then_follows_each_change(kv: KV, lay
     assert got.slots == second.slots and seen == [1, 2]
 
 
+async def test_next_map_waits_for_a_map_other_than_the_one_seen(kv: KV, layout: KeyLayout,
+                                                                 closers: list[Callable[[], object]]) -> None:
+    source = EtcdMapSource(kv, layout)
+    closers.append(source.close)
+    assert await source.next_map(None, 0.2) is None  # no map yet
+    first = assign(members("a", "b"), None, 8, 2)
+    await kv.put(layout.map_key, first.to_json())
+    seen = await source.next_map(None, TIMEOUT)
+    assert seen is not None and seen.version == 1
+    assert await source.next_map(seen, 0.3) is None  # nothing changed: it waited the whole timeout
+    waiting = asyncio.ensure_future(source.next_map(seen, TIMEOUT))
+    await kv.put(layout.map_key, assign(members("a", "b", "c"), first, 8, 2).to_json())
+    got = await waiting
+    assert got is not None and got.version == 2
+    assert await source.next_map(seen, 0) is got  # already other than seen: at once
+
+
 async def test_the_map_source_keeps_the_last_good_map_over_invalid_or_deleted_ones(
         kv: KV, layout: KeyLayout, closers: list[Callable[[], object]], caplog: pytest.LogCaptureFixture) -> None:
     good = assign(members("a"), None, 4, 1)

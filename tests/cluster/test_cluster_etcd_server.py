@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from metricsd.cluster.etcd_kv import EtcdKV
-from metricsd.cluster.etcd_server import EtcdServer, EtcdServerError, find_etcd_binary
+from metricsd.cluster.etcd_kv import EtcdKV, EtcdSettings
+from metricsd.cluster.etcd_server import ONE_MEMBER_FLAGS, EtcdServer, EtcdServerError, find_etcd_binary
 from metricsd.cluster.kv import KVUnavailable
 
 EtcdClient = Callable[[EtcdServer], EtcdKV]
@@ -58,3 +58,24 @@ def test_a_server_that_exits_at_once_is_reported_with_its_log(tmp_path: Path) ->
     assert "exited with code" in str(info.value)
     assert "no-such-flag" in str(info.value)
     server.close()
+
+
+def test_the_server_runs_with_one_members_timers_unless_told_otherwise(tmp_path: Path) -> None:
+    tuned = EtcdServer(tmp_path / "a", binary=find_etcd_binary()).command()
+    assert " ".join(ONE_MEMBER_FLAGS) in " ".join(tuned)
+    plain = EtcdServer(tmp_path / "b", binary=find_etcd_binary(), tuning=()).command()
+    assert not any(flag in plain for flag in ONE_MEMBER_FLAGS if flag.startswith("--"))
+
+
+async def test_the_tuned_server_grants_the_shortest_lease_a_store_may_ask_for(etcd_server: EtcdServer) -> None:
+    """The config server's lower bound on --lease-ttl is 2 s; the tuned etcd grants it as asked
+    (its minimum is 1.5 election timeouts, rounded up: a longer election timeout would raise it,
+    and a dead store would be noticed later)."""
+    assert etcd_server.tuning == ONE_MEMBER_FLAGS
+    kv = EtcdKV(EtcdSettings(endpoint=etcd_server.endpoint))
+    try:
+        lease = await kv.grant(2)
+        assert lease.ttl == 2
+        await lease.revoke()
+    finally:
+        await kv.close()

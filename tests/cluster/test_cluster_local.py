@@ -205,3 +205,29 @@ def test_cluster_up_hands_the_spill_to_every_proxy_and_refuses_a_bad_one(capsys:
     assert p.parse_args(list(plan.proxy_specs()[0].args)).spill_in_flight == ProxySettings.whole_spill  # its own
     assert cluster_run(_up_args("--spill-in-flight", "0", "--base-port", "7400")) == 2
     assert "--spill-in-flight" in capsys.readouterr().err
+
+
+async def test_cluster_up_is_woken_by_a_child_that_ends_and_not_before() -> None:
+    import asyncio
+
+    from metricsd.cmd.cluster import watch_exits
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # ended and reaped: its pid names nothing
+    exited = asyncio.Event()
+    unwatch = watch_exits([child.pid], exited)
+    assert unwatch is not None  # Linux with pidfds
+    try:
+        await asyncio.sleep(0.3)
+        assert not exited.is_set()
+        child.kill()
+        await asyncio.wait_for(exited.wait(), 10)
+    finally:
+        unwatch()
+        child.wait()
+    already = asyncio.Event()
+    unwatch_gone = watch_exits([gone.pid], already)
+    assert already.is_set()
+    assert unwatch_gone is not None
+    unwatch_gone()

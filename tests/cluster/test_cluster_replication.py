@@ -140,6 +140,67 @@ async def test_a_restarted_replica_catches_up_its_slots_then_a_gained_slot(nodes
         await sync.close()
 
 
+class CountingReadiness(SlotReadiness):
+    """Records the version of every map the replication loop (or anyone) hands it."""
+
+    def __init__(self, member_id: str) -> None:
+        super().__init__(member_id)
+        self.observed: list[int] = []
+
+    def observe(self, shard_map: ShardMap) -> None:
+        self.observed.append(shard_map.version)
+        super().observe(shard_map)
+
+
+async def _started_sync(nodes: list[Node], source: StaticMapSource, settings: SyncSettings,
+                        readiness: SlotReadiness | None = None) -> tuple[ReplicaSync, asyncio.Future[None]]:
+    c = nodes[2]
+    sync = ReplicaSync(c.store, local_apply(c.store), c.api, "s2", source, SystemClock(), settings,
+                       readiness=readiness)
+    task = asyncio.ensure_future(sync.run())
+    async with asyncio.timeout(20):
+        while sync.counters.catch_ups < 1:
+            await asyncio.sleep(0.02)
+    return sync, task
+
+
+async def test_the_replication_loop_sleeps_until_the_map_changes(nodes: list[Node]) -> None:
+    """Nothing is looked at while nothing changes (the loop looked at the map twice a second), and
+    a new map is still acted on as soon as it arrives."""
+    shard_map = ShardMap(1, 3, tuple(("s0", "s1", "s2") for _ in range(SLOTS)), {n.name: n.member() for n in nodes})
+    source = StaticMapSource(shard_map)
+    readiness = CountingReadiness("s2")
+    sync, task = await _started_sync(nodes, source, SyncSettings(interval_s=3600, window_ms=3_600_000),
+                                     readiness)
+    try:
+        looked = len(readiness.observed)
+        await asyncio.sleep(1.2)
+        assert len(readiness.observed) == looked
+        source.set(ShardMap(2, 3, shard_map.slots, shard_map.members))
+        async with asyncio.timeout(5):
+            while readiness.observed[-1] != 2:
+                await asyncio.sleep(0.01)
+        assert len(readiness.observed) == looked + 1 and sync.counters.rounds == 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sync.close()
+
+
+async def test_anti_entropy_rounds_come_when_due_with_no_map_change(nodes: list[Node]) -> None:
+    shard_map = ShardMap(1, 3, tuple(("s0", "s1", "s2") for _ in range(SLOTS)), {n.name: n.member() for n in nodes})
+    sync, task = await _started_sync(nodes, StaticMapSource(shard_map),
+                                     SyncSettings(interval_s=0.2, window_ms=3_600_000))
+    try:
+        async with asyncio.timeout(10):
+            while sync.counters.rounds < 3:
+                await asyncio.sleep(0.02)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sync.close()
+
+
 @pytest.mark.parametrize("behind", [False, True])
 async def test_a_store_whose_restart_lost_data_stays_out_of_reads_until_its_first_catch_up(
         nodes: list[Node], behind: bool) -> None:

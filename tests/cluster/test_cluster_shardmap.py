@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -129,3 +130,17 @@ def test_member_records_are_read_and_a_broken_one_is_reported_not_fatal() -> Non
     at = "member record at '/metricsd/default/members/"
     assert errors[0] == at + "store-2' ignored: the record names member 'store-3'"
     assert errors[1].startswith(at + "store-4' ignored: member record: not valid JSON")
+
+
+async def test_a_static_source_hands_a_set_map_to_next_map() -> None:
+    from metricsd.cluster.mapsource import StaticMapSource
+
+    first = assign([Member("a", "127.0.0.1:7100")], None, 4, 1)
+    source = StaticMapSource(first)
+    assert await source.next_map(None, 0) is first
+    assert await source.next_map(first, 0.05) is None
+    waiting = asyncio.ensure_future(source.next_map(first, 5.0))
+    await asyncio.sleep(0)
+    second = assign([Member("a", "127.0.0.1:7100"), Member("b", "127.0.0.1:7101")], first, 4, 1)
+    source.set(second)
+    assert await waiting is second
