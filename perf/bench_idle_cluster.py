@@ -30,12 +30,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare_peers
-from compare import grpc_sender, ingest, wait_cluster_ready
+from compare import grpc_senders, ingest, wait_cluster_ready
 from compare_peers import Processes, Server
 from compare_workload import Workload, WorkloadConfig
 
-from metricsd.rpc.channel import open_channel
-from metricsd.rpc.client import MetricsClient, StreamingBackend
+from metricsd.rpc.client import MetricsClient
 
 HERE = Path(__file__).resolve().parent
 
@@ -141,11 +140,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for n, s in servers.items():
                 async with MetricsClient(s.grpc_address) as c:
                     await wait_cluster_ready(c, n)
-            writers = {n: StreamingBackend(open_channel(s.grpc_address), timeout_s=120) for n, s in servers.items()}
-            for w in writers.values():
-                stack.push_async_callback(w.close)
-            dup: dict[str, int] = {}
-            senders = {n: grpc_sender(w, dup, n) for n, w in writers.items()}
+            senders = grpc_senders(stack, servers, {})
             print(f"feeding {wl.samples:,} samples of {len(wl.series):,} series ...", flush=True)
             await ingest(wl, False, senders, servers)
             await ingest(wl, True, senders, servers)

@@ -38,15 +38,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare_peers
-from compare import grpc_sender, ingest, remote_write_sender, server_cpu, wait_cluster_ready
+from compare import grpc_senders, ingest, remote_write_sender, server_cpu, wait_cluster_ready
 from compare_cpu import cpu_seconds
 from compare_http import http_questions, interleaved_cpu, profile_pids
 from compare_peers import Processes, Server
 from compare_queries import Question, promql_get, summarise
 from compare_workload import Workload, WorkloadConfig
 
-from metricsd.rpc.channel import open_channel
-from metricsd.rpc.client import MetricsClient, StreamingBackend
+from metricsd.rpc.client import MetricsClient
 
 HERE = Path(__file__).resolve().parent
 
@@ -121,11 +120,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if s.tree:
                     async with MetricsClient(s.grpc_address) as c:
                         await wait_cluster_ready(c, n)
-            writers = {n: StreamingBackend(open_channel(s.grpc_address), timeout_s=120) for n, s in grpc.items()}
-            for w in writers.values():
-                stack.push_async_callback(w.close)
-            dup: dict[str, int] = {}
-            senders = {n: grpc_sender(w, dup, n) for n, w in writers.items()}
+            senders = grpc_senders(stack, grpc, {})
             senders.update({n: remote_write_sender(http, s) for n, s in servers.items() if n not in grpc})
             print(f"feeding {wl.samples:,} samples of {len(wl.series):,} series ...", flush=True)
             await ingest(wl, False, senders, servers)

@@ -130,6 +130,16 @@ def grpc_sender(client: StreamingBackend, duplicates: dict[str, int], name: str)
             duplicates[name] = duplicates.get(name, 0) + resp.rejected_duplicate
     return send
 
+def grpc_senders(stack: AsyncExitStack, servers: dict[str, Server], duplicates: dict[str, int]) -> dict[str, Send]:
+    """grpc_sender for each server, each over a WriteStream channel of its own closed with ``stack``."""
+    senders: dict[str, Send] = {}
+    for name, server in servers.items():
+        writer = StreamingBackend(open_channel(server.grpc_address), timeout_s=120)
+        stack.push_async_callback(writer.close)
+        senders[name] = grpc_sender(writer, duplicates, name)
+    return senders
+
+
 
 def remote_write_sender(http: aiohttp.ClientSession, server: Server) -> Send:
     async def send(b: Batch) -> None:
@@ -359,10 +369,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     await wait_cluster_ready(clients[n], n)
             check_loops(servers, loops)
             duplicates: dict[str, int] = res.setdefault("duplicates_reported", {})
-            writers = {n: StreamingBackend(open_channel(s.grpc_address), timeout_s=120) for n, s in grpc.items()}
-            for w in writers.values():
-                stack.push_async_callback(w.close)
-            senders: dict[str, Send] = {n: grpc_sender(w, duplicates, n) for n, w in writers.items()}
+            senders = grpc_senders(stack, grpc, duplicates)
             senders.update({n: remote_write_sender(http, s) for n, s in servers.items() if n not in clients})
             ms: list[dict[str, Any]] = []
             idle = idle_rss(servers)
