@@ -149,6 +149,10 @@ async def test_in_a_cluster_writes_go_on_while_one_disk_is_full_and_hand_off_fil
             resp = await proxy.write(_batch(now, True))
             assert resp.samples_written == 1000
             acked.append(now)
+            # The ack came at W = 2: the third replica's part may still be on its way. Wait for it, or
+            # the disk fills under it and the first batch joins the hand-off (CI saw store-0 empty).
+            await proxy.writes.wait_idle()
+            assert _held(opened[0][0]) == _want(acked)
             filler = fill(fs)
             assert free_bytes(fs) == 0
             for k in range(1, 30):
