@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cluster_procs import wait_until
 from test_cluster_proxies import T0, tick, workload_series
 from test_cluster_read_consistency import CALL_TIMEOUT_S, Cluster, cluster  # noqa: F401  (the fixture)
 
@@ -35,11 +34,7 @@ async def _write(c: Cluster) -> None:
     for i in range(6):
         resp = await c.grpc.write(tick(series, T0 + i * 10_000, np.cumsum(rng.random(len(series))) + i))
         assert resp.samples_written == len(series)
-
-    async def level() -> bool:  # W = 2 acknowledged; the third replica follows within moments
-        return (await c.grpc.stats()).samples == 3 * 6 * len(series)
-
-    await wait_until("every replica holding every sample", level)
+    await c.wait_level(6 * len(series))
 
 
 def _alike(a: Any, b: Any) -> bool:

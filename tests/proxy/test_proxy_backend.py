@@ -44,6 +44,8 @@ async def test_a_write_acknowledged_by_the_proxy_is_readable_and_on_rf_replicas(
     by_id = {s.id: s for s in got.series}
     for lab in series:
         assert list(by_id[series_id(lab)].timestamps) == TIMES
+    # The ack came at W = 2 of RF = 3: a third replica's part may still be on its way.
+    await proxy.writes.wait_idle()
     for lab in series:  # every series is on exactly its slot's 3 replicas and nowhere else
         holders = {m for m, n in cluster4.nodes.items() if raw(n.store, lab)}
         assert holders == set(cluster4.holders(lab))
@@ -68,6 +70,9 @@ async def test_a_store_that_forgot_the_series_gets_their_labels_from_the_proxy(c
     proxy = cluster3.proxy()
     series = workload(6)
     await proxy.write(write_request(series, TIMES[:2], labels=True))
+    # W = 2: store-1's part of the first batch may still be on its way; landing (or handed off) after
+    # the restart, it would put TIMES[:2] on the new store too.
+    await proxy.writes.wait_idle()
     node = cluster3.nodes["store-1"]
     await node.restart(Store())  # back empty on the same port
     resp = await proxy.write(write_request(series, TIMES[2:4], labels=False))
@@ -109,6 +114,9 @@ async def test_an_aggregate_over_all_slots_equals_brute_force_and_one_store_hold
     assert len({slot_of_labels(s, SLOTS) for s in series}) == SLOTS  # the workload covers every slot
     req = write_request(series, TIMES, labels=True)
     await proxy.write(req)
+    # W = 2 of RF = 3: a replica still writing its part sends a digest that differs, and the digest
+    # read falls back (the counters checked below); wait for the replicas to agree.
+    await proxy.writes.wait_idle()
     single = LocalBackend(StoreAPI(Store()))
     await single.write(req)
 
@@ -225,6 +233,7 @@ async def test_health_and_stats_sum_the_members(cluster3: LocalCluster) -> None:
     proxy = cluster3.proxy()
     series = workload(10)
     await proxy.write(write_request(series, TIMES, labels=True))
+    await proxy.writes.wait_idle()  # W = 2: the third copy, counted below, may still be on its way
     health = await proxy.health()
     assert health.status == pb.HealthResponse.SERVING
     assert "store-0=SERVING, store-1=SERVING, store-2=SERVING" in health.member

@@ -94,6 +94,10 @@ async def test_read_repair_fills_a_replica_that_came_back_empty(cluster3: LocalC
     proxy = cluster3.proxy(fast_settings(handoff=HandoffSettings(max_bytes=0)))  # no hand-off: repair only
     series = workload(12)
     await proxy.write(write_request(series, [T0 + k * 10_000 for k in range(6)], labels=True))
+    # W = 2: a third replica's part may still be on its way. Wiping store-0 before it lands would
+    # leave one copy of some series (the R = 2 read below may miss them), or store-0's own part
+    # could land on the new store and leave nothing to repair.
+    await proxy.writes.wait_idle()
     from metricsd.store.engine import Store
 
     victim = cluster3.nodes["store-0"]
@@ -116,6 +120,7 @@ async def test_aggregate_read_repair_copies_the_lagging_series(cluster3: LocalCl
     proxy = cluster3.proxy(fast_settings(handoff=HandoffSettings(max_bytes=0)))
     series = workload(12)
     await proxy.write(write_request(series, [T0 + k * 10_000 for k in range(3)], labels=True))
+    await proxy.writes.wait_idle()  # W = 2: store-1 must hold the first 3 samples before it stops
     victim = cluster3.nodes["store-1"]
     await victim.stop()
     await proxy.write(write_request(series, [T0 + k * 10_000 for k in range(3, 6)], labels=False))

@@ -110,6 +110,9 @@ async def _fill(cluster: LocalCluster, pods: int = 48) -> None:
     proxy = cluster.proxy()
     series = workload(pods)
     await proxy.write(write_request(series, [T0 - 60_000 + i * 10_000 for i in range(7)], labels=True))
+    # W = 2 of RF = 3: a read of consistency one may ask the third replica, whose part may still be
+    # on its way; every replica must hold everything before the tests read one of them.
+    await proxy.writes.wait_idle()
 
 
 async def test_a_read_of_consistency_one_answers_with_one_store_of_three_up_where_a_quorum_read_fails(

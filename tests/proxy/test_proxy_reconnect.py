@@ -23,11 +23,14 @@ async def test_a_restarted_store_is_healthy_and_gets_its_hints_once_it_reconnect
     proxy = cluster3.proxy(settings, connect=grpc_connect(settings.call_timeout_s))
     series = workload(10)
     await proxy.write(write_request(series, [T0], labels=True))
+    await proxy.writes.wait_idle()  # W = 2: store-1's part of T0 may still be on its way
     victim = cluster3.nodes["store-1"]
     await victim.stop()
     for k in (1, 2):
         resp = await proxy.write(write_request(series, [T0 + k * 10_000], labels=False))
         assert resp.samples_written == len(series)  # W = 2 of the other two
+    # acknowledged by the other two, store-1's calls may not have failed yet (and been handed off)
+    await proxy.writes.wait_idle()
     health = proxy.view.health
     assert health.failed("store-1") and not health.is_healthy("store-1")
     assert proxy.writes.handoff.pending()["store-1"][0] > 0
