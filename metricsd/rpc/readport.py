@@ -33,6 +33,7 @@ from metricsd.columns import SeriesColumns
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
 from metricsd.rpc.corked import Corked
+from metricsd.rpc.eager import start_eagerly
 from metricsd.rpc.frames import METHODS, FrameError, Kind, Method, encode, take_frames
 from metricsd.rpc.servicer import _status_of
 from metricsd.rpc.stream import STREAM_IN_FLIGHT
@@ -147,7 +148,9 @@ class _ServerConnection(asyncio.Protocol):
     """One client's connection to a read port, as an asyncio Protocol: frames are taken off the
     bytes as they arrive and each request's task started there, without a reader task woken per
     frame and a second loop turn to start the request (StreamReader's way: ~2 loop turns and a
-    future a frame; perf/RESULTS.md, issue 23 session 38). The first frame must be HELLO within
+    future a frame; perf/RESULTS.md, issue 23 session 38); a WRITE_PARTS frame is written and
+    answered there, a task only if it must wait (the store's write turn held), and at most
+    ``max_writes_in_flight`` of them a turn. The first frame must be HELLO within
     ``hello_timeout_s``; past ``max_in_flight`` requests (or ``max_writes_in_flight`` writes) under
     way, reading pauses until one is answered (TCP pushes back); a client that does not read its
     answers pauses the requests (``writable``) once the transport's buffer is past its high-water
@@ -191,6 +194,7 @@ class _ServerConnection(asyncio.Protocol):
         """Serve the whole frames received, while requests may be started."""
         if self.transport is None or self.reading_paused or (self.greeted and not self.ready):
             return  # closed, at max_in_flight, or the token still being checked
+        now = 0  # write messages answered in this call, without a task
         try:
             for request_id, kind, method, body in take_frames(self.buf):
                 if not self.ready:
@@ -203,10 +207,20 @@ class _ServerConnection(asyncio.Protocol):
                     continue
                 if kind is not Kind.REQUEST:
                     raise FrameError(f"a {kind.name} frame after the hello")
-                t = asyncio.get_running_loop().create_task(self.server._answer(self, request_id, method, body))
-                self.tasks.add(t)
-                if method == Method.WRITE_PARTS:
+                answer = self.server._answer(self, request_id, method, body)
+                if method == Method.WRITE_PARTS:  # the engine's write does not wait: answered in this turn
+                    t = start_eagerly(answer)     # (metricsd/rpc/eager.py), a task only if it must wait
+                    if t is None:
+                        now += 1
+                        if now >= self.server.max_writes_in_flight:  # a turn's worth: the rest next turn
+                            self._pause()
+                            asyncio.get_running_loop().call_soon(self._resume)
+                            return
+                        continue
                     self.writes.add(t)
+                else:
+                    t = asyncio.get_running_loop().create_task(answer)
+                self.tasks.add(t)
                 t.add_done_callback(self._finished)
                 if self._full():
                     self._pause()
@@ -259,6 +273,10 @@ class _ServerConnection(asyncio.Protocol):
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
         self.writes.discard(task)
+        self._resume()
+
+    def _resume(self) -> None:
+        """Read and take frames again, unless still full."""
         if self.reading_paused and not self._full() and self.transport is not None:
             self.reading_paused = False
             self.transport.resume_reading()

@@ -303,7 +303,8 @@ def test_kept_read_plans_are_the_plans_of_each_rotation_until_health_changes() -
 def test_known_ids_answer_as_a_set_per_member(ops: list[tuple[str, str, int, list[int]]]) -> None:
     """KnownIds' one mask dict for all members answers as one set per member would, whatever the
     order of adds, discards and forgets, with the ids asked as the same array (a batch's members)
-    or as new ones; a member past the limit forgets all it knew."""
+    or as new ones; a member past the limit forgets all it knew. The ids known to every member
+    (the shortcut's set) stay exactly the members' sets' intersection."""
     limit = 20
     known = KnownIds(limit=limit)
     model: dict[str, set[int]] = {}
@@ -326,6 +327,9 @@ def test_known_ids_answer_as_a_set_per_member(ops: list[tuple[str, str, int, lis
         else:
             model.pop(member, None)
             known.forget([member])
+        # the ids every member knows, kept for the shortcut: exactly those (a superset would send
+        # a batch without labels; a subset only costs the masks' walk)
+        assert known._everyone == (set.intersection(*model.values()) if model else set())
 
 
 def test_known_ids_of_many_series_are_forgotten_past_the_limit() -> None:
