@@ -102,7 +102,7 @@ def proxy_counters(http: aiohttp.ClientSession, url: str) -> Counters:
     async def read() -> dict[str, int]:
         async with http.get(url + "/api/v1/metricsd/stats") as r:
             r.raise_for_status()
-            rejected = (await r.json()).get("rejected", {})
+            rejected = (await r.json())["data"].get("rejected", {})
         return {k: int(rejected.get("proxy_" + k, 0)) for k in WHOLE_COUNTERS}
     return read
 
