@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare_peers
 from compare import grpc_senders, ingest, remote_write_sender, server_cpu, wait_cluster_ready
 from compare_cpu import cpu_seconds
-from compare_http import http_questions, interleaved_cpu, profile_pids
+from compare_http import http_questions, interleaved_cpu, profile_pids, proxy_counters
 from compare_peers import Processes, Server
 from compare_queries import Question, promql_get, summarise
 from compare_workload import Workload, WorkloadConfig
@@ -134,6 +134,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             qs = [q for q in http_questions(at, big.pod, max(sorted(counts), key=lambda k: counts[k])) if q.key in keys]
             urls = {n: s.url for n, s in servers.items()}
             cpu = {n: (lambda s=s: server_cpu(s)) for n, s in servers.items()}
+            counters = {n: proxy_counters(http, s.url) for n, s in servers.items() if s.tree}
             for q in qs:
                 for url in urls.values():  # every system answers before any timing
                     await promql_get(http, url, q)
@@ -163,14 +164,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for q in qs:
                     for c in conc:
                         calls = {n: (lambda url=url, q=q: promql_get(http, url, q)) for n, url in urls.items()}
-                        times, spent = await interleaved_cpu(calls, cpu, args.queries, c, args.warmup)
+                        times, spent = await interleaved_cpu(calls, cpu, args.queries, c, args.warmup, counters)
                         for n, t in times.items():
                             pct = summarise(t)
                             row = {"round": r, "q": q.key, "c": c, "system": n, "p50_ms": pct["p50_ms"],
                                    "p99_ms": pct["p99_ms"],
                                    "cpu_ms": spent[n].get("all", 0.0) / len(t) * 1000,
                                    **{f"cpu_ms_{k}": v / len(t) * 1000 for k, v in spent[n].items()
-                                      if k in ("proxy", "store", "all_ticks")}}
+                                      if k in ("proxy", "store", "all_ticks")},
+                                   **{k.removeprefix("counter:"): v for k, v in spent[n].items()
+                                      if k.startswith("counter:")}}
                             out["rows"].append(row)
                             print(json.dumps(row), flush=True)
             for n, s in servers.items():  # how the clusters' proxies read: one replica, hedges, quorum

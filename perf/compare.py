@@ -50,7 +50,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_cpu import cpu_seconds, ticks_ns
-from compare_http import HTTP_SYSTEMS, check_http_answers, http_questions, profile_pids, time_http
+from compare_http import HTTP_SYSTEMS, check_http_answers, http_questions, profile_pids, proxy_counters, time_http
 from compare_peers import Processes, Server, armed, check_loops, ensure_installed, package_version, server_of
 from compare_queries import (
     Comparison,
@@ -300,7 +300,9 @@ async def http_phase(res: dict[str, Any], ms: list[dict[str, Any]], wl: Workload
                 return None
             return profile_pids(pids, lambda name: prof / f"profile_http_{key}_{name}.txt")
 
-    ms += await time_http(qs, systems, http, urls, cpu, args.queries, args.warmup, res["concurrency"], profile)
+    counters = {n: proxy_counters(http, urls[n]) for n in systems if servers[server_of(n)].tree}
+    ms += await time_http(qs, systems, http, urls, cpu, args.queries, args.warmup, res["concurrency"], profile,
+                          counters)
     return []
 
 

@@ -42,7 +42,8 @@ from compare_queries import (
 )
 from compare_report import measure
 
-__all__ = ["HTTP_SYSTEMS", "check_http_answers", "http_questions", "profile_pids", "time_http"]
+__all__ = ["HTTP_SYSTEMS", "WHOLE_COUNTERS", "check_http_answers", "http_questions", "profile_pids", "proxy_counters",
+           "time_http"]
 
 # system name in the results -> the server (perf/compare.py's ``servers`` key) whose HTTP API it asks
 HTTP_SYSTEMS = {  # the same names in compare_report.HTTP_SYSTEMS
@@ -53,6 +54,12 @@ HTTP_SYSTEMS = {  # the same names in compare_report.HTTP_SYSTEMS
 }
 MEMORY = "container_memory_working_set_bytes"
 Cpu = Callable[[], dict[str, float]]  # CPU seconds so far by role, with "all"
+Counters = Callable[[], Awaitable[dict[str, int]]]  # a cluster proxy's whole-query counters so far
+# How a cluster's proxy sent its questions (metricsd/proxy/wholequery.py): whole to one store, of
+# them taken as cheap (kept on the first store within --spill-queued-ms), spread to another store
+# than the first, answered with the store's own time, and that time summed in microseconds.
+WHOLE_COUNTERS = ("whole_queries", "whole_query_cheap", "whole_query_spread", "whole_query_timed",
+                  "whole_query_timed_us")
 
 
 def http_questions(at_ms: int, pod: str, namespace: str) -> list[Question]:
@@ -90,10 +97,23 @@ def _minus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {k: v - b.get(k, 0.0) for k, v in a.items()}
 
 
+def proxy_counters(http: aiohttp.ClientSession, url: str) -> Counters:
+    """A cluster proxy's WHOLE_COUNTERS so far, from its stats endpoint (``proxy_*`` entries)."""
+    async def read() -> dict[str, int]:
+        async with http.get(url + "/api/v1/metricsd/stats") as r:
+            r.raise_for_status()
+            rejected = (await r.json())["data"].get("rejected", {})
+        return {k: int(rejected.get("proxy_" + k, 0)) for k in WHOLE_COUNTERS}
+    return read
+
+
 async def interleaved_cpu(calls: dict[str, Callable[[], Awaitable[object]]], cpu: dict[str, Cpu], n: int,
-                          concurrency: int, warmup: int) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
+                          concurrency: int, warmup: int, counters: dict[str, Counters] | None = None,
+                          ) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
     """compare_queries.interleaved, also summing each system's server CPU over its own timed runs
-    (seconds by role)."""
+    (seconds by role) and, for a system in ``counters``, each counter's increase over them (as
+    ``counter:<name>``), read outside the CPU window."""
+    counters = counters or {}
     for call in calls.values():
         await run_timed(call, warmup, concurrency)
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -101,18 +121,26 @@ async def interleaved_cpu(calls: dict[str, Callable[[], Awaitable[object]]], cpu
     names = list(calls)
     for order, share in ((names, n // 2), (names[::-1], n - n // 2)):
         for name in order:
+            read = counters.get(name)
+            counted = await read() if read is not None else {}
             before = cpu[name]()
             times[name].extend(await run_timed(calls[name], share, concurrency))
             for role, v in _minus(cpu[name](), before).items():
                 spent[name][role] = spent[name].get(role, 0.0) + v
+            if read is not None:
+                for k, v in (await read()).items():
+                    spent[name][f"counter:{k}"] = spent[name].get(f"counter:{k}", 0.0) + v - counted.get(k, 0)
     return times, spent
 
 
 async def time_http(qs: list[Question], systems: list[str], http: aiohttp.ClientSession, urls: dict[str, str],
                     cpu: dict[str, Cpu], n: int, warmup: int, concurrency: list[int],
-                    profile: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
+                    profile: Callable[[str], Any] | None = None,
+                    counters: dict[str, Counters] | None = None) -> list[dict[str, Any]]:
     """The timed runs; measures ``http.<key>.c<c>.p50_ms`` / ``p99_ms`` / ``cpu_ms`` (server CPU
-    per question, all processes) and, for a cluster, ``cpu_ms_proxy`` / ``cpu_ms_store``.
+    per question, all processes) and, for a cluster, ``cpu_ms_proxy`` / ``cpu_ms_store``; with
+    ``counters`` for it, its proxy's WHOLE_COUNTERS over the timed runs (``whole_*``, counts) and
+    ``store_own_ms`` (the stores' own time per question sent whole, as they reported it).
     ``profile(key)``: an async context manager wrapped around each question's runs, or None."""
     ms: list[dict[str, Any]] = []
     for q in qs:
@@ -121,7 +149,7 @@ async def time_http(qs: list[Question], systems: list[str], http: aiohttp.Client
             for c in concurrency:
                 print(f"timing ({q.key}) over HTTP at concurrency {c} ...", flush=True)
                 calls = {s: _asker(http, urls[s], q) for s in systems}
-                times, spent = await interleaved_cpu(calls, cpu, n, c, warmup)
+                times, spent = await interleaved_cpu(calls, cpu, n, c, warmup, counters)
                 for s, t in times.items():
                     pct = summarise(t)
                     base = f"http.{q.key}.c{c}"
@@ -131,6 +159,20 @@ async def time_http(qs: list[Question], systems: list[str], http: aiohttp.Client
                     for role in ("proxy", "store"):
                         if role in spent[s]:
                             ms.append(measure(s, f"{base}.cpu_ms_{role}", spent[s][role] / len(t) * 1000, "ms"))
+                    ms += _whole_measures(s, base, spent[s])
+    return ms
+
+
+def _whole_measures(system: str, base: str, spent: dict[str, float]) -> list[dict[str, Any]]:
+    """The WHOLE_COUNTERS' increases (``counter:`` entries of ``spent``) as measures, and the stores'
+    own time per question that reported one."""
+    got = {k: spent[f"counter:{k}"] for k in WHOLE_COUNTERS if f"counter:{k}" in spent}
+    if not got:
+        return []
+    ms = [measure(system, f"{base}.{k}", v, "count") for k, v in got.items() if k != "whole_query_timed_us"]
+    if got.get("whole_query_timed"):
+        ms.append(measure(system, f"{base}.store_own_ms", got["whole_query_timed_us"] / got["whole_query_timed"] / 1000,
+                          "ms"))
     return ms
 
 

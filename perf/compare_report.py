@@ -82,6 +82,19 @@ def replace_section(text: str, body: str) -> str:
 # --- Markdown -------------------------------------------------------------------------------------
 
 
+def _whole_cell(idx: dict[tuple[str, str], float], system: str, base: str) -> str:
+    """`` [cheap 200/200, spread 0, store 0.31 ms]``: how a cluster proxy sent a row's questions
+    (perf/compare_http.py WHOLE_COUNTERS); "" for a system without them."""
+    whole = idx.get((system, base + ".whole_queries"))
+    if whole is None:
+        return ""
+    cheap = idx.get((system, base + ".whole_query_cheap"), 0.0)
+    spread = idx.get((system, base + ".whole_query_spread"), 0.0)
+    own = idx.get((system, base + ".store_own_ms"))
+    tail = f", store {own:.2f} ms]" if own is not None else "]"
+    return f" [cheap {cheap:.0f}/{whole:.0f}, spread {spread:.0f}{tail}"
+
+
 def _fmt(v: float | None, unit: str = "") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
@@ -262,7 +275,9 @@ def http_markdown(result: dict[str, Any]) -> list[str]:
         "The dashboard's questions over PromQL HTTP (issue 23), every system asked the same URL with the same "
         f"parameters, {result['queries']} queries per system and row after {result['warmup']} warm-up queries, "
         "interleaved. p50 / p99 in ms; then each system's server CPU per question in ms (the cluster: all its "
-        "processes, proxy + stores in brackets), from /proc around its own runs; ratios of p50.",
+        "processes, proxy + stores in brackets, then how its proxy sent the questions: of those sent whole to one "
+        "store, how many were taken as cheap (kept on its first store) and how many spread to another, and "
+        "the stores' own time per question as they reported it), from /proc around its own runs; ratios of p50.",
         "",
         "| question | concurrency | " + " | ".join(LABELS.get(s, s) for s in systems)
         + " | one store / VictoriaMetrics | cluster / VictoriaMetrics | CPU ms per question: "
@@ -279,7 +294,7 @@ def http_markdown(result: dict[str, Any]) -> list[str]:
                 cpu = idx.get((s, base + ".cpu_ms"))
                 roles = [idx.get((s, f"{base}.cpu_ms_{r}")) for r in ("proxy", "store")]
                 extra = f" ({_fmt(roles[0])} + {_fmt(roles[1])})" if None not in roles else ""
-                cpus.append(_fmt(cpu) + extra if cpu is not None else "-")
+                cpus.append(_fmt(cpu) + extra + _whole_cell(idx, s, base) if cpu is not None else "-")
             lines.append(f"| ({q['key']}) {q['title']} | {c} | {' | '.join(cells)} "
                          f"| {_ratio(idx, 'metricsd-promql', 'victoriametrics', base + '.p50_ms')} "
                          f"| {_ratio(idx, 'metricsd-cluster-promql', 'victoriametrics', base + '.p50_ms')} "

@@ -170,8 +170,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="every proxy's --spill-queued-ms: the expected work of its whole queries under way on its "
                         "first store within which the next stays there (0-60000; default: the proxy's own)")
     u.add_argument("--spill-cheap-ms", type=float, default=None, metavar="MS",
-                   help="every proxy's --spill-cheap-ms: the expected answer time up to which a whole query may "
-                        "share the first store (0-60000; default: the proxy's own)")
+                   help="every proxy's --spill-cheap-ms: the expected time (the store's own) up to which a "
+                        "whole query may share the first store (0-60000; default: the proxy's own)")
     add_remote_write_arguments(u)
     add_onward_arguments(u)
     s = sub.add_parser("status", help="members, slots per member, map version, leader and health")

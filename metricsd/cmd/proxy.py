@@ -92,9 +92,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "proxy's queries under way there and its own sum to at most MS (cheap queries share one "
                         "store, heavy ones spread; 0: --spill-in-flight alone; 0-60000, default %(default)g)")
     p.add_argument("--spill-cheap-ms", type=float, default=ProxySettings.whole_spill_cheap_s * 1000, metavar="MS",
-                   help="the expected answer time up to which a whole query is cheap enough to share the first "
-                        "store under --spill-queued-ms (a heavier one goes there only when it is idle; 0-60000, "
-                        "default %(default)g)")
+                   help="the expected time (the store's own for the query) up to which a whole query is cheap "
+                        "enough to share the first store under --spill-queued-ms (a heavier one goes there only "
+                        "when it is idle; 0-60000, default %(default)g)")
     p.add_argument("--map-timeout", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a shard map before serving (0: serve at once, answering UNAVAILABLE "
                         "until the map arrives)")

@@ -11,6 +11,12 @@ slots the proxy reads elsewhere are not counted twice.
 
 Errors are answered as the HTTP API answers them (errorType, message, status), the same text the
 proxy's own evaluation would give; NotOwner and Unavailable go back as frame errors.
+
+Asked (the frame's ``cpu``), the answer carries the store's own time for the query (``_Timed``):
+the CPU of the loop's steps that ran it, plus the wall time it waited on a worker thread (the
+engine's heavy evaluations, promql/queries.py, whose CPU the loop's thread clock does not see).
+A proxy learns each query's cost from it (proxy/wholeorder.py), a cost that the machine's load
+and the queries queued beside it barely move, where an answer's wall time moves with both.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any
 
 from metricsd.columns import SeriesColumns
@@ -30,7 +37,7 @@ from metricsd.promql.queries import QueryRunner
 from metricsd.proto import metricsd_pb2 as pb
 from metricsd.rpc.backend import BadRequest, LimitExceeded, MetricsBackend, NotOwner, Unavailable
 from metricsd.rpc.columnar import list_columns, read_columns
-from metricsd.rpc.wholequery import ANSWER_DATA, QueryFrame, RunnerSettings, decode_request, error_answer
+from metricsd.rpc.wholequery import ANSWER_DATA, QueryFrame, RunnerSettings, decode_request, error_answer, timed_answer
 from metricsd.rpc.wire import matchers_to_pb, slot_filter_from_pb
 from metricsd.selector import Matcher
 
@@ -129,6 +136,7 @@ class QueryService:
     async def answer(self, body: bytes) -> bytes:
         """The answer's body (rpc/FORMAT.md); raises BadRequest for a frame out of format, NotOwner
         when a slot named is not held, Unavailable as a read would."""
+        began = time.thread_time_ns()
         try:
             frame = decode_request(body)
         except ValueError as e:
@@ -146,7 +154,12 @@ class QueryService:
         else:
             token = _SLOTS.set(pb.SlotFilter(slot_count=frame.num_slots, slots=frame.slots))
         try:
-            return await self._evaluate(frame)
+            if not frame.cpu:
+                return await self._evaluate(frame)
+            timed = _Timed(self._evaluate(frame))
+            timed.ns = time.thread_time_ns() - began  # the frame's decoding and the slot check
+            answer = await timed
+            return timed_answer(timed.ns, answer)
         finally:
             if token is not None:
                 _SLOTS.reset(token)
@@ -189,3 +202,61 @@ class QueryService:
             return error_answer("internal", f"internal error: {type(e).__name__}", 500)
         self.answered += 1
         return _DATA + to_prometheus_data(result)
+
+
+class _Timed:
+    """Awaits ``coro``, summing into ``ns`` the thread CPU time of each of its steps (the loop's
+    other tasks, run between them, are not counted) and, for each future it waits on, the wall
+    time until the loop runs that future's callbacks (a bare yield counts nothing). A query here
+    waits on nothing but a worker thread (its reads of this store answer without suspending; the
+    engine's heavy evaluations go to a thread, whose CPU this thread's clock does not see) or,
+    past the query limits' concurrency, on its turn: that wait counts too, and the proxy takes the
+    least of a shape's recent times (QueryCosts), which such a wait does not lower."""
+
+    __slots__ = ("coro", "ns")
+
+    def __init__(self, coro: Coroutine[Any, Any, bytes]) -> None:
+        self.coro = coro
+        self.ns = 0
+
+    def __await__(self) -> Generator[Any, Any, bytes]:
+        coro, clock = self.coro, time.thread_time_ns
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            t0 = clock()
+            try:
+                waits_on = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as done:
+                self.ns += clock() - t0
+                answer: bytes = done.value
+                return answer
+            self.ns += clock() - t0
+            wait = _Wait(waits_on)
+            try:
+                value, error = (yield waits_on), None
+            except BaseException as e:  # a cancellation: handed to the query
+                value, error = None, e
+            self.ns += wait.ns()
+
+
+class _Wait:
+    """The wall time of a wait on ``fut`` (a bare yield, asyncio.sleep(0): none): from now until
+    the loop runs the future's callbacks (this one first, the query's wake-up after it)."""
+
+    __slots__ = ("end", "start")
+
+    def __init__(self, fut: Any) -> None:
+        self.start = self.end = 0
+        add = getattr(fut, "add_done_callback", None)
+        if add is not None:
+            self.start = time.perf_counter_ns()
+            add(self._done)
+
+    def _done(self, _: object) -> None:
+        self.end = time.perf_counter_ns()
+
+    def ns(self) -> int:
+        if not self.start:
+            return 0
+        return (self.end or time.perf_counter_ns()) - self.start

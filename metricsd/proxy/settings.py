@@ -107,16 +107,18 @@ class ProxySettings:
         p50 rose 6-24%, and heavier queries queued behind each other on the one store: p50 of the
         top 10 pods, the HPA's question and the workloads' average memory +41-68% at concurrency 8.
     whole_spill_work_s: besides ``whole_spill``'s count, the first store keeps a whole query while
-        the expected answer times of this proxy's queries under way there and this one's sum to at
-        most this many seconds (proxy/wholeorder.py: a low quantile of each query shape's answer
-        times taken with no other whole query of this proxy's under way), when the query is cheap: expected
-        to take at most ``whole_spill_cheap_s`` (a heavy one joins no queue); 0: the count alone.
-        10 ms and 0.8 ms by measurement (perf/RESULTS.md, "Session 42, s42-23", loaded,
-        interleaved): concurrent rate()s of one pod (quickest alone 0.36-0.75 ms under load) share
-        one store as at a spill of 8 and the cluster's CPU per question at concurrency 8 falls to
-        about that spill's, while the top 10 pods, the HPA's question and the workloads' average
-        memory (quickest alone 1.5-2.2 ms under load, less on a quiet machine: hence 0.8 and not
-        1.0, a heavy query taken as cheap queues behind others) spread as at 1.
+        the expected times of this proxy's queries under way there and this one's sum to at most
+        this many seconds (proxy/wholeorder.py: the least of each query shape's recent costs, the
+        store's own time for the query as it reports it, or a lone answer time from a store that
+        predates that), when the query is cheap: expected to take at most ``whole_spill_cheap_s``
+        (a heavy one joins no queue); 0: the count alone. 10 ms and 0.8 ms by measurement
+        (perf/RESULTS.md, "Session 42, s42-23", loaded, interleaved): concurrent rate()s of one pod
+        share one store as at a spill of 8 and the cluster's CPU per question at concurrency 8
+        falls to about that spill's, while the top 10 pods, the HPA's question and the workloads'
+        average memory spread as at 1. The store's own time (session 43, s43-23, loaded): a rate()
+        of one pod 0.39-0.70 ms a question on average (its least lower), the heavy questions 1.9-2.8
+        ms, so 0.8 stays between them with room either way; learnt from answer times, a rate()'s
+        quickest lone answer was 0.36-0.75 ms under load and the split moved with the machine.
     writes_on_read_port: write parts go to a store over its read port (WRITE_PARTS frames,
         metricsd/rpc/readport.py) instead of its WriteStream: a frame costs each end a fraction of
         a grpc.aio stream message (perf/RESULTS.md issue 24 sessions 38 and 39). Each message

@@ -18,17 +18,21 @@ alone: the store's saving needs nearly every concurrent query on it (at 4 of 8 t
 session 40), so the bound must hold about 8 cheap ones, and a heavy query's answer time is only
 some 3-5x a rate() of one pod's (the hop's fixed cost is in both): two heavy ones would fit too.
 
-A query's expected time (``QueryCosts``) is the least of its recent answer times, per
-shape (query text, instant or range, number of steps: a dashboard sends the same text again with
-shifted times), taken only from asks sent when none of this proxy's other whole queries was
-under way, at any store: an answer time under queueing includes the queueing, and one taken while
-the proxy's other queries keep the machine's cores busy includes waiting for a core. Either can
-make a cheap query look heavy under load, which spreads it, so that every lone answer is taken
-under load again and it stays heavy (loaded A/Bs, perf/RESULTS.md session 42: with the rule "alone
-at that store" a rate() of one pod at concurrency 8 concentrated in about 1 round of 4; with this
-rule and a p25, 79% of them were taken as cheap; with the least, all but 3 of 1,761). Learnt in
-quiet moments only, a cost stays as it was through a busy spell. A shape not yet measured counts
-as the whole bound: heavy until measured.
+A query's expected time (``QueryCosts``) is the least of its recent costs, per shape (query
+text, instant or range, number of steps: a dashboard sends the same text again with shifted
+times). The cost is the store's own time for the query, which it sends in front of its answer
+(metricsd/rpc/FORMAT.md, "6 Query", first byte 2: the CPU of its loop's steps for the query and its
+waits on a worker thread), learnt from every answer. It was the answer's wall time, learnt only
+from asks sent while none of this proxy's other whole queries was under way (an answer time under
+queueing includes the queueing); but even a lone answer's time rises with the machine's load (a
+rate() of one pod 0.36-0.75 ms under load against a 0.8 ms threshold), so on a slower run every
+such query counted as heavy and spread (perf/RESULTS.md, session 42, lead: the cluster's CPU per
+question at concurrency 8 1.35x one store's in two runs, 1.83x in the third). The store's own time
+does not count the hop, the proxy, the queue ahead nor the wait for a core. From a store that
+predates it, the lone answer times are learnt as before (loaded A/Bs, perf/RESULTS.md session 42:
+with the rule "alone at that store" a rate() of one pod at concurrency 8 concentrated in about 1
+round of 4; with this rule and a p25, 79% of them were taken as cheap; with the least, all but 3
+of 1,761). A shape not yet measured counts as the whole bound: heavy until measured.
 """
 
 from __future__ import annotations
@@ -67,14 +71,16 @@ def query_shape(query: str, instant: bool, start_ms: int, end_ms: int, step_ms: 
 
 @dataclass
 class QueryCosts:
-    """Each query shape's expected answer time in seconds: the ``quantile`` of its last ``window``
-    lone answer times, by default the least of 32. The least, not a mean nor a p25: a lone ask
-    still shares the machine's cores with the rest of the cluster, and under load its answer time
-    swings with that contention, while the quickest answers stay near the query's own work; a
-    p25 of 16 put a rate() of one pod near 1 ms on a loaded machine, where the heavy questions'
-    quickest were 1.7 ms (perf/RESULTS.md session 42). At most ``limit`` shapes, the least
-    recently measured forgotten first (a client sending ever new query texts costs a bounded
-    dict). Not thread-safe."""
+    """Each query shape's expected time in seconds: the ``quantile`` of its last ``window``
+    observed costs (the stores' own times, or lone answer times), by default the least of 32. The
+    least, not a mean nor a p25: a lone ask still shares the machine's cores with the rest of the
+    cluster, and under load its answer time swings with that contention, while the quickest
+    answers stay near the query's own work; a p25 of 16 put a rate() of one pod near 1 ms on a
+    loaded machine, where the heavy questions' quickest were 1.7 ms (perf/RESULTS.md session 42).
+    A store's own time moves less, but a query that waited its turn past the query limits'
+    concurrency counts the wait (http/wholequery.py): the least leaves those out too. At most
+    ``limit`` shapes, the least recently measured forgotten first (a client sending ever new query
+    texts costs a bounded dict). Not thread-safe."""
 
     window: int = 32
     quantile: float = 0.0
@@ -92,7 +98,7 @@ class QueryCosts:
         return self._cost.get(shape)
 
     def observe(self, shape: QueryShape, seconds: float) -> None:
-        """A lone answer time of ``shape`` (a negative one, from a clock that stepped, is ignored).
+        """A cost of ``shape`` (a negative one, from a clock that stepped, is ignored).
         O(window) for the least (~1 us: a sort for any other quantile took ~10 us, 3% of the
         proxy's CPU per query at concurrency 1, where every answer is a lone one)."""
         if seconds < 0:

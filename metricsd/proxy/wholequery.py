@@ -86,7 +86,7 @@ class WholeQueryPath:
         self.in_flight: Counter[str] = Counter()  # member -> this proxy's whole queries under way there
         self.queued: dict[str, float] = {}  # member -> their expected seconds, summed (whole_order's bound)
         self.under_way = 0  # this proxy's asks under way at every store together
-        self.costs = QueryCosts()  # each query shape's expected seconds, learnt from lone answers
+        self.costs = QueryCosts()  # each query shape's expected seconds: the stores' own times for it
         self.latency = latency
         self.counters = counters
         self.enabled = view.settings.whole_queries
@@ -110,15 +110,17 @@ class WholeQueryPath:
         if not holders:
             self.counters["whole_query_skipped"] += 1
             return None
-        frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings)
+        frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings,
+                           cpu=True)
         loop = asyncio.get_running_loop()
         adopted = _Adopted(encode_request(frame), loop.time() + frame.timeout_s + GRACE_S, shape, cost)
         return await self._send(shard_map, holders, frame, adopted)
 
     def _cost(self, shape: QueryShape) -> float:
         """The work a query of ``shape`` is expected to bring to a store (whole_order's ``cost``):
-        its learnt answer time; a shape not yet learnt, the whole bound (heavy until measured: it
-        joins no queue); 0 without a bound."""
+        its learnt time (the stores' own, or a lone answer's from a store that predates it); a
+        shape not yet learnt, the whole bound (heavy until measured: it joins no queue); 0 without
+        a bound."""
         if self.bound_s <= 0:
             return 0.0
         cost = self.costs.cost(shape)
@@ -154,7 +156,8 @@ class WholeQueryPath:
         if planned is None or not planned[1]:
             return None
         shard_map, holders = planned
-        frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings)
+        frame = QueryFrame(query, instant, start_ms, end_ms, step_ms, timeout_s, shard_map.num_slots, None, settings,
+                           cpu=True)
         return _NowQuery(self, shard_map, holders, frame, shape, cost, done, convert)
 
     def _holders(self, shard_map: ShardMap, cost: float) -> list[str]:
@@ -172,8 +175,13 @@ class WholeQueryPath:
         if self._unsupported:
             now = self.view.clock.monotonic()
             ok = frozenset(m for m in ok if now - self._unsupported.get(m, -UNSUPPORTED_RETRY_S) >= UNSUPPORTED_RETRY_S)
-        return whole_order(full, ok, self.in_flight, self.first, self.view.rotation(), self.spill, queued=self.queued,
-                           cost=cost, bound_s=self.bound_s, cheap_s=self.cheap_s)
+        order = whole_order(full, ok, self.in_flight, self.first, self.view.rotation(), self.spill,
+                            queued=self.queued, cost=cost, bound_s=self.bound_s, cheap_s=self.cheap_s)
+        if self.under_way and order:  # nothing under way: nothing to spread from (whole_order keeps the first)
+            k = self.first % len(full)
+            if order[0] != next((m for m in (*full[k:], *full[:k]) if m in ok), None):
+                self.counters["whole_query_spread"] += 1  # not on the first store: compare.py shows how many
+        return order
 
     async def _send(self, shard_map: ShardMap, holders: list[str], frame: QueryFrame,
                     adopted: _Adopted) -> QueryAnswer | None:
@@ -258,14 +266,14 @@ class WholeQueryPath:
         parsed in the same turn of the loop would all see the same counts and pick the same store.
         At once over the store's read port when its connection is up (:meth:`_start_now`), else in
         a task of its own, which opens the connection or finds out there is none (its answer time,
-        connecting included, is not learnt as the query's cost)."""
+        connecting included, is not learnt as the query's cost; the store's own time is)."""
         now = self._start_now(shard_map, member, query, land)
         if now is not None:
             return now
-        body = query.body
+        body, shape = query.body, query.shape
 
         async def ask() -> None:
-            land(member, await self._ask(shard_map, member, body))
+            land(member, await self._ask(shard_map, member, body, shape))
 
         task = asyncio.get_running_loop().create_task(ask())
         # Given back by a done callback, which runs however the task ends (cancelled before its
@@ -279,16 +287,15 @@ class WholeQueryPath:
         """``query``'s frame sent to ``member`` now when its read port's connection is up
         (MemberClient.query_now: no task, no turn of the loop to start it or to wake it,
         perf/RESULTS.md session 40), counted in ``in_flight`` and ``queued``; else None, nothing
-        sent. Its answer time is learnt as the query's cost when it was this proxy's only whole
-        query under way (wholeorder.py says why not "only at that store")."""
+        sent. The store's own time for it is learnt as the query's cost (a store that predates it:
+        the answer time, when this was the proxy's only whole query under way; wholeorder.py)."""
         try:
             query_now = getattr(self.view.pool.get(shard_map, member), "query_now", None)
         except Unavailable:
             return None  # the task's _ask meets it again, and hands it over
         if query_now is None:
             return None
-        alone = not self.under_way
-        now = _NowAsk(self, member, land, query.cost, query.shape if alone else None)
+        now = _NowAsk(self, member, land, query.cost, query.shape, alone=not self.under_way)
         forget = query_now(query.body, now.deliver)
         if forget is None:
             return None
@@ -311,8 +318,10 @@ class WholeQueryPath:
     def _task_left(self, member: str, cost: float, _: object) -> None:
         self._leave(member, cost)
 
-    async def _ask(self, shard_map: ShardMap, member: str, body: bytes) -> QueryAnswer | Exception:
-        """One store's answer to the frame ``body`` or why there is none (``_outcome``)."""
+    async def _ask(self, shard_map: ShardMap, member: str, body: bytes,
+                   shape: QueryShape | None = None) -> QueryAnswer | Exception:
+        """One store's answer to the frame ``body`` or why there is none (``_outcome``; its wall time,
+        which may include connecting, is never learnt as the cost of ``shape``: the store's own is)."""
         clock = self.view.clock
         t0 = clock.monotonic()
         try:
@@ -328,12 +337,14 @@ class WholeQueryPath:
             raise
         except Exception as e:  # looked at by _send
             result = e
-        return self._outcome(member, t0, result)
+        return self._outcome(member, t0, result, shape, alone=False)
 
-    def _outcome(self, member: str, t0: float, result: bytes | Exception,
-                 learn: QueryShape | None = None) -> QueryAnswer | Exception:
-        """The answer ``result`` decoded, its latency recorded (as ``learn``'s cost too, when
-        given) and the store's health told; or the error, a store that is unavailable told failed."""
+    def _outcome(self, member: str, t0: float, result: bytes | Exception, shape: QueryShape | None = None,
+                 alone: bool = False) -> QueryAnswer | Exception:
+        """The answer ``result`` decoded, its latency recorded and the store's health told; or the
+        error, a store that is unavailable told failed. ``shape``'s cost learnt: the store's own
+        time for the query when the answer carries it (a store that predates it: the answer time,
+        when ``alone``, the proxy's only whole query under way: wholeorder.py)."""
         try:
             if isinstance(result, Exception):
                 raise result
@@ -347,8 +358,13 @@ class WholeQueryPath:
             return e
         took = self.view.clock.monotonic() - t0
         self.latency.record(member, took)
-        if learn is not None:
-            self.costs.observe(learn, took)
+        if shape is not None:
+            if answer.cpu_s is not None:
+                self.costs.observe(shape, answer.cpu_s)
+                self.counters["whole_query_timed"] += 1
+                self.counters["whole_query_timed_us"] += round(answer.cpu_s * 1e6)  # compare.py: per question
+            elif alone:
+                self.costs.observe(shape, took)
         self.view.health.success(member)
         return answer
 
@@ -461,11 +477,11 @@ class _NowAsk:
     """An ask sent at once (WholeQueryPath._start): its outcome handed over from the turn of the
     loop that read the answer; cancelled (a hedge won, the query ended), its late answer dropped."""
 
-    __slots__ = ("cost", "forget", "land", "learn", "member", "over", "path", "t0")
+    __slots__ = ("alone", "cost", "forget", "land", "member", "over", "path", "shape", "t0")
 
     def __init__(self, path: WholeQueryPath, member: str, land: Callable[[str, QueryAnswer | Exception], None],
-                 cost: float, learn: QueryShape | None) -> None:
-        self.path, self.member, self.land, self.cost, self.learn = path, member, land, cost, learn
+                 cost: float, shape: QueryShape, *, alone: bool) -> None:
+        self.path, self.member, self.land, self.cost, self.shape, self.alone = path, member, land, cost, shape, alone
         self.t0 = path.view.clock.monotonic()
         self.forget: Callable[[], object] = _nothing
         self.over = False
@@ -475,7 +491,7 @@ class _NowAsk:
             return
         self.over = True
         self.path._leave(self.member, self.cost)
-        self.land(self.member, self.path._outcome(self.member, self.t0, result, self.learn))
+        self.land(self.member, self.path._outcome(self.member, self.t0, result, self.shape, self.alone))
 
     def cancel(self) -> None:
         if self.over:

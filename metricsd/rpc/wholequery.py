@@ -14,6 +14,7 @@ JSON, not protobuf: the proto file stays as it is, and a frame is decoded once p
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,11 +23,17 @@ import orjson
 
 from metricsd.rpc.backend import Unavailable
 
-__all__ = ["ANSWER_DATA", "ANSWER_ERROR", "LIMIT_NAMES", "MAX_FRAME_SLOTS", "NoReadPort", "NotSupported", "QueryAnswer",
-           "QueryFrame", "RunnerSettings", "decode_answer", "decode_request", "encode_request", "error_answer"]
+__all__ = ["ANSWER_DATA", "ANSWER_ERROR", "ANSWER_TIMED", "LIMIT_NAMES", "MAX_FRAME_SLOTS", "NoReadPort",
+           "NotSupported", "QueryAnswer", "QueryFrame", "RunnerSettings", "decode_answer", "decode_request",
+           "encode_request", "error_answer", "timed_answer"]
 
 ANSWER_DATA = 0  # first byte of an answer: the Prometheus JSON ``data`` member follows
 ANSWER_ERROR = 1  # first byte of an answer: a JSON error object follows
+# first byte of an answer to a request with "cpu": true: the store's own time for the query follows
+# (u64 ns), then an answer as above. Asked for, so that a store never sends it to a proxy that
+# predates it; a store that predates it ignores the request's field and answers 0 or 1.
+ANSWER_TIMED = 2
+_TIMED_HEAD = 9  # the first byte and the u64
 
 
 class NotSupported(Unavailable):
@@ -62,7 +69,8 @@ class RunnerSettings:
 class QueryFrame:
     """One query. ``instant``: at ``start_ms`` (= ``end_ms``, step 1). ``timeout_s``: the request's
     own timeout (``?timeout=``, at most the runner's). ``slots``: None, every slot of
-    ``num_slots`` (the store must hold them all); else the only slots the query may read."""
+    ``num_slots`` (the store must hold them all); else the only slots the query may read.
+    ``cpu``: the answer is to carry the store's own time for the query (ANSWER_TIMED)."""
 
     query: str
     instant: bool
@@ -73,25 +81,30 @@ class QueryFrame:
     num_slots: int
     slots: tuple[int, ...] | None
     settings: RunnerSettings
+    cpu: bool = False
 
 
 @dataclass(frozen=True)
 class QueryAnswer:
     """``data``: the JSON of the result's ``data`` member; else an error as the HTTP API answers
-    it (``limit``: the query limit that refused it, for the refusal metric; "" for none)."""
+    it (``limit``: the query limit that refused it, for the refusal metric; "" for none).
+    ``cpu_s``: the store's own time for the query in seconds (ANSWER_TIMED), None when not sent."""
 
     data: bytes | None = None
     error_type: str = ""
     message: str = ""
     status: int = 0
     limit: str = ""
+    cpu_s: float | None = None
 
 
 def encode_request(frame: QueryFrame) -> bytes:
-    return orjson.dumps({"query": frame.query, "instant": frame.instant, "start_ms": frame.start_ms,
-                         "end_ms": frame.end_ms, "step_ms": frame.step_ms, "timeout_s": frame.timeout_s,
-                         "num_slots": frame.num_slots, "slots": None if frame.slots is None else list(frame.slots),
-                         "settings": _settings_doc(frame.settings)})
+    doc = {"query": frame.query, "instant": frame.instant, "start_ms": frame.start_ms, "end_ms": frame.end_ms,
+           "step_ms": frame.step_ms, "timeout_s": frame.timeout_s, "num_slots": frame.num_slots,
+           "slots": None if frame.slots is None else list(frame.slots), "settings": _settings_doc(frame.settings)}
+    if frame.cpu:  # only when asked: the request stays byte for byte what an older proxy sends
+        doc["cpu"] = True
+    return orjson.dumps(doc)
 
 
 @functools.lru_cache(maxsize=16)
@@ -128,9 +141,12 @@ def decode_request(body: bytes) -> QueryFrame:
         if not isinstance(raw_slots, list) or not all(type(x) is int and 0 <= x < num_slots for x in raw_slots):
             raise ValueError(f"query frame: slots must be a list of slots below {num_slots}")
         slots = tuple(raw_slots)
+    cpu = doc.get("cpu", False)
+    if not isinstance(cpu, bool):
+        raise ValueError("query frame: 'cpu' must be true or false")
     frame = QueryFrame(_field(doc, "query", str), _field(doc, "instant", bool), _field(doc, "start_ms", int),
                        _field(doc, "end_ms", int), _field(doc, "step_ms", int),
-                       float(_field(doc, "timeout_s", (int, float))), num_slots, slots, settings)
+                       float(_field(doc, "timeout_s", (int, float))), num_slots, slots, settings, cpu)
     if frame.timeout_s <= 0 or num_slots < 1:
         raise ValueError("query frame: timeout_s and num_slots must be positive")
     return frame
@@ -163,10 +179,22 @@ def error_answer(error_type: str, message: str, status: int, limit: str = "") ->
                                                  "limit": limit})
 
 
+def timed_answer(cpu_ns: int, answer: bytes) -> bytes:
+    """``answer`` (a body as above) with the store's own time for the query in front (ANSWER_TIMED)."""
+    return bytes([ANSWER_TIMED]) + max(0, min(cpu_ns, (1 << 64) - 1)).to_bytes(8, "little") + answer
+
+
 def decode_answer(body: bytes) -> QueryAnswer:
     """Raises Unavailable for an answer out of format."""
     if body[:1] == bytes([ANSWER_DATA]):
         return QueryAnswer(data=body[1:])
+    if body[:1] == bytes([ANSWER_TIMED]):
+        if len(body) <= _TIMED_HEAD or body[_TIMED_HEAD] == ANSWER_TIMED:
+            raise Unavailable("query frame: a timed answer out of format")
+        cpu_s = int.from_bytes(body[1:_TIMED_HEAD], "little") / 1e9
+        if body[_TIMED_HEAD] == ANSWER_DATA:  # one copy of the data, not two
+            return QueryAnswer(data=body[_TIMED_HEAD + 1:], cpu_s=cpu_s)
+        return dataclasses.replace(decode_answer(body[_TIMED_HEAD:]), cpu_s=cpu_s)
     if body[:1] == bytes([ANSWER_ERROR]):
         try:
             doc = orjson.loads(body[1:])

@@ -11,9 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "perf"))
 
+from compare_http import _whole_measures
 from compare_peers import armed, server_of
 from compare_queries import compare_answers, from_aggregate, from_prometheus_json, rel_diff, summarise
-from compare_report import BEGIN, END, behind, loop_ab, markdown, measure, ratios, replace_section
+from compare_report import BEGIN, END, _whole_cell, behind, loop_ab, markdown, measure, ratios, replace_section
 
 from metricsd.proto import metricsd_pb2 as pb
 
@@ -153,3 +154,15 @@ def test_an_event_loop_ab_names_each_arm_and_flags_what_is_more_than_10_percent_
     assert rows[2:] == ["| metricsd-cluster-promql | http.b.c8.cpu_ms | 1 | 0.8 | 0.80 |",
                         "| metricsd | ingest.live.samples_per_s | 100 | 85 | 0.85 worse |",
                         "| metricsd | freshness.ms | 2 | 2.3 | 1.15 worse |"]
+
+
+def test_the_cluster_cpu_cell_says_how_its_proxy_sent_the_questions() -> None:
+    spent = {"all": 1.0, "counter:whole_queries": 200.0, "counter:whole_query_cheap": 190.0,
+             "counter:whole_query_spread": 12.0, "counter:whole_query_timed": 200.0,
+             "counter:whole_query_timed_us": 64_000.0}
+    ms = _whole_measures("metricsd-cluster-promql", "http.b.c8", spent)
+    idx = {(m["system"], m["measure"]): m["value"] for m in ms}
+    assert idx[("metricsd-cluster-promql", "http.b.c8.store_own_ms")] == 0.32
+    assert _whole_cell(idx, "metricsd-cluster-promql", "http.b.c8") == " [cheap 190/200, spread 12, store 0.32 ms]"
+    assert _whole_cell(idx, "metricsd-promql", "http.b.c8") == ""  # one store: no proxy
+    assert _whole_measures("metricsd-promql", "http.b.c8", {"all": 1.0}) == []
