@@ -20,7 +20,8 @@ slab once a new one is started, and every slab but the tail again at each :meth:
 (reads fault pages back in; the retention pass bounds how long they stay) and :meth:`settle`.
 ``madvise(MADV_DONTNEED)`` keeps a shared file mapping's bytes (page cache, then the file), so
 every view handed out stays valid. It is never applied to an anonymous slab (a fallback on a full
-disk), where it would zero the bytes.
+disk): Python's anonymous mmap is shared memory, whose pages DONTNEED would only hide from the
+RSS while they stay in memory (no file to write them to, nothing the kernel can reclaim).
 
 Not safe for concurrent use; the store serialises access.
 """
@@ -247,20 +248,17 @@ class Arena:
 
     def clean(self, max_dead: float = 0.125) -> int:
         """Move the live regions of every slab (but the newest) more than ``max_dead`` dead to the end,
-        in row order; returns bytes moved. Their old slabs are then dropped."""
+        in row order; returns bytes moved. Their old slabs are then dropped, and with files the
+        slabs but the tail leave the resident set (the moves read them)."""
         worn = [s for s in range(len(self.slabs)) if s != self.tail and self.slabs[s] is not None and
                 self.used[s] - self.live[s] > max_dead * self.used[s]]
         self._set_spare(None)  # once a pass: a quiet store keeps no slab it does not use
-        if not worn:
-            self.settle()
-            return 0
         rows = np.flatnonzero((self.size[: self.n] > 0) & np.isin(self.at[: self.n] >> 32, worn))
-        moved = int(self.size[rows].sum())
         for k in range(0, len(rows), 4096):  # a few MiB at a time
             part = rows[k : k + 4096]
             self.grow(part, b"", np.zeros(len(part) + 1, np.int64))
         self.settle()
-        return moved
+        return int(self.size[rows].sum())
 
     def freeze(self, rows: np.ndarray) -> Frozen:
         """``rows``' bytes as they are now, for a snapshot written later on another thread: their

@@ -92,8 +92,8 @@ class SlabFiles:
                         "until it can", self.where, e)
 
     def owns(self, m: mmap.mmap) -> bool:
-        """Whether ``m`` is one of this directory's file mappings (madvise DONTNEED keeps its bytes;
-        on an anonymous mapping it would zero them)."""
+        """Whether ``m`` is one of this directory's file mappings, whose pages DONTNEED may drop
+        (an anonymous one's would stay in shared memory, only hidden from the RSS)."""
         return id(m) in self._maps
 
     def give_up(self, m: mmap.mmap) -> None:

@@ -42,34 +42,39 @@ def _resident_kib(where: Path, removed: bool = True) -> int:
 
 def test_full_slabs_leave_the_resident_set_and_every_view_still_reads_the_same(tmp_path: Path) -> None:
     files = SlabFiles(tmp_path / "chunks")
-    a = Arena(16, files)
-    a.ensure_rows(16, 16)
+    a = Arena(32, files)
+    a.ensure_rows(24, 32)
     rng = np.random.default_rng(1)
-    want = [rng.bytes(SLAB - 4096) for _ in range(12)]  # a slab each: 11 full ones and the tail
+    want = [rng.bytes(SLAB // 2 - 4096) for _ in range(24)]  # two a slab: 11 full slabs and the tail
     for r, b in enumerate(want):
         a[r] = b
-    handed = [a[r] for r in range(12)]  # views, as a query's and a snapshot's capture hold
-    frozen = a.freeze(np.arange(12))
+    handed = [a[r] for r in range(24)]  # views, as a query's and a snapshot's capture hold
+    frozen = a.freeze(np.arange(24))
     assert files.files == 12 and len(list((tmp_path / "chunks").glob("*.slab"))) == 12
+    tail = SLAB // 1024 + 64
     # only the tail (4 MiB) is resident: each full slab left the resident set when the next began
-    assert _resident_kib(files.where) <= SLAB // 1024 + 64
+    assert _resident_kib(files.where) <= tail
     assert [bytes(v) for v in handed] == want  # read back from the page cache
-    assert _resident_kib(files.where) >= 11 * (SLAB - 4096) // 1024  # faulted back in
+    assert _resident_kib(files.where) >= 11 * (SLAB - 8192) // 1024  # faulted back in
     a.settle()  # the retention pass's: out again
-    assert _resident_kib(files.where) <= SLAB // 1024 + 64
-    assert a.take(np.arange(12)) == want
-    for r in range(0, 12, 2):
-        a.clear(r)  # half the slabs dropped: their files go, the views of them stay valid
-    assert files.files == 6 + (a.spare is not None)
+    assert _resident_kib(files.where) <= tail
+    assert a.take(np.arange(24)) == want
+    for r in range(0, 6, 2):
+        a.clear(2 * r)
+        a.clear(2 * r + 1)  # three slabs dropped whole: their files go, the views of them stay valid
+    for r in range(14, 24, 4):
+        a.clear(r)  # and three slabs half dead, for the clean to move
+    assert files.files == 12 - 3 + (a.spare is not None)
     assert len(list(files.where.glob("*.slab"))) == files.files
     assert [bytes(v) for v in handed] == want
-    a.clean()  # moves the live rows: reads every slab, then settles
+    assert a.clean() > 0  # moves live rows: reads the worn slabs and writes new ones, then settles
     # the arena's slabs out again; the dropped ones' pages stay while the views hold them
-    assert _resident_kib(files.where, removed=False) <= SLAB // 1024 + 64
-    assert _resident_kib(files.where) >= 6 * (SLAB - 4096) // 1024
+    assert _resident_kib(files.where, removed=False) <= tail
+    assert _resident_kib(files.where) >= 5 * (SLAB - 8192) // 1024
     assert [bytes(v) for v in frozen.rows(release=True)] == want
     assert [bytes(v) for v in handed] == want
-    assert [bytes(a[r]) for r in range(1, 12, 2)] == want[1::2]
+    live = [r for r in range(24) if r not in {0, 1, 4, 5, 8, 9, 14, 18, 22}]
+    assert [bytes(a[r]) for r in live] == [want[r] for r in live]
 
 
 def test_slab_files_left_by_a_crash_are_removed_at_start_and_nothing_else(tmp_path: Path) -> None:
@@ -85,6 +90,28 @@ def test_slab_files_left_by_a_crash_are_removed_at_start_and_nothing_else(tmp_pa
     assert len(list(where.glob("*.slab"))) == 1
     files.clear()
     assert sorted(p.name for p in where.iterdir()) == ["notes.txt"] and bytes(a[0]) == b"abc"
+
+
+def test_a_dropped_slab_s_file_goes_at_once_or_with_the_spare(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arena_mod, "SLAB", 512)
+    files = SlabFiles(tmp_path / "chunks")
+    a = Arena(4, files)
+    a.ensure_rows(4, 4)
+
+    def names() -> int:
+        return len(list(files.where.glob("*.slab")))
+
+    a.put_many([0, 1], [b"x" * 400, b"y" * 400])  # a long wave: a slab of its own size (800)
+    a[2] = b"z" * 10  # a standard one after it
+    a.put_many([0, 1], [b"", b""])
+    assert names() == 1 and a.spare is None  # the long slab's file went at once
+    a[3] = b"w" * 510  # another standard slab: the one of row 2 is full and no longer the tail
+    a.clear(2)
+    assert a.spare is not None and names() == 2  # kept as the spare, with its file
+    a.clean()
+    assert a.spare is None and names() == 1  # the spare let go at the pass: its file too
+    assert bytes(a[3]) == b"w" * 510
 
 
 _ON_A_FULL_DISK = textwrap.dedent("""
@@ -105,7 +132,14 @@ _ON_A_FULL_DISK = textwrap.dedent("""
     want = [bytes([r]) * (SLAB - 100) for r in range(1, 5)]
     for r, b in enumerate(want, 1):
         a[r] = b  # four new slabs on a full disk: anonymous ones
-    a.settle()  # DONTNEED must not touch them: it would zero an anonymous slab
+    def shmem_kib():
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssShmem:"):
+                return int(line.split()[1])
+    before = shmem_kib()  # Python's anonymous mmap is shared memory
+    assert before >= 4 * (SLAB - 100) // 1024
+    a.settle()  # DONTNEED must not touch them: it would hide memory still held from the RSS
+    assert shmem_kib() >= before - 64, "an anonymous slab left the RSS while it still holds memory"
     assert [bytes(a[r]) for r in range(1, 5)] == want, "an anonymous slab lost its bytes"
     assert files.fallbacks == 4 and files.files == 1
     filler.unlink()
@@ -190,5 +224,32 @@ def test_chunks_on_disk_off_keeps_the_slabs_in_memory(tmp_path: Path) -> None:
     store, d = open_store(tmp_path / "data")  # auto: the WAL replayed into file slabs
     try:
         assert d.files is not None and d.files.files >= 1 and _held(store) == 40 * len(_IDS)
+    finally:
+        d.close(snapshot=False)
+
+
+def test_a_snapshot_and_a_retention_pass_leave_only_the_tails_resident(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both read every slab (pages faulted back in); both end with the slabs out again."""
+    monkeypatch.setattr(arena_mod, "SLAB", 16 << 10)
+    store, d = open_store(tmp_path / "data", settings=StoreSettings(chunk_samples=64))  # closed chunks too
+    try:
+        t0 = int(time.time() * 1000) - 3_600_000
+        for k in range(4):
+            _write(d, t0 + k * 400_000, 40, k == 0)
+        assert d.files is not None and d.files.files > 4
+        where = d.files.where
+
+        def tails() -> int:  # KiB the two arenas' tails may hold, written to and so resident
+            return sum(len(a.slabs[a.tail] or b"") for a in (store.chunks.data, store.chunks.open)) // 1024 + 64
+
+        assert _held(store) == 4 * 40 * len(_IDS)  # a read of every sample: pages back in
+        assert _resident_kib(where, removed=False) > tails()
+        d.snapshot_now()
+        assert _resident_kib(where, removed=False) <= tails()
+        assert _held(store) == 4 * 40 * len(_IDS)
+        assert _resident_kib(where, removed=False) > tails()
+        store.gc()
+        assert _resident_kib(where, removed=False) <= tails()
     finally:
         d.close(snapshot=False)
