@@ -131,8 +131,11 @@ def test_sizes_that_do_not_add_up_are_refused() -> None:
     assert bytes(a[0]) == b"" and bytes(a[1]) == b""
 
 
-def test_a_dropped_slab_is_reused_only_once_no_view_of_it_is_left(small_slabs: None) -> None:
-    a = Arena()
+@pytest.mark.parametrize("on_files", [False, True], ids=["anonymous", "files"])
+def test_a_dropped_slab_is_reused_only_once_no_view_of_it_is_left(small_slabs: None, on_files: bool,
+                                                                  tmp_path: Path) -> None:
+    files = SlabFiles(tmp_path / "chunks") if on_files else None
+    a = Arena(64, files)
     a.ensure_rows(4, 4)
     a[0] = b"a" * 400
     a[1] = b"b" * 400  # a second slab: 800 > 512
@@ -149,6 +152,8 @@ def test_a_dropped_slab_is_reused_only_once_no_view_of_it_is_left(small_slabs: N
     assert a.slabs[a.tail] is second
     assert [bytes(a[r]) for r in range(4)] == [b"", b"", b"c" * 400, b"d" * 400]
     a._check()
+    if files is not None:
+        _files_match(a, files)  # the reused spare kept its file; the first slab's went
     a.clean()
     assert a.spare is None
 
