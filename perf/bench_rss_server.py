@@ -13,7 +13,14 @@ batches and shapes (backfill, then the agents' live shape), to a `metricsd up --
 compare.py's own senders; then it reads each server's RSS every 15 s for ``--settle`` seconds
 (the store trims its heap once a minute), and splits the store's resident memory by mapping
 (/proc/<pid>/smaps: the heap, anonymous mappings such as the rings' arrays past the mmap
-threshold, and shared libraries). bench_memory.py measures a Store in process; its figure at
+threshold, and shared libraries). Each reading also splits the RSS as the kernel does (RssAnon,
+RssFile, RssShmem of /proc/<pid>/status): with a data directory the store's chunk slabs are file
+pages (metricsd/store/slabfiles.py), reclaimable page cache as VictoriaMetrics' data files are,
+so the files' size on disk and how much of them is in the page cache (fincore) are reported
+beside each server's data directory size. With ``--questions N`` the HTTP questions of issue 23
+(compare_http.py: 1, (b), (c), (a), (d)) are then asked N times each of the store, and the RSS
+read right after (pages the reads faulted back in) and again after ``--after-questions`` seconds
+(a retention pass drops them from the resident set again). bench_memory.py measures a Store in process; its figure at
 large scales is not the server's (its generator's freed memory is reused by the store).
 For an A/B, run it with another commit's package first on the path (``git archive <commit> |
 tar -x -C /tmp/base``, then ``PYTHONPATH=/tmp/base .venv/bin/python perf/bench_rss_server.py``).
@@ -25,13 +32,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from compare import Send, grpc_sender, idle_rss, ingest, remote_write_sender, server_rss, workload_config
-from compare_peers import Processes
+from compare_http import http_questions
+from compare_peers import Processes, Server
+from compare_queries import promql_get
 from compare_workload import Workload
 
 from metricsd.rpc.channel import open_channel
@@ -51,6 +62,76 @@ def mappings_kib(pid: int) -> list[tuple[str, int]]:
         elif f and f[0] == "Rss:":
             out.append((name, int(f[1])))
     return sorted(out, key=lambda m: -m[1])
+
+
+def rss_split_mib(server: Server) -> dict[str, float]:
+    """RssAnon, RssFile and RssShmem of the server's processes, MiB."""
+    out = {"RssAnon": 0.0, "RssFile": 0.0, "RssShmem": 0.0}
+    for pids in server.pids().values():
+        for pid in pids:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                key = line.split(":")[0]
+                if key in out:
+                    out[key] += int(line.split()[1]) / 1024
+    return out
+
+
+def tree_mib(where: Path) -> dict[str, float]:
+    """A directory's files: apparent size and blocks allocated on disk, MiB (0 if missing)."""
+    size = blocks = 0
+    if where.is_dir():
+        for f in where.rglob("*"):
+            if f.is_file():
+                st = f.stat()
+                size, blocks = size + st.st_size, blocks + st.st_blocks * 512
+    return {"size": size / 2**20, "on_disk": blocks / 2**20}
+
+
+def cached_mib(where: Path) -> float:
+    """How much of the files under ``where`` is in the page cache (util-linux fincore), MiB; -1 without it."""
+    files = [str(f) for f in where.rglob("*") if f.is_file()] if where.is_dir() else []
+    if not files:
+        return 0.0
+    try:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", *files],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return -1.0
+    return sum(int(x) for x in out.split()) / 2**20
+
+
+def disk_report(servers: dict[str, Server]) -> dict[str, Any]:
+    """Each server's data directory (size, on disk, in the page cache) and metricsd's chunk files."""
+    out: dict[str, Any] = {}
+    for n, s in servers.items():
+        out[n] = {"data_dir_mib": tree_mib(s.data_dir), "data_dir_cached_mib": cached_mib(s.data_dir)}
+    chunks = servers["metricsd"].data_dir / "chunks"
+    out["metricsd"]["chunk_files_mib"] = tree_mib(chunks)
+    out["metricsd"]["chunk_files_cached_mib"] = cached_mib(chunks)
+    return out
+
+
+def reading(servers: dict[str, Server]) -> dict[str, Any]:
+    return {n: {"rss": server_rss(s) / 2**20, **rss_split_mib(s)} for n, s in servers.items()}
+
+
+def show(r: dict[str, Any]) -> str:
+    return str({n: {k: round(v, 1) for k, v in x.items()} for n, x in r.items()})
+
+
+async def ask_questions(wl: Workload, server: Server, times: int) -> dict[str, float]:
+    """Issue 23's HTTP questions, ``times`` each, of one server; seconds each took in all."""
+    big = next(p.pod for p in wl.sim.pods() if p.workload == "big")  # compare.py's choices: (b)'s pod,
+    sizes = Counter(p.namespace for p in wl.sim.pods() if p.namespace != "default")  # (c)'s namespace
+    qs = http_questions(wl.last_ms + 5_000, big, max(sorted(sizes), key=sizes.__getitem__))
+    took: dict[str, float] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
+        for q in qs:
+            t0 = time.perf_counter()
+            for _ in range(times):
+                await promql_get(http, server.url, q)
+            took[q.key] = time.perf_counter() - t0
+    return took
 
 
 async def run(a: argparse.Namespace) -> dict[str, Any]:
@@ -82,9 +163,11 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         for i in range(a.settle // 15 + 1):
             if i:
                 await asyncio.sleep(15)
-            trace.append({n: server_rss(s) / 2**20 for n, s in servers.items()})
-            print(f"+{i * 15} s RSS, MiB", {n: round(v, 1) for n, v in trace[-1].items()}, flush=True)
+            trace.append(reading(servers))
+            print(f"+{i * 15} s RSS, MiB", show(trace[-1]), flush=True)
         out["rss_trace_mib"] = trace
+        out["disk"] = disk_report(servers)
+        print("disk, MiB", out["disk"], flush=True)
         maps = mappings_kib(servers["metricsd"].pid)
         out["metricsd_mappings_mib"] = [(n, kib / 1024) for n, kib in maps[:16]]
         out["metricsd_anon_heap_mib"] = sum(k for n, k in maps if n in ("[anon]", "[heap]")) / 1024
@@ -92,6 +175,14 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         async with MetricsClient(servers["metricsd"].grpc_address) as client:
             st = await client.stats()
             out["chunk_bytes_per_sample"] = st.bytes_per_sample
+        if a.questions:
+            out["questions_s"] = await ask_questions(wl, servers["metricsd"], a.questions)
+            out["rss_after_questions_mib"] = reading(servers)
+            out["disk_after_questions"] = disk_report(servers)
+            print("questions, s", out["questions_s"], "RSS, MiB", show(out["rss_after_questions_mib"]), flush=True)
+            await asyncio.sleep(a.after_questions)
+            out["rss_after_questions_later_mib"] = reading(servers)
+            print(f"+{a.after_questions} s RSS, MiB", show(out["rss_after_questions_later_mib"]), flush=True)
     return out
 
 
@@ -106,6 +197,10 @@ def main() -> int:
                    help="with --data-dir, the store's snapshot interval (default its own, 10 minutes: at --scale "
                         "1 the ingest is over before the first; the peak is then the ingest's)")
     p.add_argument("--settle", type=int, default=90, help="seconds of RSS readings after the ingest")
+    p.add_argument("--questions", type=int, default=0, metavar="N",
+                   help="after the settle, ask issue 23's HTTP questions N times each of the store, RSS read after")
+    p.add_argument("--after-questions", type=int, default=75, metavar="SECONDS",
+                   help="with --questions, the RSS read again this long after (a retention pass in it)")
     p.add_argument("--json", type=Path, default=HERE / "results" / "bench_rss_server.json")
     a = p.parse_args()
     started = time.monotonic()

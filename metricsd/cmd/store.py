@@ -114,13 +114,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def add_limit_arguments(p: argparse.ArgumentParser) -> None:
-    """The store's series limits (README, "Write limits"); shared by ``metricsd store`` and ``up``."""
+    """The store's series limits (README, "Write limits") and where its chunk pages live; shared by
+    ``metricsd store`` and ``up``."""
     p.add_argument("--max-series", type=int, default=None, metavar="N",
                    help="series the store holds at most; writes creating more are refused (RESOURCE_EXHAUSTED, "
                         "HTTP 429). Default: half the memory (RAM or cgroup limit) / 24 KiB per series; 0: unlimited")
     p.add_argument("--max-new-series-per-minute", type=int, default=DEFAULT_NEW_SERIES_PER_MINUTE, metavar="N",
                    help="new series a namespace may create per minute (default %(default)s; 0: unlimited)")
     add_max_future_argument(p)
+    p.add_argument("--chunks-on-disk", choices=["auto", "off"], default="auto",
+                   help="auto (default): with --data-dir, the compressed chunks' pages are files under "
+                        "<data-dir>/chunks/ (page cache, reclaimable, not the process's anonymous memory); "
+                        "off: anonymous memory")
 
 
 def store_settings(args: argparse.Namespace) -> StoreSettings:
@@ -133,7 +138,7 @@ def store_settings(args: argparse.Namespace) -> StoreSettings:
     if max_series < 0 or args.max_new_series_per_minute < 0:
         raise SystemExit("--max-series and --max-new-series-per-minute must be >= 0")
     return StoreSettings(series_limits=SeriesLimits(max_series, args.max_new_series_per_minute),
-                         max_future_ms=args.max_future)
+                         max_future_ms=args.max_future, chunks_on_disk=args.chunks_on_disk == "auto")
 
 
 def advertised_address(host: str, grpc_port: int, advertise: str | None) -> str:

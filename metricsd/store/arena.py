@@ -14,6 +14,15 @@ above glibc's mmap threshold, metricsd/memory.py: its pages go back to the syste
 :meth:`Arena.clean` (the retention pass, once a minute) moves the live regions of slabs more than
 a fraction dead to the end, so that dead bytes stay a bounded share of the slabs.
 
+With ``files`` (a store with a data directory, metricsd/store/slabfiles.py) each slab is a shared
+mapping of a file, and a slab no longer written to leaves the process's resident set: the tail
+slab once a new one is started, and every slab but the tail again at each :meth:`Arena.clean`
+(reads fault pages back in; the retention pass bounds how long they stay) and :meth:`settle`.
+``madvise(MADV_DONTNEED)`` keeps a shared file mapping's bytes (page cache, then the file), so
+every view handed out stays valid. It is never applied to an anonymous slab (a fallback on a full
+disk): Python's anonymous mmap is shared memory, whose pages DONTNEED would only hide from the
+RSS while they stay in memory (no file to write them to, nothing the kernel can reclaim).
+
 Not safe for concurrent use; the store serialises access.
 """
 
@@ -22,8 +31,12 @@ from __future__ import annotations
 import itertools
 import mmap
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from metricsd.store.slabfiles import SlabFiles
 
 __all__ = ["SLAB", "Arena", "Frozen"]
 
@@ -38,7 +51,7 @@ class Arena:
     """Rows of bytes: ``arena[row]`` is a read-only view (empty: none), ``arena[row] = data`` replaces
     it. ``len(arena)`` is the number of rows."""
 
-    def __init__(self, capacity: int = 64) -> None:
+    def __init__(self, capacity: int = 64, files: SlabFiles | None = None) -> None:
         self.at = np.zeros(capacity, np.int64)
         self.size = np.zeros(capacity, np.int32)
         self.slabs: list[mmap.mmap | None] = []  # a dropped slab's place is taken by the next new one
@@ -48,6 +61,7 @@ class Arena:
         self.tail = -1  # the slab new regions go to
         self.spare: mmap.mmap | None = None  # the last slab dropped, kept for reuse until the next clean
         self.n = 0
+        self.files = files  # None: anonymous slabs; set before the first slab is made
 
     # --- rows --------------------------------------------------------------------------------
 
@@ -108,7 +122,9 @@ class Arena:
         assert view is not None and slab is not None
         view.release()  # views handed out are slices of it and keep their own hold on the mapping
         if len(slab) == SLAB:
-            self.spare = slab
+            self._set_spare(slab)
+        else:
+            self._let_go(slab)
         self.slabs[s] = self.views[s] = None
         self.used[s] = self.live[s] = 0
 
@@ -118,13 +134,40 @@ class Arena:
         spare is reused only when no view of it is left anywhere (a snapshot being written holds
         some): a mapping with buffers exported refuses a resize."""
         spare, self.spare = self.spare, None
-        if spare is not None and n <= len(spare):
-            try:
-                spare.resize(len(spare))
-                return spare
-            except BufferError:
-                pass
-        return mmap.mmap(-1, max(SLAB, n))
+        if spare is not None:
+            if n <= len(spare):
+                try:
+                    spare.resize(len(spare))
+                    return spare
+                except BufferError:
+                    pass
+            self._let_go(spare)
+        size = max(SLAB, n)
+        made = self.files.map(size) if self.files is not None else None
+        return made if made is not None else mmap.mmap(-1, size)
+
+    def _set_spare(self, slab: mmap.mmap | None) -> None:
+        if self.spare is not None:
+            self._let_go(self.spare)
+        self.spare = slab
+
+    def _let_go(self, slab: mmap.mmap) -> None:
+        """A slab the arena no longer holds: its file (if any) removed; the mapping itself goes
+        when the last view of it does."""
+        if self.files is not None:
+            self.files.give_up(slab)
+
+    def _evict(self, slab: mmap.mmap | None) -> None:
+        """``slab``'s pages out of the resident set if it is a file's (its bytes stay: page cache)."""
+        if slab is not None and self.files is not None and self.files.owns(slab):
+            slab.madvise(mmap.MADV_DONTNEED)
+
+    def settle(self) -> None:
+        """Every file slab but the tail out of the resident set (pages reads faulted back in)."""
+        for s, slab in enumerate(self.slabs):
+            if s != self.tail:
+                self._evict(slab)
+        self._evict(self.spare)
 
     def _room(self, n: int) -> tuple[int, int]:
         """(slab, offset) of ``n`` free bytes at the end, a new slab started if the newest is short."""
@@ -133,6 +176,8 @@ class Arena:
         if slab is None or self.used[s] + n > len(slab):
             if s >= 0 and self.live[s] == 0:
                 self._drop(s)
+            else:
+                self._evict(slab)  # full: no longer written to
             new = self._new_slab(n)
             s = next((i for i, x in enumerate(self.slabs) if x is None), len(self.slabs))
             if s == len(self.slabs):
@@ -203,18 +248,17 @@ class Arena:
 
     def clean(self, max_dead: float = 0.125) -> int:
         """Move the live regions of every slab (but the newest) more than ``max_dead`` dead to the end,
-        in row order; returns bytes moved. Their old slabs are then dropped."""
+        in row order; returns bytes moved. Their old slabs are then dropped, and with files the
+        slabs but the tail leave the resident set (the moves read them)."""
         worn = [s for s in range(len(self.slabs)) if s != self.tail and self.slabs[s] is not None and
                 self.used[s] - self.live[s] > max_dead * self.used[s]]
-        self.spare = None  # once a pass: a quiet store keeps no slab it does not use
-        if not worn:
-            return 0
+        self._set_spare(None)  # once a pass: a quiet store keeps no slab it does not use
         rows = np.flatnonzero((self.size[: self.n] > 0) & np.isin(self.at[: self.n] >> 32, worn))
-        moved = int(self.size[rows].sum())
         for k in range(0, len(rows), 4096):  # a few MiB at a time
             part = rows[k : k + 4096]
             self.grow(part, b"", np.zeros(len(part) + 1, np.int64))
-        return moved
+        self.settle()
+        return int(self.size[rows].sum())
 
     def freeze(self, rows: np.ndarray) -> Frozen:
         """``rows``' bytes as they are now, for a snapshot written later on another thread: their

@@ -40,6 +40,7 @@ from metricsd.codec.tail import decode_tails
 from metricsd.maths.samplehash import sample_hashes
 from metricsd.store.arena import Arena
 from metricsd.store.head import zero_grown
+from metricsd.store.slabfiles import SlabFiles
 
 __all__ = ["STRIDE", "TAIL_MIN_BLOCKS", "ChunkSplit", "Chunks", "split_chunks"]
 
@@ -334,6 +335,18 @@ class Chunks:
     def clean(self, max_dead: float = 0.125) -> int:
         """Both arenas' slabs more than ``max_dead`` dead moved up and dropped (arena.py); bytes moved."""
         return self.data.clean(max_dead) + self.open.clean(max_dead)
+
+    def keep_in(self, files: SlabFiles) -> None:
+        """Both arenas' slabs from now on as files in ``files`` (a store with a data directory,
+        metricsd/store/slabfiles.py); called before the first byte is stored."""
+        if self.data.slabs or self.open.slabs:
+            raise ValueError("the chunk arenas already hold slabs")
+        self.data.files = self.open.files = files
+
+    def settle(self) -> None:
+        """Both arenas' file slabs but the tails out of the resident set (after a snapshot's read)."""
+        self.data.settle()
+        self.open.settle()
 
     def _check(self, row: int) -> None:
         """Every invariant of one series, the chunks decoded (slow; tests)."""

@@ -5,6 +5,8 @@ Data directory layout::
     <data-dir>/LOCK                  held (flock) while a process uses the directory
     <data-dir>/wal/00000007.wal      WAL segments (metricsd/store/FORMAT.md)
     <data-dir>/snapshots/00000007.snap   a snapshot; replay resumes at WAL segment 7
+    <data-dir>/chunks/00000012.slab      a chunk slab's pages (scratch, not read by recovery:
+                                         metricsd/store/slabfiles.py; removed at start and close)
 
 A write is validated, appended to the WAL (in the kernel before the call returns), then applied
 and acknowledged; a batch that fails validation is neither logged nor applied. Retention passes
@@ -40,6 +42,7 @@ from metricsd.store.api import StoreAPI, gc_loop
 from metricsd.store.engine import Store, ValidWrite, WriteResult
 from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, losses, replay_wal
 from metricsd.store.settings import StoreSettings
+from metricsd.store.slabfiles import SlabFiles
 from metricsd.store.snapshot import list_snapshots, write_snapshot
 from metricsd.store.snapshot_write import capture_lean
 from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
@@ -84,7 +87,7 @@ class Durability:
     """
 
     def __init__(self, store: Store, wal: WriteAheadLog, data_dir: Path, settings: DurabilitySettings, clock: Clock,
-                 lock_fd: int, recovery: RecoveryReport) -> None:
+                 lock_fd: int, recovery: RecoveryReport, files: SlabFiles | None = None) -> None:
         self.store = store
         self.wal = wal
         self.data_dir = data_dir
@@ -92,6 +95,7 @@ class Durability:
         self.settings = settings
         self.clock = clock
         self.recovery = recovery
+        self.files = files  # the chunk slabs' files (None: anonymous memory)
         self._lock_fd: int | None = lock_fd
         self._snapshotting = False
         self.snapshots_written = 0
@@ -181,6 +185,7 @@ class Durability:
         return path
 
     def _after_snapshot(self, path: Path, size: int, series: int, took: float, capture_s: float) -> None:
+        self.store.chunks.settle()  # the snapshot read every slab: its pages faulted back in
         self.snapshots_written += 1
         self.last_snapshot_bytes = size
         self.last_snapshot_s = took
@@ -207,6 +212,8 @@ class Durability:
                     log.error("final snapshot failed (the WAL still holds everything): %s", e)
             self.wal.close()
         finally:
+            if self.files is not None:
+                self.files.clear()  # scratch: the mappings stay valid, the directory is left empty
             os.close(self._lock_fd)
             self._lock_fd = None
 
@@ -222,6 +229,8 @@ class Durability:
             "recovery_snapshot_load_seconds": self.recovery.snapshot_load_s,
             "recovery_wal_replay_seconds": self.recovery.wal_replay_s,
             "recovery_losses": len(self.recovery.lost),
+            "chunk_file_bytes": self.files.file_bytes if self.files is not None else 0,
+            "chunk_file_fallbacks": self.files.fallbacks if self.files is not None else 0,
         }
 
 
@@ -274,8 +283,19 @@ def open_store(data_dir: Path, settings: StoreSettings | None = None, fsync: Fsy
             tmp.unlink()
         report = RecoveryReport()
         wal = WriteAheadLog(data_dir / "wal", policy, dset.segment_bytes)
-        loaded = load_snapshot(snap_dir, settings, clock, dset.progress_every_s, report)
-        store, start = loaded if loaded is not None else (Store(settings), None)
+        files = SlabFiles(data_dir / "chunks") if settings.chunks_on_disk else None
+        if files is not None:
+            log.info("chunk pages live in files under %s (page cache, not anonymous memory; --chunks-on-disk off "
+                     "to keep them in memory)", files.where)
+        else:
+            log.info("chunk pages live in anonymous memory (--chunks-on-disk off)")
+        loaded = load_snapshot(snap_dir, settings, clock, dset.progress_every_s, report, files)
+        if loaded is not None:
+            store, start = loaded
+        else:
+            store, start = Store(settings), None
+            if files is not None:
+                store.chunks.keep_in(files)
         segments = wal.segments()
         if loaded is None and report.snapshots_skipped:
             log.error("no snapshot could be read; replaying the whole WAL (from segment %s): data covered only by "
@@ -290,7 +310,7 @@ def open_store(data_dir: Path, settings: StoreSettings | None = None, fsync: Fsy
     except BaseException:
         os.close(lock_fd)
         raise
-    return store, Durability(store, wal, data_dir, dset, clock, lock_fd, report)
+    return store, Durability(store, wal, data_dir, dset, clock, lock_fd, report, files)
 
 
 # --- background tasks ----------------------------------------------------------------------

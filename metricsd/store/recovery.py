@@ -30,6 +30,7 @@ from metricsd.rpc.wire import labels_from_pb
 from metricsd.store.engine import Store, WriteResult
 from metricsd.store.progress import Progress
 from metricsd.store.settings import StoreSettings
+from metricsd.store.slabfiles import SlabFiles
 from metricsd.store.snapshot import SnapshotError, list_snapshots, read_snapshot, restore
 from metricsd.store.wal import RecordType, WalPosition, WriteAheadLog
 from metricsd.store.wal.log import WalDamage
@@ -74,13 +75,17 @@ def request_arrays(req: pb.WriteRequest) -> Arrays:
 
 
 def load_snapshot(snap_dir: Path, settings: StoreSettings, clock: Clock, every_s: float,
-                  report: RecoveryReport) -> tuple[Store, WalPosition] | None:
+                  report: RecoveryReport, files: SlabFiles | None = None) -> tuple[Store, WalPosition] | None:
+    """The store of the newest snapshot that reads back whole (its chunk slabs in ``files`` if
+    given), and where the WAL resumes; None when there is none."""
     for _, path in reversed(list_snapshots(snap_dir)):
         progress = Progress(f"loading snapshot {path.name}", "series", clock.monotonic, log, every_s)
         try:
             img = read_snapshot(path)
-            store = restore(img, settings, progress.update)
+            store = restore(img, settings, progress.update, files)
         except (SnapshotError, ValueError, IndexError, OSError) as e:
+            if files is not None:
+                files.clear()  # the half-restored store's slab files: abandoned with it
             log.warning("snapshot %s unusable (%s): moved aside, trying an older one", path.name, e)
             report.snapshots_skipped.append(path.name)
             with contextlib.suppress(OSError):

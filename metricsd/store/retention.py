@@ -45,7 +45,17 @@ def drop_expired(store: Store, cutoff: int) -> int:
     set in one NumPy pass (the first pass after a start or after new series, when every floor is
     unknown, is nearly all such rows; it was a Python loop over each, 15-26% of a cluster store's
     live-ingest profile, perf/RESULTS.md issue 24). Only the rows with something to drop, or with
-    no chunk at all, go one by one."""
+    no chunk at all, go one by one.
+
+    With chunk slabs in files (metricsd/store/slabfiles.py), the pass ends by dropping their pages
+    from the resident set again: queries, snapshots and this pass's own reads faulted them in."""
+    try:
+        return _drop_expired(store, cutoff)
+    finally:
+        store.chunks.settle()
+
+
+def _drop_expired(store: Store, cutoff: int) -> int:
     head, index, chunks = store.head, store.index, store.chunks
     chunks.clean()  # once a pass: the chunk arenas' worn slabs moved up and dropped (arena.py)
     n = index.n_rows

@@ -42,6 +42,10 @@ class StoreSettings:
         they reach a series (too_far_ahead; ``--max-future``); None: no limit. Samples older than the
         store keeps (its newest sample minus retention_ms and rollup_retention_ms) are refused too
         (too_old). metricsd/store/admission.py.
+    chunks_on_disk: with a data directory, the compressed chunks' slabs are files under
+        ``<data-dir>/chunks/`` whose pages leave the process's resident set once written
+        (page cache, as VictoriaMetrics' and Prometheus' data are; metricsd/store/slabfiles.py).
+        False (``--chunks-on-disk off``): anonymous memory, as without a data directory.
     """
 
     chunk_samples: int = 720
@@ -55,6 +59,7 @@ class StoreSettings:
     series_limits: SeriesLimits = field(default_factory=SeriesLimits)
     request_limits: RequestLimits = field(default_factory=RequestLimits)
     max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
+    chunks_on_disk: bool = True
 
     def __post_init__(self) -> None:
         if self.chunk_samples < 1 or not 1 <= self.head_keep <= 255:

@@ -36,6 +36,7 @@ from metricsd.store.settings import StoreSettings
 from metricsd.store.wal.log import WalPosition, fsync_dir
 
 if TYPE_CHECKING:
+    from metricsd.store.slabfiles import SlabFiles
     from metricsd.store.snapshot_write import LeanImage
 
 __all__ = ["ImageMeta", "SnapshotError", "StoreImage", "capture", "list_snapshots", "read_snapshot", "restore",
@@ -377,12 +378,14 @@ def _check_shapes(img: StoreImage, n: int) -> None:
 
 
 def restore(img: StoreImage, settings: StoreSettings,
-            progress: Callable[[int, int], None] | None = None) -> Store:
+            progress: Callable[[int, int], None] | None = None, files: SlabFiles | None = None) -> Store:
     """A new store holding the image. A head size or chunk size different from the image's
     (changed ``head_keep`` or ``chunk_samples``) is handled by closing the open chunks and
     sealing the ring's unsealed samples again. Raises SnapshotError when the image contradicts
-    itself."""
+    itself. ``files``: the chunk slabs' directory (metricsd/store/slabfiles.py), None for memory."""
     store = Store(settings)
+    if files is not None:
+        store.chunks.keep_in(files)
     n = len(img.ids)
     c = store.chunks
     ends = np.cumsum(img.chunk_counts)

@@ -1,7 +1,12 @@
 """The chunk arena (metricsd/store/arena.py) against a dict of bytes: every row reads back what was
-last put, views handed out never change, dead slabs are dropped and a clean bounds the dead bytes."""
+last put, views handed out never change, dead slabs are dropped and a clean bounds the dead bytes;
+the same with slabs as files (metricsd/store/slabfiles.py), their pages dropped from the resident
+set, and a file for every slab held and none for a slab dropped."""
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +15,7 @@ from hypothesis import strategies as st
 
 from metricsd.store import arena as arena_mod
 from metricsd.store.arena import Arena, Frozen
+from metricsd.store.slabfiles import SlabFiles
 
 ROWS = 12
 _op = st.one_of(
@@ -19,6 +25,7 @@ _op = st.one_of(
     st.tuples(st.just("grow"), st.lists(st.integers(0, ROWS - 1), unique=True, max_size=6), st.binary(max_size=90)),
     st.tuples(st.just("clear"), st.integers(0, ROWS - 1), st.just(b"")),
     st.tuples(st.just("clean"), st.just(0), st.just(b"")),
+    st.tuples(st.just("settle"), st.just(0), st.just(b"")),
 )
 
 
@@ -27,10 +34,23 @@ def small_slabs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(arena_mod, "SLAB", 512)  # many slabs, waves and rows longer than one
 
 
+def _files_match(a: Arena, files: SlabFiles) -> None:
+    """A file for each slab the arena holds (and its spare), none for any other."""
+    held = [s for s in [*a.slabs, a.spare] if s is not None]
+    assert all(files.owns(s) for s in held)
+    assert len(list(files.where.iterdir())) == files.files == len(held), "a slab's file left, or one missing"
+
+
+@pytest.mark.parametrize("on_files", [False, True], ids=["anonymous", "files"])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # SLAB only
 @given(ops=st.lists(_op, max_size=60))
-def test_rows_read_back_and_views_never_change(small_slabs: None, ops: list[tuple]) -> None:
-    a = Arena(4)
+def test_rows_read_back_and_views_never_change(small_slabs: None, on_files: bool, ops: list[tuple]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        _rows_read_back_and_views_never_change(ops, SlabFiles(Path(tmp) / "chunks") if on_files else None)
+
+
+def _rows_read_back_and_views_never_change(ops: list[tuple], files: SlabFiles | None) -> None:
+    a = Arena(4, files)
     a.ensure_rows(ROWS, ROWS)
     model = {r: b"" for r in range(ROWS)}
     handed: list[tuple[memoryview, bytes]] = []
@@ -49,12 +69,16 @@ def test_rows_read_back_and_views_never_change(small_slabs: None, ops: list[tupl
         elif kind == "clear":
             a.clear(x)
             model[x] = b""
+        elif kind == "settle":
+            a.settle()
         else:
             before = [s for s in range(len(a.slabs)) if s != a.tail and a.slabs[s] is not None]
             a.clean()
             assert all(a.slabs[s] is None or a.used[s] - a.live[s] <= 0.125 * a.used[s] for s in before), \
                 "a worn slab was left after a clean"
         a._check()
+        if files is not None:
+            _files_match(a, files)
         assert {r: bytes(a[r]) for r in range(ROWS)} == model
         assert a.take(np.arange(ROWS)[::-1]) == [model[r] for r in reversed(range(ROWS))]  # a scan's copies
         handed += [(a[r], model[r]) for r in range(ROWS)]
@@ -107,8 +131,11 @@ def test_sizes_that_do_not_add_up_are_refused() -> None:
     assert bytes(a[0]) == b"" and bytes(a[1]) == b""
 
 
-def test_a_dropped_slab_is_reused_only_once_no_view_of_it_is_left(small_slabs: None) -> None:
-    a = Arena()
+@pytest.mark.parametrize("on_files", [False, True], ids=["anonymous", "files"])
+def test_a_dropped_slab_is_reused_only_once_no_view_of_it_is_left(small_slabs: None, on_files: bool,
+                                                                  tmp_path: Path) -> None:
+    files = SlabFiles(tmp_path / "chunks") if on_files else None
+    a = Arena(64, files)
     a.ensure_rows(4, 4)
     a[0] = b"a" * 400
     a[1] = b"b" * 400  # a second slab: 800 > 512
@@ -125,6 +152,8 @@ def test_a_dropped_slab_is_reused_only_once_no_view_of_it_is_left(small_slabs: N
     assert a.slabs[a.tail] is second
     assert [bytes(a[r]) for r in range(4)] == [b"", b"", b"c" * 400, b"d" * 400]
     a._check()
+    if files is not None:
+        _files_match(a, files)  # the reused spare kept its file; the first slab's went
     a.clean()
     assert a.spare is None
 
