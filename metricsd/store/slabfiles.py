@@ -24,7 +24,14 @@ mapped: the blocks are reserved, and a full disk shows as an OSError here, when 
 made. :meth:`SlabFiles.map` then answers None and the arena takes an anonymous slab instead (a
 warning logged once until files work again, counted in ``fallbacks``): the store keeps accepting
 and answering, nothing is lost, it only holds that slab in anonymous memory. The same happens for
-any other OSError (EMFILE: each mapping holds a descriptor, Python 3.11's mmap keeps a dup).
+any other OSError.
+
+Descriptors. Each mapping holds one (Python 3.11's mmap keeps a dup of the file's), so slab files
+could take the descriptors a store needs for its sockets, WAL segments and snapshots: a store
+whose chunk files reached the open-files limit would refuse connections. So at most a quarter of
+the soft limit (``RLIMIT_NOFILE``, read at start; 1,024 by default under systemd: 256 files,
+1 GiB of slabs) are files; past it, slabs are anonymous (logged once, counted in ``fallbacks``),
+and an operator who wants more chunk pages out of the RSS raises ``ulimit -n``.
 
 Not safe for concurrent use; the store serialises access.
 """
@@ -36,19 +43,22 @@ import itertools
 import logging
 import mmap
 import os
+import resource
 from pathlib import Path
 
 __all__ = ["SUFFIX", "SlabFiles"]
 
 SUFFIX = ".slab"
+DESCRIPTOR_SHARE = 4  # at most 1/this of the soft open-files limit goes to slab files
 log = logging.getLogger("metricsd.store.slabfiles")
 
 
 class SlabFiles:
     """A directory of slab files: :meth:`map` makes one, :meth:`give_up` removes it."""
 
-    def __init__(self, where: Path) -> None:
-        """Creates ``where`` if missing and removes the slab files a previous process left in it."""
+    def __init__(self, where: Path, max_files: int | None = None) -> None:
+        """Creates ``where`` if missing and removes the slab files a previous process left in it.
+        ``max_files``: the most files at once (default: a quarter of the soft open-files limit)."""
         where.mkdir(parents=True, exist_ok=True)
         for old in where.glob(f"*{SUFFIX}"):
             old.unlink(missing_ok=True)
@@ -58,11 +68,16 @@ class SlabFiles:
         # held, so that its id cannot be reused by an anonymous one that :meth:`owns` would then claim.
         self._maps: dict[int, tuple[mmap.mmap, Path]] = {}
         self.fallbacks = 0  # slabs that could not be files (a full disk) and went to anonymous memory
+        self.max_files = max_files if max_files is not None else _descriptor_budget()
         self._failing = False
 
     def map(self, n: int) -> mmap.mmap | None:
         """A shared mapping of a new file of ``n`` bytes, its blocks reserved; None when the file
         could not be made (logged): the caller takes an anonymous slab."""
+        if len(self._maps) >= self.max_files:
+            self._fall_back(OSError(f"{self.max_files} slab files open, a quarter of the open-files limit "
+                                    f"(raise ulimit -n for more)"))
+            return None
         path = self.where / f"{next(self._names):08d}{SUFFIX}"
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -118,3 +133,10 @@ class SlabFiles:
     @property
     def files(self) -> int:
         return len(self._maps)
+
+
+def _descriptor_budget() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(1, soft // DESCRIPTOR_SHARE)

@@ -253,3 +253,32 @@ def test_a_snapshot_and_a_retention_pass_leave_only_the_tails_resident(tmp_path:
         assert _resident_kib(where, removed=False) <= tails()
     finally:
         d.close(snapshot=False)
+
+
+def test_slab_files_stop_at_their_share_of_the_open_files_limit(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``max_files`` a slab is anonymous, so the chunk files never take the descriptors a
+    store's sockets and WAL need; a file given up makes room for the next."""
+    monkeypatch.setattr(arena_mod, "SLAB", 4096)
+    files = SlabFiles(tmp_path / "chunks", max_files=2)
+    a = Arena(8, files)
+    a.ensure_rows(8, 8)
+    for r in range(4):
+        a[r] = bytes([r]) * 4096  # a slab each
+    assert files.files == 2 and files.fallbacks == 2
+    assert [bytes(a[r]) for r in range(4)] == [bytes([r]) * 4096 for r in range(4)]
+    a.clear(0)  # its slab dropped (kept as the spare: still a file) ...
+    a.clean()  # ... and let go at the pass
+    assert files.files == 1
+    a[4 % 8] = b"e" * 4096
+    assert files.files == 2 and files.fallbacks == 2
+
+
+def test_the_default_budget_is_a_quarter_of_the_soft_open_files_limit(tmp_path: Path) -> None:
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        assert SlabFiles(tmp_path / "chunks").max_files == 256
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
