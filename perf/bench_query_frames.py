@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +59,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await writer.close()
         at = wl.last_ms + 5_000
-        big = next(p for p in wl.sim.pods() if p.workload == "big")
-        counts = Counter(p.namespace for p in wl.sim.pods() if p.namespace != "default")
-        q = next(q for q in http_questions(at, big.pod, max(sorted(counts), key=lambda k: counts[k])) if q.key == "b")
+        q = next(q for q in http_questions(at, *wl.question_targets()) if q.key == "b")
         limits = QueryLimits()
         settings = RunnerSettings(300_000, 50_000_000, True, 120.0,
                                   tuple((k, int(getattr(limits, k))) for k in LIMIT_NAMES))

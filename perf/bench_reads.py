@@ -129,9 +129,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.idle:
                 out["idle"] = await idle_cpu(servers, args.idle)
             at = wl.last_ms + 5_000
-            big = next(p for p in wl.sim.pods() if p.workload == "big")
-            counts = Counter(p.namespace for p in wl.sim.pods() if p.namespace != "default")
-            qs = [q for q in http_questions(at, big.pod, max(sorted(counts), key=lambda k: counts[k])) if q.key in keys]
+            qs = [q for q in http_questions(at, *wl.question_targets()) if q.key in keys]
             urls = {n: s.url for n, s in servers.items()}
             cpu = {n: (lambda s=s: server_cpu(s)) for n, s in servers.items()}
             counters = {n: proxy_counters(http, s.url) for n, s in servers.items() if s.tree}

@@ -34,7 +34,6 @@ import asyncio
 import json
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +43,13 @@ from compare_http import http_questions
 from compare_peers import Processes, Server
 from compare_queries import promql_get
 from compare_workload import Workload
+from procstat import status_kib
 
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import MetricsClient, StreamingBackend
 
 HERE = Path(__file__).resolve().parent
+RSS_KINDS = ("RssAnon", "RssFile", "RssShmem")
 
 
 def mappings_kib(pid: int) -> list[tuple[str, int]]:
@@ -66,13 +67,11 @@ def mappings_kib(pid: int) -> list[tuple[str, int]]:
 
 def rss_split_mib(server: Server) -> dict[str, float]:
     """RssAnon, RssFile and RssShmem of the server's processes, MiB."""
-    out = {"RssAnon": 0.0, "RssFile": 0.0, "RssShmem": 0.0}
+    out = dict.fromkeys(RSS_KINDS, 0.0)
     for pids in server.pids().values():
         for pid in pids:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                key = line.split(":")[0]
-                if key in out:
-                    out[key] += int(line.split()[1]) / 1024
+            for key, kib in status_kib(pid, RSS_KINDS).items():
+                out[key] += kib / 1024
     return out
 
 
@@ -121,9 +120,7 @@ def show(r: dict[str, Any]) -> str:
 
 async def ask_questions(wl: Workload, server: Server, times: int) -> dict[str, float]:
     """Issue 23's HTTP questions, ``times`` each, of one server; seconds each took in all."""
-    big = next(p.pod for p in wl.sim.pods() if p.workload == "big")  # compare.py's choices: (b)'s pod,
-    sizes = Counter(p.namespace for p in wl.sim.pods() if p.namespace != "default")  # (c)'s namespace
-    qs = http_questions(wl.last_ms + 5_000, big, max(sorted(sizes), key=sizes.__getitem__))
+    qs = http_questions(wl.last_ms + 5_000, *wl.question_targets())
     took: dict[str, float] = {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
         for q in qs:

@@ -269,12 +269,7 @@ async def http_phase(res: dict[str, Any], ms: list[dict[str, Any]], wl: Workload
     """perf/compare_http.py's questions over PromQL HTTP on every system: answers checked against
     Prometheus', then timed with each system's CPU per question; returns the answer failures."""
     at = wl.last_ms + 5_000
-    pods = [p for p in wl.sim.pods() if p.workload == "big"]
-    counts: dict[str, int] = {}
-    for p in wl.sim.pods():
-        if p.namespace != "default":
-            counts[p.namespace] = counts.get(p.namespace, 0) + 1
-    qs = http_questions(at, pods[0].pod, max(sorted(counts), key=lambda k: counts[k]))
+    qs = http_questions(at, *wl.question_targets())
     res["http_questions"] = [{"key": q.key, "title": q.title, "promql": q.promql} for q in qs]
     loops = args.event_loop
     systems = [s for n in HTTP_SYSTEMS for s in ([armed(n, loop, loops) for loop in loops]
@@ -401,13 +396,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             ms.append(measure("metricsd", "memory.chunk_bytes_per_sample", st.bytes_per_sample, "bytes"))
             res["metricsd_stats"] = {"series": st.series, "samples": st.samples, "chunk_bytes": st.chunk_bytes}
             at = wl.last_ms + 5_000
-            pods = [p for p in wl.sim.pods() if p.workload == "big"]
-            counts: dict[str, int] = {}
-            for p in wl.sim.pods():
-                if p.namespace != "default":
-                    counts[p.namespace] = counts.get(p.namespace, 0) + 1
-            namespace = max(sorted(counts), key=lambda k: counts[k])
-            qs = questions(at, pods[0].pod, namespace)
+            qs = questions(at, *wl.question_targets())
             res["questions"] = [{"key": q.key, "title": q.title, "promql": q.promql} for q in qs]
             print("checking answers against Prometheus ...", flush=True)
             ours_first = [armed(n, loop, loops) for loop in loops for n in ("metricsd", "metricsd-promql")]

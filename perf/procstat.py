@@ -20,6 +20,16 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def status_kib(pid: int, keys: tuple[str, ...]) -> dict[str, int]:
+    """Fields of /proc/<pid>/status given in kB (e.g. RssAnon, RssFile, RssShmem), in KiB; 0 if absent."""
+    out = dict.fromkeys(keys, 0)
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key = line.split(":", 1)[0]
+        if key in out:
+            out[key] = int(line.split()[1])
+    return out
+
+
 def peak_rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
