@@ -47,17 +47,18 @@ def drop_expired(store: Store, cutoff: int) -> int:
     live-ingest profile, perf/RESULTS.md issue 24). Only the rows with something to drop, or with
     no chunk at all, go one by one.
 
-    With chunk slabs in files (metricsd/store/slabfiles.py), the pass ends by dropping their pages
-    from the resident set again: queries, snapshots and this pass's own reads faulted them in."""
+    The pass ends with the chunk arenas' clean (arena.py: worn slabs, now with this pass's dead
+    regions too, moved up and dropped), which with chunk slabs in files (metricsd/store/slabfiles.py)
+    also drops their pages from the resident set again: queries, snapshots and this pass's own reads
+    faulted them in. Once, at the end: a clean first and a settle after read the slabs twice."""
     try:
         return _drop_expired(store, cutoff)
     finally:
-        store.chunks.settle()
+        store.chunks.clean()  # once a pass
 
 
 def _drop_expired(store: Store, cutoff: int) -> int:
     head, index, chunks = store.head, store.index, store.chunks
-    chunks.clean()  # once a pass: the chunk arenas' worn slabs moved up and dropped (arena.py)
     n = index.n_rows
     rows = np.flatnonzero(index.alive[:n] & (head.expiry_floor[:n] < cutoff))
     if len(rows) == 0:
