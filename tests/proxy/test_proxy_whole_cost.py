@@ -127,11 +127,11 @@ def _slowed(h: Harness, seconds: float) -> None:
 
 
 async def _spread(h: Harness, n: int) -> list[int]:
-    before = [n.service.answered for n in h.nodes.values() if n.service is not None]
+    services = [node.service for node in h.nodes.values() if node.service is not None]
+    before = [s.answered for s in services]
     answers = await rates_together(h, n)
     assert all(a is not None and a.data for a in answers), answers
-    return [n.service.answered - b for n, b in zip([n for n in h.nodes.values() if n.service is not None], before,
-                                                   strict=True)]
+    return [s.answered - b for s, b in zip(services, before, strict=True)]
 
 
 @pytest.mark.parametrize("harness", [{"settings": {"whole_spill_work_s": 60.0, "whole_spill_cheap_s": 0.015}}],
