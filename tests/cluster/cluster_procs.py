@@ -150,14 +150,3 @@ async def wait_map(kv: KV, layout: KeyLayout, predicate: Callable[[ShardMap], bo
     raise AssertionError(f"no matching shard map within {timeout_s}s; last: {last}")
 
 
-async def wait_until(what: str, check: Callable[[], object], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(0.05)

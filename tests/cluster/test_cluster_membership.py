@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cluster_procs import Procs, wait_map, wait_until
+from cluster_procs import Procs, wait_map
+from polling import wait_until
 
 from metricsd.cluster.etcd_kv import EtcdKV
 from metricsd.cluster.etcd_server import EtcdServer

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cluster_procs import Proc, Procs, free_port, wait_listening, wait_map, wait_until
+from cluster_procs import Proc, Procs, free_port, wait_listening, wait_map
+from polling import wait_until
 
 from metricsd.cluster.etcd_kv import EtcdKV
 from metricsd.cluster.etcd_server import EtcdServer

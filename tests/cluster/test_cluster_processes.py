@@ -11,7 +11,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cluster_procs import Procs, wait_listening, wait_map, wait_until
+from cluster_procs import Procs, wait_listening, wait_map
+from polling import wait_until
 
 from metricsd.cluster.etcd_kv import EtcdKV
 from metricsd.cluster.etcd_server import EtcdServer

@@ -12,7 +12,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from cluster_procs import Proc, Procs, wait_listening, wait_map, wait_until
+from cluster_procs import Proc, Procs, wait_listening, wait_map
+from polling import wait_until
 
 from metricsd.agent.buffer import BufferSettings, PushBuffer
 from metricsd.agent.pusher import Pusher

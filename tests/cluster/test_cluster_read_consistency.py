@@ -17,7 +17,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
-from cluster_procs import Proc, Procs, free_port, wait_listening, wait_map, wait_until
+from cluster_procs import Proc, Procs, free_port, wait_listening, wait_map
+from polling import wait_until
 from test_cluster_proxies import SLOTS, T0, _serving, tick, workload_series
 
 from metricsd.cluster.etcd_kv import EtcdKV

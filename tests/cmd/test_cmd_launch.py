@@ -10,10 +10,10 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from polling import wait_until_sync
 
 from metricsd.cmd.clusterplan import ClusterPlan
 from metricsd.cmd.launch import LaunchError, LocalCluster, log_tail
@@ -93,11 +93,11 @@ def test_a_program_started_through_the_exec_wrapper_ends_when_its_parent_is_kill
     parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, cwd=ROOT)
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
-    _wait_until(lambda: _command(child).startswith(_sleep()), "the wrapper to exec the program")
+    wait_until_sync("the wrapper to exec the program", lambda: _command(child).startswith(_sleep()))
     parent.kill()
     parent.wait(10)
     parent.stdout.close()
-    _wait_until(lambda: _gone(child), f"pid {child} to end with its SIGKILLed parent")
+    wait_until_sync(f"pid {child} to end with its SIGKILLed parent", lambda: _gone(child))
 
 
 @pytest.mark.slow
@@ -159,9 +159,9 @@ def test_every_child_of_a_sigkilled_cluster_up_ends_etcd_included(tmp_path: Path
         up.kill()
         up.wait(10)
         for pid in children:
-            _wait_until(lambda pid=pid: _gone(pid), f"pid {pid} ({_command(pid)}) to end with the launcher")
+            wait_until_sync(f"pid {pid} ({_command(pid)}) to end with the launcher", lambda pid=pid: _gone(pid))
         plan = ClusterPlan(base_port=base, stores=2, proxies=2, config_servers=1)
-        _wait_until(lambda: not taken_ports(plan.host, plan.ports()), "every port of the plan to be free")
+        wait_until_sync("every port of the plan to be free", lambda: not taken_ports(plan.host, plan.ports()))
     finally:
         if up.poll() is None:
             up.kill()
@@ -218,9 +218,3 @@ def _gone(pid: int) -> bool:
         return True
     return state == "Z"  # exited, not yet reaped
 
-
-def _wait_until(cond: object, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # polling other processes' state

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
-
 import numpy as np
 import pytest
+from polling import wait_until
 from proxy_cluster import (
     SLOTS,
     LocalCluster,
@@ -35,14 +32,6 @@ T0 = 1_700_000_000_000
 
 def tick(k: int) -> list[int]:
     return [T0 + k * 10_000]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 def level(cluster: LocalCluster, member: str, series: list[Labels]) -> bool:
@@ -79,14 +68,10 @@ async def test_one_store_down_while_writing_then_hand_off_brings_it_level(cluste
             assert list(agg.values) == [len(series) // 2]
     assert proxy.writes.handoff.pending()["store-2"][0] > 0
     await victim.restart()  # the same Store: a quick restart that lost nothing from before
-    await eventually(lambda: _async(not proxy.writes.handoff.pending()))
+    await wait_until("the hand-off to drain", lambda: not proxy.writes.handoff.pending(), timeout_s=10.0)
     assert level(cluster3, "store-2", series)
     assert [t for t, _ in raw(victim.store, series[0])] == [T0 + k * 10_000 for k in acked]
     assert proxy.counters["handoff_dropped"] == 0
-
-
-async def _async(value: bool) -> bool:
-    return value
 
 
 @pytest.mark.slow
@@ -110,7 +95,7 @@ async def test_read_repair_fills_a_replica_that_came_back_empty(cluster3: LocalC
         await proxy.reads.repair.wait_idle()
         return level(cluster3, "store-0", series)
 
-    await eventually(repaired)
+    await wait_until("read repair", repaired, timeout_s=10.0)
     assert proxy.counters["repair_samples"] == len(series) * 6
     assert proxy.counters["handoff_dropped"] == 0  # nothing was missed while it was down
 
@@ -138,7 +123,7 @@ async def test_aggregate_read_repair_copies_the_lagging_series(cluster3: LocalCl
         await proxy.reads.repair.wait_idle()
         return level(cluster3, "store-1", series)
 
-    await eventually(repaired)
+    await wait_until("read repair", repaired, timeout_s=10.0)
     # store-1's digests differed, so the proxy asked again per series; once repaired, they agree
     assert proxy.counters["aggregate_digest_fallbacks"] >= 1
     fallbacks, digest_reads = proxy.counters["aggregate_digest_fallbacks"], proxy.counters["aggregate_digest_reads"]
