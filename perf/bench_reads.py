@@ -132,7 +132,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             qs = [q for q in http_questions(at, *wl.question_targets()) if q.key in keys]
             urls = {n: s.url for n, s in servers.items()}
             cpu = {n: (lambda s=s: server_cpu(s)) for n, s in servers.items()}
-            counters = {n: proxy_counters(http, s.url) for n, s in servers.items() if s.tree}
+            counters = {n: proxy_counters(s.url) for n, s in servers.items() if s.tree}
             for q in qs:
                 for url in urls.values():  # every system answers before any timing
                     await promql_get(http, url, q)

@@ -295,7 +295,7 @@ async def http_phase(res: dict[str, Any], ms: list[dict[str, Any]], wl: Workload
                 return None
             return profile_pids(pids, lambda name: prof / f"profile_http_{key}_{name}.txt")
 
-    counters = {n: proxy_counters(http, urls[n]) for n in systems if servers[server_of(n)].tree}
+    counters = {n: proxy_counters(urls[n]) for n in systems if servers[server_of(n)].tree}
     ms += await time_http(qs, systems, http, urls, cpu, args.queries, args.warmup, res["concurrency"], profile,
                           counters)
     return []

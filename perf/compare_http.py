@@ -97,10 +97,16 @@ def _minus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {k: v - b.get(k, 0.0) for k, v in a.items()}
 
 
-def proxy_counters(http: aiohttp.ClientSession, url: str) -> Counters:
-    """A cluster proxy's WHOLE_COUNTERS so far, from its stats endpoint (``proxy_*`` entries)."""
+def proxy_counters(url: str) -> Counters:
+    """A cluster proxy's WHOLE_COUNTERS so far, from its stats endpoint (``proxy_*`` entries).
+
+    Read over a connection of its own, never one of the questions' session: the stats route is not
+    one of the HTTP hot path's two, so the proxy hands the connection that asks it to aiohttp for
+    good (metricsd/http/hotpath.py), and the questions timed right after on that pooled keep-alive
+    connection took aiohttp's path, not the hot one the one store's questions took (sessions 43-44:
+    the proxy ~0.18 ms a (b) dearer; perf/RESULTS.md, session 44, s44-23)."""
     async def read() -> dict[str, int]:
-        async with http.get(url + "/api/v1/metricsd/stats") as r:
+        async with aiohttp.ClientSession() as own, own.get(url + "/api/v1/metricsd/stats") as r:
             r.raise_for_status()
             rejected = (await r.json())["data"].get("rejected", {})
         return {k: int(rejected.get("proxy_" + k, 0)) for k in WHOLE_COUNTERS}
