@@ -36,12 +36,13 @@ def grown(arr: np.ndarray, n: int, fill: int | bool = 0) -> np.ndarray:
 class LabelColumn:
     """One label name: its distinct values, a code per row, and postings by code."""
 
-    __slots__ = ("built", "codes", "ids", "post_rows", "post_start", "values")
+    __slots__ = ("built", "codes", "ids", "limit", "post_rows", "post_start", "values")
 
     def __init__(self, capacity: int) -> None:
         self.values: list[str] = []  # code -> value; append-only (selections share it)
         self.ids: dict[str, int] = {}
         self.codes = np.full(capacity, -1, dtype=CODE_TYPES[0])
+        self.limit = int(np.iinfo(CODE_TYPES[0]).max)  # the codes' type's maximum (np.iinfo is slow)
         # postings of rows [0, built): rows by (code, row); code c: post_rows[post_start[c]:post_start[c + 1]]
         self.built = 0
         self.post_rows = EMPTY_ROWS
@@ -51,7 +52,7 @@ class LabelColumn:
         vid = self.ids.get(value)
         if vid is None:
             vid = len(self.values)
-            if vid >= np.iinfo(self.codes.dtype).max:  # codes + 1 must fit too
+            if vid >= self.limit:  # codes + 1 must fit too
                 self._widen(vid)
             self.ids[value] = vid
             self.values.append(value)
@@ -63,6 +64,7 @@ class LabelColumn:
         for t in CODE_TYPES:
             if vid < np.iinfo(t).max:
                 self.codes = self.codes.astype(t)
+                self.limit = int(np.iinfo(t).max)
                 return
         raise OverflowError(f"more than {np.iinfo(CODE_TYPES[-1]).max - 1} values of one label name")
 
