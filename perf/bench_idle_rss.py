@@ -12,9 +12,12 @@ import: the third-party packages a store loads (the floor no lazy import of metr
 
 RssFile is mostly the shared libraries' pages, and how many of them a process maps depends on the
 page cache, not on metricsd: files written recently (a fresh virtualenv) sit in the page cache as
-large folios and a fault maps a whole folio, so the same code and packages read 46 MiB of RssFile
-from a venv installed minutes before and 32 MiB from an older one (perf/RESULTS.md, session 44).
-Compare arms with the same ``--python``.
+large folios and a fault maps a whole folio, so the same code and packages read 45 MiB of RssFile
+from a venv installed an hour before (a fresh clone's ``make``) and 32 MiB once those files were
+dropped from the page cache and read back by the process's own faults, as a deployment's are after
+a boot (perf/RESULTS.md, session 44). ``--evict-libraries`` drops the interpreter's shared objects
+from the page cache first (``posix_fadvise(DONTNEED)``: clean pages, nothing is lost); arms must
+use the same ``--python`` either way.
 """
 
 from __future__ import annotations
@@ -39,6 +42,21 @@ from metricsd.ports import free_port  # noqa: E402
 
 KINDS = ("VmRSS", "RssAnon", "RssFile", "Threads")
 THIRD_PARTY = "numpy, grpc.aio, aiohttp.web, prometheus_client, promql_parser, cramjam, orjson, lz4.block, snappy"
+
+
+def evict_libraries(prefix: str = sys.prefix) -> int:
+    """Drop the page cache of every shared object under ``prefix`` (a venv's packages) and of the
+    interpreter's own library; returns how many files. Each is read back by the next process's
+    faults, as after a boot, instead of mapped as the large folios its install wrote."""
+    paths = [p for p in Path(prefix).rglob("*.so*") if p.is_file()]
+    paths += [p for p in Path(sys.base_prefix, "lib").glob("libpython*.so*") if p.is_file()]
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return len(paths)
 
 
 def mappings_mib(pid: int, top: int = 6) -> list[tuple[str, float]]:
@@ -101,8 +119,14 @@ def main() -> int:
     p.add_argument("--python", default=sys.executable, help="the interpreter (its venv's packages)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--data-dir", action="store_true", help="the store keeps a WAL and snapshots")
+    p.add_argument("--evict-libraries", action="store_true",
+                   help="drop --python's venv's shared objects from the page cache first")
     a = p.parse_args()
     trees = [t.resolve() for t in (a.tree or [HERE.parent])]
+    if a.evict_libraries:
+        venv = subprocess.run([a.python, "-c", "import sys; print(sys.prefix)"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+        print(f"{evict_libraries(venv)} shared objects dropped from the page cache")
     print("| arm | round | VmRSS | RssAnon | RssFile | threads | largest mappings, MiB |")
     print(f"| {' | '.join(['---'] * 7)} |")
     for r in range(a.rounds):
