@@ -5,8 +5,9 @@ tombstone), so per-row NumPy columns elsewhere line up with it. Everything per r
 
 - ``id_column`` (uint64), ``pod_hash`` (uint64: a slot filter of any slot count is one modulo
   away), ``alive`` (bool);
-- per label name, an int32 code per row into that name's table of distinct values (-1: the row
-  lacks the label). A series' labels are its codes (:meth:`labels_of`, :meth:`label_columns`):
+- per label name, a code per row into that name's table of distinct values (-1: the row lacks
+  the label), int8, int16 or int32 as the table's size needs (store/postings.py); handed out as
+  int32 (:meth:`label_columns`). A series' labels are its codes (:meth:`labels_of`, :meth:`label_columns`):
   each distinct value is held once, and no tuple, dict entry or list slot is kept per series;
 - per label name, postings: the rows of every value as one sorted array (CSR, rebuilt lazily
   when enough rows were added since; newer rows are scanned from the codes);
@@ -282,7 +283,8 @@ class SeriesIndex:
             if col is None:
                 col = self.columns[name] = LabelColumn(len(self.alive))
                 self._names = sorted(self.columns)
-            col.codes[row] = col.value_id(value)
+            vid = col.value_id(value)  # may widen col.codes: index it after
+            col.codes[row] = vid
         return row
 
     def remove(self, row: int) -> None:
@@ -317,7 +319,7 @@ class SeriesIndex:
             c = col.codes[rows]
             if len(c) and bool((c >= 0).any()):
                 names.append(name)
-                codes.append(c)
+                codes.append(c.astype(np.int32, copy=False))  # whatever the column's own width
                 values.append(col.values)
         return LabelColumns(names, codes, values, len(rows))
 

@@ -1,17 +1,27 @@
-"""One label name of the series index: its distinct values, an int32 code per row, postings by code.
+"""One label name of the series index: its distinct values, a code per row, postings by code.
 
 metricsd/store/index.py keeps one ``LabelColumn`` per label name; a series' labels are its codes
 across them, and a selection seeds its candidates from a column's postings (the rows of a value as
 one sorted array, CSR, rebuilt lazily: the rows added since are scanned from the codes).
+
+A code is as narrow as the column's values allow: int8 while it has fewer than 127 values, int16
+below 32,767, then int32 (the column is widened in one copy when a value past its type arrives).
+Most label names have a handful of values (cluster, namespace, container, resource, unit, the
+metric name): at 200,000 series the nine columns of the pod workload took 36 bytes a series as
+int32 and take 13 (perf/RESULTS.md, session 44). The largest code is kept one below the type's
+maximum, so ``codes + 1`` (a lookup table's index, absent = 0) never overflows.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EMPTY_ROWS", "LabelColumn", "grown"]
+__all__ = ["CODE_TYPES", "EMPTY_ROWS", "LabelColumn", "grown"]
 
 EMPTY_ROWS = np.zeros(0, dtype=np.int32)
+
+CODE_TYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
+"""A column's code types, narrowest first; a column starts at the first and widens as values arrive."""
 
 
 def grown(arr: np.ndarray, n: int, fill: int | bool = 0) -> np.ndarray:
@@ -26,12 +36,13 @@ def grown(arr: np.ndarray, n: int, fill: int | bool = 0) -> np.ndarray:
 class LabelColumn:
     """One label name: its distinct values, a code per row, and postings by code."""
 
-    __slots__ = ("built", "codes", "ids", "post_rows", "post_start", "values")
+    __slots__ = ("built", "codes", "ids", "limit", "post_rows", "post_start", "values")
 
     def __init__(self, capacity: int) -> None:
         self.values: list[str] = []  # code -> value; append-only (selections share it)
         self.ids: dict[str, int] = {}
-        self.codes = np.full(capacity, -1, dtype=np.int32)
+        self.codes = np.full(capacity, -1, dtype=CODE_TYPES[0])
+        self.limit = int(np.iinfo(CODE_TYPES[0]).max)  # the codes' type's maximum (np.iinfo is slow)
         # postings of rows [0, built): rows by (code, row); code c: post_rows[post_start[c]:post_start[c + 1]]
         self.built = 0
         self.post_rows = EMPTY_ROWS
@@ -40,9 +51,22 @@ class LabelColumn:
     def value_id(self, value: str) -> int:
         vid = self.ids.get(value)
         if vid is None:
-            vid = self.ids[value] = len(self.values)
+            vid = len(self.values)
+            if vid >= self.limit:  # codes + 1 must fit too
+                self._widen(vid)
+            self.ids[value] = vid
             self.values.append(value)
         return vid
+
+    def _widen(self, vid: int) -> None:
+        """The codes in the narrowest type that holds ``vid + 1``: one copy of the column, at most
+        twice in its life."""
+        for t in CODE_TYPES:
+            if vid < np.iinfo(t).max:
+                self.codes = self.codes.astype(t)
+                self.limit = int(np.iinfo(t).max)
+                return
+        raise OverflowError(f"more than {np.iinfo(CODE_TYPES[-1]).max - 1} values of one label name")
 
     def build(self, n_rows: int) -> None:
         codes = self.codes[:n_rows]
