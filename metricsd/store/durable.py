@@ -52,7 +52,7 @@ from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
 from metricsd.store.wal.log import DEFAULT_SEGMENT_BYTES
 
 __all__ = ["Durability", "DurabilitySettings", "DurableStoreAPI", "RecoveryReport", "open_store", "run_durability",
-           "run_snapshots", "run_wal_sync"]
+           "run_snapshots", "run_wal_sync", "wal_bytes_due"]
 
 log = logging.getLogger("metricsd.store.durable")
 
@@ -67,6 +67,8 @@ class DurabilitySettings:
         or the kernel's write-back delay (NEVER, typically up to 30 s).
     segment_bytes: a WAL segment is closed and a new one begun past this size.
     snapshot_interval_s: how often run_snapshots() writes a snapshot (also on clean shutdown).
+    snapshot_wal_bytes: a snapshot is also taken once the WAL written since the last one is at
+        least this and at least that snapshot's size (0: on the interval only).
     keep_snapshots: snapshots kept; WAL segments are kept back to the oldest of them. One (the
         default) checkpoints the WAL at each snapshot, once the snapshot was read back whole from
         the disk: the directory holds the samples once. Two keep a snapshot's worth of WAL more,
@@ -79,6 +81,7 @@ class DurabilitySettings:
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
     snapshot_interval_s: float = SNAPSHOT_INTERVAL_S
     keep_snapshots: int = 1
+    snapshot_wal_bytes: int = 64 << 20
     progress_every_s: float = 5.0
 
     def __post_init__(self) -> None:
@@ -108,6 +111,7 @@ class Durability:
         self.snapshot_failures = 0
         self.last_snapshot_bytes = 0
         self.last_snapshot_s = 0.0
+        self.wal_bytes_at_snapshot = 0  # wal.stats.bytes_appended when the last snapshot (tried) rolled the WAL
 
     # --- the write path --------------------------------------------------------------------
 
@@ -170,7 +174,7 @@ class Durability:
         self._snapshotting = True
         try:
             t0 = self.clock.monotonic()
-            img = capture_lean(self.store, self.wal.roll())
+            img = self._capture()
             took = self.clock.monotonic() - t0
             path, size = await asyncio.to_thread(self._write_checked, img)
         except (OSError, SnapshotError) as e:
@@ -185,11 +189,17 @@ class Durability:
     def snapshot_now(self) -> Path:
         """Write a snapshot on this thread (shutdown, tests). Raises OSError or SnapshotError."""
         t0 = self.clock.monotonic()
-        img = capture_lean(self.store, self.wal.roll())
+        img = self._capture()
         took = self.clock.monotonic() - t0
         path, size = self._write_checked(img)
         self._after_snapshot(path, size, len(img.ids), self.clock.monotonic() - t0, took)
         return path
+
+    def _capture(self) -> LeanImage:
+        """The store at a new WAL segment's start (no write interleaves: the event loop's thread)."""
+        img = capture_lean(self.store, self.wal.roll())
+        self.wal_bytes_at_snapshot = self.wal.stats.bytes_appended
+        return img
 
     def _write_checked(self, img: LeanImage) -> tuple[Path, int]:
         """write_snapshot(), then the file read back from the disk (snapcheck.py): the WAL it covers
@@ -343,11 +353,28 @@ async def run_wal_sync(d: Durability) -> None:
         await d.sync()
 
 
-async def run_snapshots(d: Durability, every_s: float | None = None) -> None:
-    """A snapshot every ``every_s`` (default: the settings' snapshot_interval_s)."""
+def wal_bytes_due(wal_since: int, last_snapshot: int, floor: int) -> bool:
+    """Whether the WAL written since the last snapshot calls for one now: once it outgrows that
+    snapshot (at least ``floor`` bytes; 0 turns it off), the next snapshot and its checkpoint make
+    the directory smaller than the WAL would. Pure."""
+    return floor > 0 and wal_since >= max(floor, last_snapshot)
+
+
+async def run_snapshots(d: Durability, every_s: float | None = None, poll_s: float = 1.0) -> None:
+    """A snapshot every ``every_s`` (default: the settings' snapshot_interval_s), and sooner when
+    the WAL since the last one has outgrown it (wal_bytes_due): a backfill's WAL is ~3 times the
+    chunks it makes, so the WAL, not the snapshot, would be most of the directory until the next."""
+    every = every_s or d.settings.snapshot_interval_s
+    last = d.clock.monotonic()
     while True:
-        await asyncio.sleep(every_s or d.settings.snapshot_interval_s)
-        await d.snapshot()
+        await asyncio.sleep(min(every, poll_s))
+        # counted from the last try's roll, failed or not: a full disk is tried again after as much
+        # WAL again (or the interval), not every poll
+        since = d.wal.stats.bytes_appended - d.wal_bytes_at_snapshot
+        if d.clock.monotonic() - last >= every or wal_bytes_due(since, d.last_snapshot_bytes,
+                                                                 d.settings.snapshot_wal_bytes):
+            last = d.clock.monotonic()
+            await d.snapshot()
 
 
 async def run_durability(d: Durability, gc_every_s: float | None = 60.0) -> None:

@@ -108,3 +108,53 @@ def test_a_cut_short_or_extended_snapshot_is_refused(snapshot_file: Path) -> Non
     snapshot_file.write_bytes(good + b"\0")
     with pytest.raises(SnapshotError, match="after the end marker"):
         verify_snapshot(snapshot_file)
+
+
+@pytest.mark.parametrize(("since", "last", "floor", "due"), [
+    (0, 0, 100, False), (99, 0, 100, False), (100, 0, 100, True), (150, 200, 100, False), (200, 200, 100, True),
+    (10**9, 0, 0, False),
+])
+def test_the_wal_calls_for_a_snapshot_once_it_outgrows_the_last_one(since: int, last: int, floor: int,
+                                                                     due: bool) -> None:
+    assert durable.wal_bytes_due(since, last, floor) is due
+
+
+async def _run_until(d: durable.Durability, done: object, seconds: float = 5.0) -> None:
+    task = asyncio.create_task(durable.run_snapshots(d, every_s=3600, poll_s=0.01))
+    try:
+        for _ in range(int(seconds / 0.01)):
+            if done():  # type: ignore[operator]
+                return
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+
+
+async def test_a_wal_larger_than_the_last_snapshot_is_checkpointed_before_the_interval(tmp_path: Path) -> None:
+    twin = Twin(tmp_path, durable.DurabilitySettings(fsync=DSET.fsync, segment_bytes=4096, snapshot_wal_bytes=8_000))
+    try:
+        _fill(twin, T0, np.random.default_rng(4))
+        assert twin.d.wal.stats.bytes_appended > 8_000 and len(twin.d.wal.segments()) > 2
+        await _run_until(twin.d, lambda: twin.d.snapshots_written == 1)
+        assert twin.d.snapshots_written == 1 and len(twin.d.wal.segments()) == 1
+        await asyncio.sleep(0.1)  # the WAL since (nothing) is below the floor: no second one
+        assert twin.d.snapshots_written == 1
+    finally:
+        twin.d.close(snapshot=False)
+
+
+async def test_a_failing_snapshot_is_not_retried_every_poll(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    twin = Twin(tmp_path, durable.DurabilitySettings(fsync=DSET.fsync, segment_bytes=4096, snapshot_wal_bytes=8_000))
+    tries: list[int] = []
+
+    def full(directory: Path, img: object) -> tuple[Path, int]:
+        tries.append(1)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(durable, "write_snapshot", full)
+    try:
+        _fill(twin, T0, np.random.default_rng(5))
+        await _run_until(twin.d, lambda: False, 0.3)
+        assert tries == [1] and twin.d.snapshot_failures == 1
+    finally:
+        twin.d.close(snapshot=False)
