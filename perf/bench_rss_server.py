@@ -108,6 +108,20 @@ def disk_report(servers: dict[str, Server]) -> dict[str, Any]:
     chunks = servers["metricsd"].data_dir / "chunks"
     out["metricsd"]["chunk_files_mib"] = tree_mib(chunks)
     out["metricsd"]["chunk_files_cached_mib"] = cached_mib(chunks)
+    out["metricsd"]["files_mib"] = files_mib(servers["metricsd"].data_dir)
+    return out
+
+
+def files_mib(where: Path) -> dict[str, Any]:
+    """The store's data directory part by part: each WAL segment and snapshot (name: MiB), the chunk files summed."""
+    out: dict[str, Any] = {}
+    for part in ("wal", "snapshots"):
+        d = where / part
+        out[part] = {f.name: round(f.stat().st_size / 2**20, 1) for f in sorted(d.iterdir())} if d.is_dir() else {}
+        out[f"{part}_mib"] = round(sum(out[part].values()), 1)
+    d = where / "chunks"
+    slabs = [f.stat().st_size for f in d.iterdir()] if d.is_dir() else []
+    out["chunk_files"], out["chunk_files_mib"] = len(slabs), round(sum(slabs) / 2**20, 1)
     return out
 
 

@@ -14,8 +14,10 @@ are logged too (a GC record), so replay rebuilds exactly the state the store had
 
 Restart: load the newest snapshot that reads back whole (a damaged one is moved aside with a
 warning naming the file and the byte, and the next older one is tried), then replay the WAL after
-it. Two snapshots are kept by default and WAL segments are deleted only once the older of them
-covers them, so losing the newest snapshot costs a longer replay, not data. Whatever could not be
+it. Each snapshot is read back from the disk once written; then the snapshots before it and the WAL
+segments it covers are deleted (the checkpoint: ``keep_snapshots`` 1, the default), so the data
+directory holds each sample once. With ``keep_snapshots`` 2 the WAL is kept back to the older of
+two, and a snapshot damaged later on the disk costs a longer replay, not data. Whatever could not be
 read is reported (RecoveryReport.lost, recovery.losses); a cluster store that lost something
 catches up from its peers before it serves reads (metricsd/cmd/store.py).
 
@@ -43,13 +45,14 @@ from metricsd.store.engine import Store, ValidWrite, WriteResult
 from metricsd.store.recovery import CATCH_UP_WINDOW_MS, RecoveryReport, load_snapshot, losses, replay_wal
 from metricsd.store.settings import StoreSettings
 from metricsd.store.slabfiles import SlabFiles
-from metricsd.store.snapshot import list_snapshots, write_snapshot
-from metricsd.store.snapshot_write import capture_lean
+from metricsd.store.snapcheck import verify_snapshot
+from metricsd.store.snapshot import SnapshotError, list_snapshots, write_snapshot
+from metricsd.store.snapshot_write import LeanImage, capture_lean
 from metricsd.store.wal import FsyncPolicy, RecordType, WalError, WriteAheadLog
 from metricsd.store.wal.log import DEFAULT_SEGMENT_BYTES
 
 __all__ = ["Durability", "DurabilitySettings", "DurableStoreAPI", "RecoveryReport", "open_store", "run_durability",
-           "run_snapshots", "run_wal_sync"]
+           "run_snapshots", "run_wal_sync", "wal_bytes_due"]
 
 log = logging.getLogger("metricsd.store.durable")
 
@@ -64,7 +67,12 @@ class DurabilitySettings:
         or the kernel's write-back delay (NEVER, typically up to 30 s).
     segment_bytes: a WAL segment is closed and a new one begun past this size.
     snapshot_interval_s: how often run_snapshots() writes a snapshot (also on clean shutdown).
-    keep_snapshots: snapshots kept; WAL segments are kept back to the oldest of them.
+    snapshot_wal_bytes: a snapshot is also taken once the WAL written since the last one is at
+        least this and at least that snapshot's size (0: on the interval only).
+    keep_snapshots: snapshots kept; WAL segments are kept back to the oldest of them. One (the
+        default) checkpoints the WAL at each snapshot, once the snapshot was read back whole from
+        the disk: the directory holds the samples once. Two keep a snapshot's worth of WAL more,
+        so that a snapshot damaged later on the disk costs replay time rather than data.
     progress_every_s: how often a long load logs its progress.
     """
 
@@ -72,7 +80,8 @@ class DurabilitySettings:
     fsync_interval_s: float = 1.0
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
     snapshot_interval_s: float = SNAPSHOT_INTERVAL_S
-    keep_snapshots: int = 2
+    keep_snapshots: int = 1
+    snapshot_wal_bytes: int = 64 << 20
     progress_every_s: float = 5.0
 
     def __post_init__(self) -> None:
@@ -102,6 +111,7 @@ class Durability:
         self.snapshot_failures = 0
         self.last_snapshot_bytes = 0
         self.last_snapshot_s = 0.0
+        self.wal_bytes_at_snapshot = 0  # wal.stats.bytes_appended when the last snapshot (tried) rolled the WAL
 
     # --- the write path --------------------------------------------------------------------
 
@@ -157,18 +167,19 @@ class Durability:
     # --- snapshots -------------------------------------------------------------------------
 
     async def snapshot(self) -> Path | None:
-        """Write a snapshot (the file on a worker thread) and prune; None if one is under way or it failed."""
+        """Write a snapshot (the file on a worker thread), read it back, checkpoint the WAL; None if
+        one is under way or it failed."""
         if self._snapshotting:
             return None
         self._snapshotting = True
         try:
             t0 = self.clock.monotonic()
-            img = capture_lean(self.store, self.wal.roll())
+            img = self._capture()
             took = self.clock.monotonic() - t0
-            path, size = await asyncio.to_thread(write_snapshot, self.snapshot_dir, img)
-        except OSError as e:
+            path, size = await asyncio.to_thread(self._write_checked, img)
+        except (OSError, SnapshotError) as e:
             self.snapshot_failures += 1
-            log.error("snapshot failed: %s", e)
+            log.error("snapshot failed (the WAL and the snapshots before it are kept): %s", e)
             return None
         finally:
             self._snapshotting = False
@@ -176,13 +187,30 @@ class Durability:
         return path
 
     def snapshot_now(self) -> Path:
-        """Write a snapshot on this thread (shutdown, tests). Raises OSError."""
+        """Write a snapshot on this thread (shutdown, tests). Raises OSError or SnapshotError."""
         t0 = self.clock.monotonic()
-        img = capture_lean(self.store, self.wal.roll())
+        img = self._capture()
         took = self.clock.monotonic() - t0
-        path, size = write_snapshot(self.snapshot_dir, img)
+        path, size = self._write_checked(img)
         self._after_snapshot(path, size, len(img.ids), self.clock.monotonic() - t0, took)
         return path
+
+    def _capture(self) -> LeanImage:
+        """The store at a new WAL segment's start (no write interleaves: the event loop's thread)."""
+        img = capture_lean(self.store, self.wal.roll())
+        self.wal_bytes_at_snapshot = self.wal.stats.bytes_appended
+        return img
+
+    def _write_checked(self, img: LeanImage) -> tuple[Path, int]:
+        """write_snapshot(), then the file read back from the disk (snapcheck.py): the WAL it covers
+        is deleted after this, so it must be whole. A file that is not is moved aside (SnapshotError)."""
+        path, size = write_snapshot(self.snapshot_dir, img)
+        try:
+            verify_snapshot(path)
+        except SnapshotError:
+            path.rename(path.with_name(path.name + ".corrupt"))
+            raise
+        return path, size
 
     def _after_snapshot(self, path: Path, size: int, series: int, took: float, capture_s: float) -> None:
         self.store.chunks.settle()  # the snapshot read every slab: its pages faulted back in
@@ -193,7 +221,7 @@ class Durability:
         for _, old in snaps[: -self.settings.keep_snapshots]:
             old.unlink(missing_ok=True)
         kept = snaps[-self.settings.keep_snapshots :]
-        # WAL back to the oldest kept snapshot stays, so a damaged newer one costs replay time, not data.
+        # The checkpoint: WAL segments below the oldest kept snapshot hold nothing a snapshot lacks.
         deleted = self.wal.delete_before(kept[0][0]) if len(kept) == self.settings.keep_snapshots else 0
         log.info("snapshot %s: %d series, %.1f MiB in %.2f s (capture %.0f ms); %d WAL segments deleted", path.name,
                  series, size / 2**20, took, capture_s * 1000, deleted)
@@ -208,7 +236,7 @@ class Durability:
             if snapshot and not self.wal.failed:
                 try:
                     self.snapshot_now()
-                except OSError as e:
+                except (OSError, SnapshotError) as e:
                     log.error("final snapshot failed (the WAL still holds everything): %s", e)
             self.wal.close()
         finally:
@@ -325,11 +353,28 @@ async def run_wal_sync(d: Durability) -> None:
         await d.sync()
 
 
-async def run_snapshots(d: Durability, every_s: float | None = None) -> None:
-    """A snapshot every ``every_s`` (default: the settings' snapshot_interval_s)."""
+def wal_bytes_due(wal_since: int, last_snapshot: int, floor: int) -> bool:
+    """Whether the WAL written since the last snapshot calls for one now: once it outgrows that
+    snapshot (at least ``floor`` bytes; 0 turns it off), the next snapshot and its checkpoint make
+    the directory smaller than the WAL would. Pure."""
+    return floor > 0 and wal_since >= max(floor, last_snapshot)
+
+
+async def run_snapshots(d: Durability, every_s: float | None = None, poll_s: float = 1.0) -> None:
+    """A snapshot every ``every_s`` (default: the settings' snapshot_interval_s), and sooner when
+    the WAL since the last one has outgrown it (wal_bytes_due): a backfill's WAL is ~3 times the
+    chunks it makes, so the WAL, not the snapshot, would be most of the directory until the next."""
+    every = every_s or d.settings.snapshot_interval_s
+    last = d.clock.monotonic()
     while True:
-        await asyncio.sleep(every_s or d.settings.snapshot_interval_s)
-        await d.snapshot()
+        await asyncio.sleep(min(every, poll_s))
+        # counted from the last try's roll, failed or not: a full disk is tried again after as much
+        # WAL again (or the interval), not every poll
+        since = d.wal.stats.bytes_appended - d.wal_bytes_at_snapshot
+        if d.clock.monotonic() - last >= every or wal_bytes_due(since, d.last_snapshot_bytes,
+                                                                 d.settings.snapshot_wal_bytes):
+            last = d.clock.monotonic()
+            await d.snapshot()
 
 
 async def run_durability(d: Durability, gc_every_s: float | None = 60.0) -> None:

@@ -2,8 +2,9 @@
 
 Long loads log their progress (percent and rate). A damaged snapshot (a checksum that does not
 match, a file cut short: the warning names the file and the byte) is moved aside and the next
-older one tried; the WAL is kept back to the oldest kept snapshot, so falling back costs replay
-time, not data. A WAL record whose series' labels were lost with an earlier damaged record is
+older one tried; the WAL is kept back to the oldest kept snapshot (by default one: the WAL is
+checkpointed at each snapshot, metricsd/store/durable.py), so falling back to an older one, when
+kept, costs replay time, not data. A WAL record whose series' labels were lost with an earlier damaged record is
 applied without those series (counted), since the other series' samples are still good.
 
 :func:`losses` then says whether anything acknowledged may be missing: WAL bytes that could not

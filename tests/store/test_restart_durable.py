@@ -150,7 +150,8 @@ def test_retention_passes_are_replayed_where_they_happened(twin: Twin) -> None:
     twin.restart(crash=True)
 
 
-def test_wal_segments_go_once_the_older_kept_snapshot_covers_them(twin: Twin) -> None:
+def test_wal_segments_go_once_the_older_kept_snapshot_covers_them(tmp_path: Path) -> None:
+    twin = Twin(tmp_path, DurabilitySettings(fsync=FsyncPolicy.NEVER, segment_bytes=4096, keep_snapshots=2))
     t = T0
     rng = np.random.default_rng(0)  # random values: records zstd cannot shrink much, so segments fill
     for k in range(3):
@@ -167,9 +168,11 @@ def test_wal_segments_go_once_the_older_kept_snapshot_covers_them(twin: Twin) ->
             assert segs_after[0] == int(sorted(twin.d.snapshot_dir.glob("*.snap"))[0].stem)
     assert len(list(twin.d.snapshot_dir.glob("*.snap"))) == 2
     twin.restart(crash=True)
+    twin.d.close(snapshot=False)
 
 
-def test_a_damaged_newest_snapshot_falls_back_to_the_older_one_and_loses_nothing(twin: Twin) -> None:
+def test_a_damaged_newest_snapshot_falls_back_to_the_older_one_and_loses_nothing(tmp_path: Path) -> None:
+    twin = Twin(tmp_path, DurabilitySettings(fsync=FsyncPolicy.NEVER, segment_bytes=4096, keep_snapshots=2))
     t = T0
     for k in range(3):
         for _ in range(20):
@@ -183,6 +186,7 @@ def test_a_damaged_newest_snapshot_falls_back_to_the_older_one_and_loses_nothing
     twin.restart(crash=True)
     assert twin.d.recovery.snapshots_skipped == [newest.name]
     assert twin.d.recovery.wal_records > 0
+    twin.d.close(snapshot=False)
 
 
 def test_every_snapshot_damaged_still_replays_whatever_wal_is_left(tmp_path: Path) -> None:
