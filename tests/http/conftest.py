@@ -6,19 +6,13 @@ from collections.abc import AsyncIterator, Iterator
 
 import http_fixtures
 import pytest
-from http_fixtures import Env, start_env
-
-from metricsd.http import stop_http
+from http_fixtures import Env, running_env
 
 
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
-    e = await start_env()
-    try:
+    async with running_env() as e:
         yield e
-    finally:
-        await e.session.close()
-        await stop_http(e.runner)  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["hot", "aiohttp"])

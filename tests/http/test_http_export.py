@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 import pytest
-from http_fixtures import Env, pod_labels, start_env
+from http_fixtures import Env, pod_labels, running_env, start_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -41,12 +41,8 @@ from metricsd.store.engine import Store
 
 @pytest.fixture
 async def other() -> AsyncIterator[Env]:
-    e = await start_env()
-    try:
+    async with running_env() as e:
         yield e
-    finally:
-        await e.session.close()
-        await stop_http(e.runner)  # type: ignore[arg-type]
 
 
 async def _export(env: Env, match: str = '{__name__=~".+"}', **params: str) -> bytes:
@@ -102,8 +98,7 @@ async def test_an_export_imported_back_is_the_same_bit_for_bit(vals: list[float]
         assert stale == [struct.unpack("<Q", struct.pack("<d", v))[0] == STALE_NAN_BITS for v in vals]
     finally:
         for e in (a, b):
-            await e.session.close()
-            await stop_http(e.runner)  # type: ignore[arg-type]
+            await e.close()
 
 
 async def test_export_selects_by_match_start_and_end_and_exports_a_series_once(env: Env) -> None:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from http_fixtures import Env, pod_labels, start_env
+from http_fixtures import Env, pod_labels, running_env, start_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
@@ -90,13 +90,9 @@ def test_any_bytes_are_taken_whole_or_handed_over(tail: bytes, prefix: bytes) ->
 
 @pytest.fixture
 async def hot() -> AsyncIterator[Env]:
-    e = await start_env(HttpSettings(access_log=False, client_max_size=1 << 20))
-    await e.write({pod_labels("up", "p1"): ([590_000], [1.0]), pod_labels("up", "p2"): ([590_000], [2.0])})
-    try:
+    async with running_env(HttpSettings(access_log=False, client_max_size=1 << 20)) as e:
+        await e.write({pod_labels("up", "p1"): ([590_000], [1.0]), pod_labels("up", "p2"): ([590_000], [2.0])})
         yield e
-    finally:
-        await e.session.close()
-        await stop_http(e.runner)  # type: ignore[arg-type]
 
 
 def _port(env: Env) -> int:
@@ -140,8 +136,7 @@ async def test_the_hot_path_answers_as_aiohttp_does() -> None:
         assert any('code="400"' in ln for ln in hot_counts) and any('code="200"' in ln for ln in hot_counts)
     finally:
         for e in envs:
-            await e.session.close()
-            await stop_http(e.runner)  # type: ignore[arg-type]
+            await e.close()
 
 
 async def test_pipelined_requests_are_answered_in_order_and_other_routes_hand_the_connection_over(hot: Env) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import cramjam
 import pytest
-from http_fixtures import Env, start_env
+from http_fixtures import Env, running_env
 from prometheus_client import CollectorRegistry, generate_latest
 from test_http_hotpath import _port, _response
 from test_http_remote_write import HEADERS, _payload
@@ -74,12 +74,8 @@ def test_other_writes_go_to_aiohttp(raw: bytes, max_write_body: int) -> None:
 
 @pytest.fixture
 async def hot() -> AsyncIterator[Env]:
-    e = await start_env(HttpSettings(access_log=False, client_max_size=2 * MAX_WRITE_BODY))
-    try:
+    async with running_env(HttpSettings(access_log=False, client_max_size=2 * MAX_WRITE_BODY)) as e:
         yield e
-    finally:
-        await e.session.close()
-        await stop_http(e.runner)  # type: ignore[arg-type]
 
 
 def _connections(env: Env) -> set[Any]:

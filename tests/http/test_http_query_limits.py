@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from urllib.parse import urlencode
 
 import pytest
-from http_fixtures import Env, pod_labels, start_env
+from http_fixtures import Env, pod_labels, running_env, start_env
 
 from metricsd.http import stop_http
 from metricsd.http.settings import HttpSettings
@@ -27,13 +27,10 @@ HOSTILE = {
 
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
-    e = await start_env(HttpSettings(access_log=False, query_limits=QueryLimits(max_concurrency=2, max_queued=0)))
-    await e.write({pod_labels("x", "p0"): ([590_000], [1.0])})
-    try:
+    async with running_env(HttpSettings(access_log=False, query_limits=QueryLimits(max_concurrency=2,
+                                                                                   max_queued=0))) as e:
+        await e.write({pod_labels("x", "p0"): ([590_000], [1.0])})
         yield e
-    finally:
-        await e.session.close()
-        await stop_http(e.runner)  # type: ignore[arg-type]
 
 
 async def _post_query(env: Env, query: str) -> tuple[int, dict[str, object]]:

@@ -11,9 +11,8 @@ from typing import Any
 
 import cramjam
 import pytest
-from http_fixtures import Env, start_env
+from http_fixtures import Env, running_env
 
-from metricsd.http import stop_http
 from metricsd.http.remote_write_scan import MAX_LABELS_PER_SERIES, TooLarge, count_fields, scan_messages
 from metricsd.http.remote_write_v2 import CONTENT_TYPE, SYMBOLS_PER_SERIES
 from metricsd.proto import prometheus_remote_pb2 as prom
@@ -44,10 +43,8 @@ def _snappy(raw: bytes) -> bytes:
 
 @pytest.fixture
 async def env() -> Any:
-    e = await start_env()
-    yield e
-    await e.session.close()
-    await stop_http(e.runner)  # type: ignore[arg-type]
+    async with running_env() as e:
+        yield e
 
 
 async def _refused(env: Env, body: bytes, status: int, message: str, headers: dict[str, str] = V1) -> None:

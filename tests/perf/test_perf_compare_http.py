@@ -15,22 +15,17 @@ sys.path.insert(0, str(ROOT / "perf"))
 sys.path.insert(0, str(ROOT / "tests" / "http"))
 
 from compare_http import proxy_counters  # noqa: E402
-from http_fixtures import Env, pod_labels, start_env  # noqa: E402
+from http_fixtures import Env, pod_labels, running_env  # noqa: E402
 
 from metricsd.http.hotpath import HotSite  # noqa: E402
-from metricsd.http.server import stop_http  # noqa: E402
 from metricsd.http.settings import HttpSettings  # noqa: E402
 
 
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
-    e = await start_env(HttpSettings(access_log=False))
-    await e.write({pod_labels("up", "p1"): ([590_000], [1.0])})
-    try:
+    async with running_env(HttpSettings(access_log=False)) as e:
+        await e.write({pod_labels("up", "p1"): ([590_000], [1.0])})
         yield e
-    finally:
-        await e.session.close()
-        await stop_http(e.runner)  # type: ignore[arg-type]
 
 
 def _hot_connections(env: Env) -> int:
