@@ -6,10 +6,12 @@ refuses any damaged byte."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from polling import wait_until
 from test_restart_durable import DSET, T0, Twin, request
 
 from metricsd.store import durable
@@ -119,26 +121,41 @@ def test_the_wal_calls_for_a_snapshot_once_it_outgrows_the_last_one(since: int, 
     assert durable.wal_bytes_due(since, last, floor) is due
 
 
-async def _run_until(d: durable.Durability, done: object, seconds: float = 5.0) -> None:
-    task = asyncio.create_task(durable.run_snapshots(d, every_s=3600, poll_s=0.01))
-    try:
-        for _ in range(int(seconds / 0.01)):
-            if done():  # type: ignore[operator]
-                return
-            await asyncio.sleep(0.01)
-    finally:
-        task.cancel()
+class _Polls:
+    """run_snapshots' polls counted (each asks wal_bytes_due once while the interval is far): a test
+    waits for polls, not for time to pass, so a loaded machine's slow loop cannot thin them out."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        due = durable.wal_bytes_due
+
+        def counted(since: int, last: int, floor: int) -> bool:
+            self.n += 1
+            return due(since, last, floor)
+
+        monkeypatch.setattr(durable, "wal_bytes_due", counted)
+
+    async def run(self, d: durable.Durability, what: str, done: Callable[[], bool]) -> None:
+        """run_snapshots (a far interval, 10 ms polls) until ``done()``."""
+        task = asyncio.create_task(durable.run_snapshots(d, every_s=3600, poll_s=0.01))
+        try:
+            await wait_until(what, done, timeout_s=20.0)
+        finally:
+            task.cancel()
 
 
-async def test_a_wal_larger_than_the_last_snapshot_is_checkpointed_before_the_interval(tmp_path: Path) -> None:
+async def test_a_wal_larger_than_the_last_snapshot_is_checkpointed_before_the_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    polls = _Polls(monkeypatch)
     twin = Twin(tmp_path, durable.DurabilitySettings(fsync=DSET.fsync, segment_bytes=4096, snapshot_wal_bytes=8_000))
     try:
         _fill(twin, T0, np.random.default_rng(4))
         assert twin.d.wal.stats.bytes_appended > 8_000 and len(twin.d.wal.segments()) > 2
-        await _run_until(twin.d, lambda: twin.d.snapshots_written == 1)
+        await polls.run(twin.d, "the first snapshot", lambda: twin.d.snapshots_written == 1)
         assert twin.d.snapshots_written == 1 and len(twin.d.wal.segments()) == 1
-        await asyncio.sleep(0.1)  # the WAL since (nothing) is below the floor: no second one
-        assert twin.d.snapshots_written == 1
+        after = polls.n
+        await polls.run(twin.d, "ten more polls", lambda: polls.n >= after + 10)
+        assert twin.d.snapshots_written == 1  # the WAL since (nothing) is below the floor: no second one
     finally:
         twin.d.close(snapshot=False)
 
@@ -152,9 +169,10 @@ async def test_a_failing_snapshot_is_not_retried_every_poll(tmp_path: Path, monk
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(durable, "write_snapshot", full)
+    polls = _Polls(monkeypatch)
     try:
         _fill(twin, T0, np.random.default_rng(5))
-        await _run_until(twin.d, lambda: False, 0.3)
+        await polls.run(twin.d, "thirty polls", lambda: polls.n >= 30)
         assert tries == [1] and twin.d.snapshot_failures == 1
     finally:
         twin.d.close(snapshot=False)

@@ -60,4 +60,6 @@ async def test_a_kill_during_a_snapshot_or_its_checkpoint_loses_nothing(tmp_path
     snaps = sorted(int(p.stem) for p in (data / "snapshots").glob("*.snap"))
     wal = sorted(int(p.stem) for p in (data / "wal").glob("*.wal"))
     assert len(snaps) == 1 and wal and min(wal) >= snaps[0], (snaps, wal)
-    print("trigger seen before each kill:", seen)
+    # a landed snapshot stays ~0.7 s (the next replaces it): those kills came where they were meant
+    # to; a temp file may come and go between two looks, so those may be kills under load only
+    assert seen[1] and seen[3], seen
