@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from procstat import status_kib  # noqa: E402
+from procstat import mappings_kib, status_kib  # noqa: E402
 
 from metricsd.ports import free_port  # noqa: E402
 
@@ -60,15 +60,10 @@ def evict_libraries(prefix: str = sys.prefix) -> int:
 
 
 def mappings_mib(pid: int, top: int = 6) -> list[tuple[str, float]]:
-    """The mappings holding the most resident memory, by name (anonymous ones together), MiB."""
+    """The mappings holding the most resident memory, by file name (anonymous ones together), MiB."""
     rss: Counter[str] = Counter()
-    name = ""
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        f = line.split()
-        if f and "-" in f[0] and not f[0].endswith(":"):
-            name = f[5].rsplit("/", 1)[-1] if len(f) >= 6 else "[anon]"
-        elif f and f[0] == "Rss:":
-            rss[name] += int(f[1])
+    for name, kib in mappings_kib(pid):
+        rss[name.rsplit("/", 1)[-1]] += kib
     return [(n, k / 1024) for n, k in rss.most_common(top)]
 
 

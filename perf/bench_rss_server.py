@@ -44,26 +44,13 @@ from compare_http import http_questions
 from compare_peers import Processes, Server
 from compare_queries import promql_get
 from compare_workload import Workload
-from procstat import status_kib
+from procstat import mappings_kib, status_kib
 
 from metricsd.rpc.channel import open_channel
 from metricsd.rpc.client import MetricsClient, StreamingBackend
 
 HERE = Path(__file__).resolve().parent
 RSS_KINDS = ("RssAnon", "RssFile", "RssShmem")
-
-
-def mappings_kib(pid: int) -> list[tuple[str, int]]:
-    """Each mapping's resident KiB and name ([heap], [anon] for a nameless one, or its file)."""
-    out: list[tuple[str, int]] = []
-    name = ""
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        f = line.split()
-        if f and "-" in f[0] and not f[0].endswith(":"):
-            name = f[5] if len(f) >= 6 else "[anon]"
-        elif f and f[0] == "Rss:":
-            out.append((name, int(f[1])))
-    return sorted(out, key=lambda m: -m[1])
 
 
 def rss_split_mib(server: Server) -> dict[str, float]:

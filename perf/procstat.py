@@ -14,10 +14,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return status_kib(pid, ("VmRSS",))["VmRSS"] * 1024
 
 
 def status_kib(pid: int, keys: tuple[str, ...]) -> dict[str, int]:
@@ -31,7 +28,18 @@ def status_kib(pid: int, keys: tuple[str, ...]) -> dict[str, int]:
 
 
 def peak_rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return status_kib(pid, ("VmHWM",))["VmHWM"] * 1024
+
+
+def mappings_kib(pid: int) -> list[tuple[str, int]]:
+    """Each mapping's resident KiB and name (its file, [heap], [stack], or [anon] for a nameless
+    one) from /proc/<pid>/smaps, largest first."""
+    out: list[tuple[str, int]] = []
+    name = ""
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        f = line.split()
+        if f and "-" in f[0] and not f[0].endswith(":"):
+            name = f[5] if len(f) >= 6 else "[anon]"
+        elif f and f[0] == "Rss:":
+            out.append((name, int(f[1])))
+    return sorted(out, key=lambda m: -m[1])
